@@ -1,0 +1,115 @@
+"""A connection to the ledger: nats client + JetStream context, with errors translated."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from ledger.errors import ConnectionFailedError
+from ledger.streams import StreamSettings, ensure_streams
+
+ENV_URL = "RUNLEDGER_NATS_URL"
+
+
+@dataclass
+class LedgerClient:
+    """An open connection. Close it with ``await client.close()`` or use ``async with``."""
+
+    nc: NATS
+    js: JetStreamContext
+    url: str
+    slow_consumer_errors: int = 0
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            try:
+                await asyncio.wait_for(self.nc.drain(), timeout=5)
+            except (TimeoutError, nats.errors.Error):
+                await self.nc.close()
+
+    async def __aenter__(self) -> LedgerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def connect(
+    url: str,
+    *,
+    ensure: bool = True,
+    settings: StreamSettings | None = None,
+    connect_timeout: float = 3.0,
+    user_credentials: str | None = None,
+    **options: Any,
+) -> LedgerClient:
+    """Connect to ``url`` and (by default) create or update the runledger streams.
+
+    After the first connection succeeds the client reconnects forever in the
+    background; publishers bound their own waiting (see ``ledger.publish``).
+    Raises ConnectionFailedError naming the URL when no server answers.
+    """
+    holder: dict[str, LedgerClient] = {}
+
+    async def on_error(exc: Exception) -> None:
+        # A slow consumer means the client dropped messages: readers check for it
+        # and fail rather than silently skip (PITFALLS: ordered consumers lose messages).
+        if isinstance(exc, nats.errors.SlowConsumerError) and "c" in holder:
+            holder["c"].slow_consumer_errors += 1
+
+    creds = user_credentials or os.environ.get("RUNLEDGER_CREDS") or None
+    await _probe(url, connect_timeout)
+    try:
+        # With unlimited reconnects nats-py retries the *first* connect forever too: bound it.
+        nc = await asyncio.wait_for(nats.connect(
+            url,
+            connect_timeout=int(max(1, connect_timeout)),
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.25,
+            allow_reconnect=True,
+            error_cb=on_error,
+            user_credentials=creds,
+            **options,
+        ), timeout=connect_timeout * 3)
+    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        raise ConnectionFailedError(url, _reason(exc)) from exc
+    client = LedgerClient(nc=nc, js=nc.jetstream(timeout=5.0), url=url)
+    holder["c"] = client
+    if ensure:
+        try:
+            await ensure_streams(client.js, settings)
+        except (TimeoutError, nats.errors.Error) as exc:
+            await client.close()
+            raise ConnectionFailedError(url, f"JetStream not available ({_reason(exc)})") from exc
+    return client
+
+
+async def _probe(url: str, timeout: float) -> None:
+    """Fail fast, naming the URL, when nothing listens at any of its servers."""
+    last: BaseException | None = None
+    for server in url.split(","):
+        parsed = urlparse(server if "://" in server else f"nats://{server}")
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(parsed.hostname or "127.0.0.1", parsed.port or 4222), timeout=timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            last = exc
+            continue
+        writer.close()
+        return
+    raise ConnectionFailedError(url, _reason(last or OSError("no server in URL")))
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, nats.errors.NoServersError):
+        text = "connection refused or timed out"
+    return text

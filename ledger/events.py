@@ -1,0 +1,417 @@
+"""Events: frozen, versioned facts, their registry, upcasters and the per-run hash chain.
+
+Wire form: one NATS message per event, whose body is the canonical JSON of the
+envelope (``id, run_id, agent, seq, type, schema_version, ts, payload,
+prev_hash, hash``). ``hash = sha256(prev_hash || canonical JSON of the envelope
+without hash)``, so each subject (a run, or one idempotency key) is a hash chain.
+
+The envelope keeps the payload as the JSON object that was published, so the
+bytes a reader hashes are the bytes the writer hashed; the typed payload model
+(``Event.body``) is validated at construction and at decode. Old schema versions
+are lifted by upcasters ``(type, from_version) -> fn(payload) -> payload`` before
+validation; the hash is always checked over the bytes as stored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ledger.canonical import canonical_json
+from ledger.errors import EventDecodeError, UnknownSchemaVersionError
+from ledger.ids import new_id
+
+GENESIS = "0" * 64
+
+# -- payloads -------------------------------------------------------------------------------------------
+
+
+class Payload(BaseModel):
+    """Base of every event payload. Subclasses set TYPE and VERSION and are registered."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    TYPE: ClassVar[str]
+    VERSION: ClassVar[int] = 1
+
+
+class VersionTuple(BaseModel):
+    """What made the run behave as it did; resume refuses a different one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    agent_version: str
+    model: str
+    prompt_hash: str
+    tool_schema_hashes: dict[str, str] = Field(default_factory=dict)
+
+
+class Budgets(BaseModel):
+    """Limits on a run's spend; None means unlimited."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    turns: int | None = None
+    tokens: int | None = None
+    seconds: float | None = None
+
+
+class ErrorInfo(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    type: str
+    message: str
+    traceback: str | None = None
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class RunStarted(Payload):
+    TYPE = "run.started"
+    agent: str
+    version: VersionTuple
+    budgets: Budgets = Budgets()
+    input: Any = None
+    capture: Literal["full", "redacted", "hash-only"] = "full"
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RunForked(Payload):
+    """Recorded right after run.started in a branch: where it came from and what changed."""
+
+    TYPE = "run.forked"
+    parent_run_id: str
+    fork_step: int
+    mode: Literal["replay", "redrive", "live", "counterfactual"]
+    changed: str | None = None
+    changed_from: Any = None
+    changed_to: Any = None
+
+
+class RunResumed(Payload):
+    TYPE = "run.resumed"
+    attempt: int
+    from_step: int
+    worker: str = ""
+
+
+class RunSuspended(Payload):
+    TYPE = "run.suspended"
+    step: int
+    request_id: str
+    reason: str = "approval"
+
+
+class RunCompleted(Payload):
+    TYPE = "run.completed"
+    output: Any = None
+
+
+class RunFailed(Payload):
+    TYPE = "run.failed"
+    reason: Literal["exception", "budget_exhausted", "approval_denied", "nondeterminism", "effect_in_doubt"]
+    error: ErrorInfo
+    step: int | None = None
+
+
+class ModelCalled(Payload):
+    TYPE = "model.called"
+    step: int
+    model: str
+    request: dict[str, Any]
+    args_digest: str
+    response: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    usage: Usage = Usage()
+    duration_ms: float = 0.0
+
+
+class ToolCalled(Payload):
+    TYPE = "tool.called"
+    step: int
+    name: str
+    args: Any
+    args_digest: str
+    output: Any = None
+    error: ErrorInfo | None = None
+    duration_ms: float = 0.0
+
+
+class ClockRead(Payload):
+    TYPE = "clock.read"
+    step: int
+    value: str
+
+
+class RandomDrawn(Payload):
+    TYPE = "random.drawn"
+    step: int
+    value: float
+
+
+class EffectIntended(Payload):
+    TYPE = "effect.intended"
+    step: int
+    name: str
+    key: str
+    args: Any
+    args_digest: str
+    effect_class: Literal["read", "write", "irreversible"] = "write"
+
+
+class EffectCommitted(Payload):
+    TYPE = "effect.committed"
+    step: int
+    key: str
+    result: Any = None
+    duration_ms: float = 0.0
+    via: Literal["act", "reconcile", "operator", "record"] = "act"
+
+
+class EffectFailed(Payload):
+    TYPE = "effect.failed"
+    step: int
+    key: str
+    error: ErrorInfo
+
+
+class EffectResolved(Payload):
+    """An in-doubt effect settled by an operator or a reconcile function."""
+
+    TYPE = "effect.resolved"
+    key: str
+    outcome: Literal["committed", "not_committed"]
+    by: str
+    reason: str = ""
+    result: Any = None
+
+
+class EffectSimulated(Payload):
+    TYPE = "effect.simulated"
+    step: int
+    name: str
+    key: str
+    args: Any
+    result: Any = None
+
+
+class ApprovalRequested(Payload):
+    TYPE = "approval.requested"
+    step: int
+    request_id: str
+    action: str
+    args: Any
+    digest: str
+
+
+class ApprovalResolved(Payload):
+    TYPE = "approval.resolved"
+    request_id: str
+    digest: str
+    approved: bool
+    by: str
+    reason: str = ""
+
+
+class BudgetGranted(Payload):
+    TYPE = "budget.granted"
+    turns: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    by: str
+    reason: str = ""
+
+
+PAYLOADS: dict[str, type[Payload]] = {
+    cls.TYPE: cls
+    for cls in (
+        RunStarted,
+        RunForked,
+        RunResumed,
+        RunSuspended,
+        RunCompleted,
+        RunFailed,
+        ModelCalled,
+        ToolCalled,
+        ClockRead,
+        RandomDrawn,
+        EffectIntended,
+        EffectCommitted,
+        EffectFailed,
+        EffectResolved,
+        EffectSimulated,
+        ApprovalRequested,
+        ApprovalResolved,
+        BudgetGranted,
+    )
+}
+
+# (type, from_version) -> function lifting a payload dict to from_version + 1.
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def upcaster(type_: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Register ``fn`` as the upcaster of ``type_`` payloads from ``from_version`` to the next."""
+
+    def register(fn: Upcaster) -> Upcaster:
+        UPCASTERS[(type_, from_version)] = fn
+        return fn
+
+    return register
+
+
+def upcast(type_: str, version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """Lift ``payload`` from ``version`` to the current version of ``type_``."""
+    current = PAYLOADS[type_].VERSION
+    while version < current:
+        step = UPCASTERS.get((type_, version))
+        if step is None:
+            raise EventDecodeError(f"no upcaster for {type_!r} from schema_version {version}")
+        payload = step(payload)
+        version += 1
+    return payload
+
+
+# -- the envelope ---------------------------------------------------------------------------------------
+
+
+P = TypeVar("P", bound=Payload)
+
+
+class Event(BaseModel):
+    """One recorded fact. ``payload`` is the JSON object as published; ``body`` is its typed form."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    run_id: str
+    agent: str
+    seq: int = Field(ge=0)
+    type: str
+    schema_version: int = Field(ge=1)
+    ts: str
+    payload: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    @property
+    def body(self) -> Payload:
+        """The payload as its typed, current-version model (upcast when needed)."""
+        cls = PAYLOADS[self.type]
+        data = self.payload
+        if self.schema_version != cls.VERSION:
+            data = upcast(self.type, self.schema_version, dict(data))
+        return cls.model_validate(data)
+
+    def body_as(self, cls: type[P]) -> P:
+        body = self.body
+        if not isinstance(body, cls):
+            raise TypeError(f"event {self.type} is not a {cls.__name__}")
+        return body
+
+    @property
+    def step(self) -> int | None:
+        step = self.payload.get("step")
+        return step if isinstance(step, int) else None
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json"))
+
+
+def utc_now() -> str:
+    """The current time as RFC 3339 UTC with microseconds: the form of every ``ts``."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def chain_hash(prev_hash: str, unhashed: dict[str, Any]) -> str:
+    """sha256(prev_hash || canonical JSON of the envelope without ``hash``)."""
+    h = hashlib.sha256(prev_hash.encode("ascii"))
+    h.update(canonical_json(unhashed))
+    return h.hexdigest()
+
+
+def make_event(
+    body: Payload, *, run_id: str, agent: str, seq: int, prev_hash: str, ts: str | None = None
+) -> tuple[Event, bytes]:
+    """Build the next event of a chain and its wire bytes."""
+    unhashed: dict[str, Any] = {
+        "id": new_id(),
+        "run_id": run_id,
+        "agent": agent,
+        "seq": seq,
+        "type": body.TYPE,
+        "schema_version": body.VERSION,
+        "ts": ts or utc_now(),
+        "payload": body.model_dump(mode="json"),
+        "prev_hash": prev_hash,
+    }
+    unhashed["hash"] = chain_hash(prev_hash, unhashed)
+    # model_construct: every field was produced above from validated parts.
+    event = Event.model_construct(**unhashed)
+    return event, canonical_json(unhashed)
+
+
+def decode(raw: bytes) -> Event:
+    """Parse and validate one event from its wire bytes.
+
+    Checks the envelope, the payload against its registered type and version (upcast
+    when old), and that ``hash`` matches the content. Raises EventDecodeError (or
+    UnknownSchemaVersionError) with the reason; readers quarantine instead of crashing.
+    """
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EventDecodeError(f"not JSON: {exc}", raw) from exc
+    if not isinstance(data, dict):
+        raise EventDecodeError(f"not a JSON object but {type(data).__name__}", raw)
+    try:
+        event = Event.model_validate(data)
+    except ValidationError as exc:
+        raise EventDecodeError(f"not an event envelope: {_first_error(exc)}", raw) from exc
+    cls = PAYLOADS.get(event.type)
+    if cls is None:
+        raise EventDecodeError(f"unknown event type {event.type!r}", raw)
+    if event.schema_version > cls.VERSION:
+        raise UnknownSchemaVersionError(event.type, event.schema_version, cls.VERSION, raw)
+    try:
+        event.body  # noqa: B018 - validates the payload
+    except ValidationError as exc:
+        raise EventDecodeError(f"invalid {event.type} payload: {_first_error(exc)}", raw) from exc
+    unhashed = {k: v for k, v in data.items() if k != "hash"}
+    if chain_hash(event.prev_hash, unhashed) != event.hash:
+        raise EventDecodeError(f"event {event.run_id}/{event.seq}: hash does not match its content", raw)
+    return event
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(root)"
+    return f"{where}: {err['msg']}"
+
+
+def json_schemas() -> dict[str, Any]:
+    """The JSON Schema of every event type, keyed by type, for publishers in any language."""
+    envelope = Event.model_json_schema()
+    out: dict[str, Any] = {}
+    for type_, cls in sorted(PAYLOADS.items()):
+        schema = json.loads(json.dumps(envelope))
+        schema["title"] = f"runledger event {type_}"
+        schema["properties"]["type"] = {"const": type_}
+        schema["properties"]["schema_version"] = {"const": cls.VERSION}
+        payload = cls.model_json_schema()
+        # Hoist nested definitions so "#/$defs/..." references resolve from the root.
+        schema.setdefault("$defs", {}).update(payload.pop("$defs", {}))
+        schema["properties"]["payload"] = payload
+        schema["description"] = (
+            "hash = sha256 hex of (prev_hash as ASCII || canonical JSON of this object without 'hash'); "
+            "canonical JSON: UTF-8, sorted keys, no white space. seq 0 has prev_hash = 64 zeros. "
+            f"Publish to ledger.run.<agent>.<run_id> with Nats-Msg-Id <run_id>:<seq>. {cls.__doc__ or ''}"
+        ).strip()
+        out[type_] = schema
+    return out

@@ -1,0 +1,121 @@
+"""Reading the log back: raw records of a subject filter, decoded events of one run.
+
+Reads use an ordered push consumer with a callback (the fastest reader in nats-py,
+PITFALLS), and never trust it blindly: a slow-consumer error during the read or a
+count short of what the stream reports for the filter is an error, not a shorter
+history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from ledger.client import LedgerClient
+from ledger.errors import EventDecodeError, LedgerError, RunNotFoundError
+from ledger.events import Event, decode
+from ledger.records import Quarantined, RawRecord, Recorded
+from ledger.streams import LEDGER_STREAM
+from ledger.subjects import any_agent_run_subject, parse_run_subject
+
+
+@dataclass
+class RunLog:
+    run_id: str
+    agent: str
+    subject: str
+    records: list[Recorded] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
+
+    @property
+    def events(self) -> list[Event]:
+        return [r.event for r in self.records]
+
+
+async def subject_counts(client: LedgerClient, subject_filter: str) -> dict[str, int]:
+    """Messages per subject matching ``subject_filter`` (from the stream's own state)."""
+    try:
+        info = await client.js.stream_info(LEDGER_STREAM, subjects_filter=subject_filter)
+    except NotFoundError as exc:
+        raise LedgerError(f"stream {LEDGER_STREAM} does not exist: run `runledger up`") from exc
+    return dict(info.state.subjects or {})
+
+
+async def read_raw(
+    client: LedgerClient, subject_filter: str, *, start_seq: int = 1, timeout: float = 30.0
+) -> list[RawRecord]:
+    """Every message on ``subject_filter`` from ``start_seq`` on, in stream order."""
+    expected = sum((await subject_counts(client, subject_filter)).values())
+    if expected == 0:
+        return []
+    out: list[RawRecord] = []
+    done = asyncio.Event()
+    slow_before = client.slow_consumer_errors
+
+    async def on_msg(msg: Any) -> None:
+        meta = msg.metadata
+        out.append(RawRecord(meta.sequence.stream, msg.subject, msg.data, msg.headers))
+        if meta.num_pending == 0:
+            done.set()
+
+    config = ConsumerConfig(
+        deliver_policy=DeliverPolicy.ALL if start_seq <= 1 else DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start_seq if start_seq > 1 else None,
+    )
+    sub = await client.js.subscribe(
+        subject_filter,
+        stream=LEDGER_STREAM,
+        config=config,
+        cb=on_msg,
+        ordered_consumer=True,
+        pending_msgs_limit=1_000_000,
+        pending_bytes_limit=1024 * 1024 * 1024,
+    )
+    try:
+        await asyncio.wait_for(done.wait(), timeout=timeout)
+    except TimeoutError as exc:
+        raise LedgerError(
+            f"reading {subject_filter} timed out after {timeout:g}s with {len(out)} messages"
+        ) from exc
+    finally:
+        try:
+            await sub.unsubscribe()
+        except nats.errors.Error:
+            pass
+    if client.slow_consumer_errors != slow_before:
+        raise LedgerError(f"reading {subject_filter}: the client dropped messages (slow consumer); retry")
+    if start_seq <= 1 and len(out) < expected:
+        raise LedgerError(f"reading {subject_filter}: got {len(out)} messages, the stream holds {expected}")
+    return out
+
+
+def decode_records(raws: list[RawRecord]) -> tuple[list[Recorded], list[Quarantined]]:
+    good: list[Recorded] = []
+    bad: list[Quarantined] = []
+    for raw in raws:
+        try:
+            good.append(Recorded(decode(raw.data), raw.stream_seq, raw.subject))
+        except EventDecodeError as exc:
+            bad.append(Quarantined(raw.stream_seq, raw.subject, raw.data, exc.reason))
+    return good, bad
+
+
+async def load_run(client: LedgerClient, run_id: str) -> RunLog:
+    """All events of one run (quarantining what does not decode). Raises RunNotFoundError."""
+    raws = await read_raw(client, any_agent_run_subject(run_id))
+    if not raws:
+        raise RunNotFoundError(run_id)
+    parsed = parse_run_subject(raws[0].subject)
+    agent = parsed[0] if parsed else ""
+    good, bad = decode_records(raws)
+    return RunLog(run_id=run_id, agent=agent, subject=raws[0].subject, records=good, quarantined=bad)
+
+
+async def list_run_subjects(client: LedgerClient) -> dict[str, int]:
+    """Every run subject in the ledger with its event count."""
+    return await subject_counts(client, "ledger.run.>")

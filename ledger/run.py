@@ -1,0 +1,412 @@
+"""The Run API: every non-deterministic thing an agent does is a journaled step.
+
+Each call (``model``, ``tool``, ``effect``, ``approval``, ``now``, ``random``) takes
+the next step number. If the journal (the checkpoint folded from the run's
+events) already holds that step, the recorded result is returned without running
+anything, after checking that the kind, name and args digest match; otherwise the
+call runs live, its event is published and acknowledged, and only then is the
+result returned (write-ahead: a crash loses at most the step in flight).
+
+Every appended event is also folded into the in-memory checkpoint with the same
+``apply`` the readers use, so spend and position are never computed twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random as _random
+import time
+import traceback
+import uuid
+from typing import Any
+
+from ledger.agent import AgentSpec
+from ledger.canonical import digest, jsonable
+from ledger.client import LedgerClient
+from ledger.crashpoints import crash_point
+from ledger.effects import KeyState, append_to_key, read_key
+from ledger.errors import (
+    ApprovalDeniedError,
+    BudgetExhaustedError,
+    ConfigurationError,
+    EffectClaimedElsewhereError,
+    EffectFailedError,
+    EffectInDoubtError,
+    FencedError,
+    NondeterminismError,
+    SuspendedForApproval,
+    ToolFailedError,
+)
+from ledger.events import (
+    ApprovalRequested,
+    ClockRead,
+    EffectCommitted,
+    EffectFailed,
+    EffectIntended,
+    EffectResolved,
+    ErrorInfo,
+    Event,
+    ModelCalled,
+    Payload,
+    RandomDrawn,
+    RunSuspended,
+    ToolCalled,
+    Usage,
+)
+from ledger.fold import Checkpoint, StepRecord, apply
+from ledger.models import ModelResponse
+from ledger.publish import RetryPolicy, SubjectWriter
+from ledger.records import Recorded
+from ledger.tools import NOT_FOUND, EffectClass, Tool, ToolFn, call_maybe_async
+
+
+def error_info(exc: BaseException, with_traceback: bool = True) -> ErrorInfo:
+    tb = "".join(traceback.format_exception(exc)) if with_traceback else None
+    return ErrorInfo(type=type(exc).__name__, message=str(exc), traceback=tb)
+
+
+class Run:
+    """The handle an agent function receives. Not thread-safe: steps are sequential."""
+
+    def __init__(
+        self,
+        client: LedgerClient,
+        spec: AgentSpec,
+        writer: SubjectWriter,
+        checkpoint: Checkpoint,
+        *,
+        policy: RetryPolicy,
+    ) -> None:
+        self._client = client
+        self._spec = spec
+        self._writer = writer
+        self._cp = checkpoint
+        self._policy = policy
+        self._next_step = 0
+        self._segment_wall = time.time()
+        self._seconds_at_segment = checkpoint.spent["seconds"]
+
+    # -- identity ------------------------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self._writer.run_id
+
+    @property
+    def agent(self) -> str:
+        return self._writer.agent
+
+    @property
+    def input(self) -> Any:
+        return self._cp.input
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self._cp
+
+    @property
+    def replaying(self) -> bool:
+        """True while the next step is answered from the record."""
+        return self._next_step in self._cp.steps
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    async def _append(self, body: Payload) -> Event:
+        event = await self._writer.append(body)
+        apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
+        return event
+
+    def _take_step(self) -> tuple[int, StepRecord | None]:
+        step = self._next_step
+        self._next_step += 1
+        return step, self._cp.steps.get(step)
+
+    def _check(self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None) -> None:
+        same = rec.kind == kind and rec.name == name and (args_digest is None or rec.args_digest == args_digest)
+        if not same:
+            raise NondeterminismError(
+                self.run_id,
+                step,
+                recorded=f"{rec.kind} {rec.name!r} (args {rec.args_digest[:12] or '-'})",
+                attempted=f"{kind} {name!r} (args {(args_digest or '')[:12] or '-'})",
+            )
+
+    def _live_seconds(self) -> float:
+        return self._seconds_at_segment + (time.time() - self._segment_wall)
+
+    async def _check_budgets(self, step: int, *, model_call: bool) -> None:
+        limits, spent = self._cp.limits, self._cp.spent
+        checks = [("seconds", self._live_seconds())]
+        if model_call:
+            checks += [("turns", spent["turns"]), ("tokens", spent["tokens"])]
+        for budget, used in checks:
+            limit = limits.get(budget)
+            if limit is not None and used >= limit:
+                raise BudgetExhaustedError(self.run_id, budget, used, limit)
+
+    def _after_step(self, step: int) -> None:
+        crash_point(f"step:{step}:recorded")
+
+    # -- model ---------------------------------------------------------------------------------------
+
+    async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        """Call the agent's model. Live: the call, its response and token usage are recorded."""
+        messages = jsonable(messages)
+        params = jsonable(params)
+        name = self._spec.model.name
+        args_digest = digest({"messages": messages, "params": params})
+        step, rec = self._take_step()
+        if rec is not None:
+            self._check(step, rec, "model", name, args_digest)
+            if rec.error:
+                raise ToolFailedError(name, step, rec.error["type"], rec.error["message"])
+            return _response_from_record(rec.output)
+        await self._check_budgets(step, model_call=True)
+        started = time.perf_counter()
+        try:
+            response = await self._spec.model.complete(messages, **params)
+        except Exception as exc:
+            await self._append(
+                ModelCalled(
+                    step=step, model=name, request={"messages": messages, "params": params},
+                    args_digest=args_digest, error=error_info(exc, False),
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                )  # fmt: skip
+            )
+            raise
+        await self._append(
+            ModelCalled(
+                step=step, model=name, request={"messages": messages, "params": params},
+                args_digest=args_digest,
+                response={"content": response.content, "tool_calls": response.tool_calls,
+                          "finish_reason": response.finish_reason},
+                usage=Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens),
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )  # fmt: skip
+        )
+        self._after_step(step)
+        limit = self._cp.limits.get("tokens")
+        if limit is not None and self._cp.spent["tokens"] > limit:
+            raise BudgetExhaustedError(self.run_id, "tokens", self._cp.spent["tokens"], limit)
+        return response
+
+    # -- tools ---------------------------------------------------------------------------------------
+
+    def _resolve_tool(self, tool: str | Tool, fn: ToolFn | None) -> Tool:
+        if isinstance(tool, Tool):
+            return tool
+        declared = self._spec.tool_map.get(tool)
+        if declared is not None:
+            return declared
+        if fn is None:
+            raise ConfigurationError(
+                f"tool {tool!r} is not declared on agent {self._spec.name} and no fn= was given"
+            )
+        return Tool(tool, fn)
+
+    async def tool(self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None) -> Any:
+        """Call a tool. Read tools are recorded as tool.called; write/irreversible ones go
+        through the effect ledger with the key their declaration builds from ``args``."""
+        declared = self._resolve_tool(tool, fn)
+        if declared.effect_class != "read":
+            assert declared.key is not None
+            return await self.effect(
+                declared.name, args, key=declared.key(args), fn=declared.fn,
+                reconcile=declared.reconcile, effect_class=declared.effect_class,
+            )  # fmt: skip
+        args = jsonable(args)
+        args_digest = digest(args)
+        step, rec = self._take_step()
+        if rec is not None:
+            self._check(step, rec, "tool", declared.name, args_digest)
+            if rec.error:
+                raise ToolFailedError(declared.name, step, rec.error["type"], rec.error["message"])
+            return rec.output
+        await self._check_budgets(step, model_call=False)
+        started = time.perf_counter()
+        try:
+            output = jsonable(await call_maybe_async(declared.fn, args))
+        except Exception as exc:
+            info = error_info(exc, False)
+            await self._append(
+                ToolCalled(
+                    step=step, name=declared.name, args=args, args_digest=args_digest, error=info,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                )  # fmt: skip
+            )
+            self._after_step(step)
+            raise ToolFailedError(declared.name, step, info.type, info.message) from exc
+        await self._append(
+            ToolCalled(
+                step=step, name=declared.name, args=args, args_digest=args_digest, output=output,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )  # fmt: skip
+        )
+        self._after_step(step)
+        return output
+
+    # -- effects -------------------------------------------------------------------------------------
+
+    async def effect(
+        self,
+        name: str,
+        args: Any,
+        *,
+        key: str,
+        fn: ToolFn,
+        reconcile: Any = None,
+        effect_class: EffectClass = "write",
+    ) -> Any:
+        """Perform a side effect at most once per idempotency ``key``, across processes.
+
+        Claims the key on its own subject (first claim wins, server-side), calls ``fn(args)``,
+        records the outcome. A key already committed returns its recorded result without
+        acting. A claim with no outcome is in doubt: ``reconcile(key)`` decides (it returns the
+        result, or NOT_FOUND when the external system has no trace), else EffectInDoubtError.
+        """
+        if not key:
+            raise ConfigurationError(f"effect {name!r} needs a non-empty idempotency key")
+        args = jsonable(args)
+        args_digest = digest(args)
+        step, rec = self._take_step()
+        if rec is not None:
+            self._check(step, rec, "effect", name, args_digest)
+            if rec.key != key:
+                raise NondeterminismError(self.run_id, step, f"effect key {rec.key!r}", f"effect key {key!r}")
+            if rec.status == "committed":
+                return rec.output
+            if rec.status == "failed":
+                raise EffectFailedError(key, (rec.error or {}).get("message", "failed"))
+            # Recorded as intended only: the process died somewhere inside the effect.
+            return await self._settle(step, name, args, key, fn, reconcile)
+        await self._check_budgets(step, model_call=False)
+        await self._append(
+            EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest,
+                           effect_class=effect_class)  # fmt: skip
+        )
+        return await self._settle(step, name, args, key, fn, reconcile)
+
+    async def _settle(self, step: int, name: str, args: Any, key: str, fn: ToolFn, reconcile: Any) -> Any:
+        """Bring the key to an outcome for this step: reuse, reconcile, or claim and act."""
+        state = await read_key(self._client, key)
+        if state.status == "claimed":
+            if state.run_id != self.run_id or state.step != step:
+                raise EffectClaimedElsewhereError(key, state.run_id or "?", state.step or -1)
+            if reconcile is None:
+                await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
+                raise EffectInDoubtError(self.run_id, step, key)
+            found = await call_maybe_async(reconcile, key)
+            resolution = EffectResolved(
+                key=key, by="reconcile",
+                outcome="not_committed" if found is NOT_FOUND else "committed",
+                result=None if found is NOT_FOUND else jsonable(found),
+            )  # fmt: skip
+            state = await self._append_key(state, resolution)
+        if state.status == "committed":
+            await self._append(
+                EffectCommitted(step=step, key=key, result=state.result,
+                                via="reconcile" if state.via == "reconcile" else "record")  # fmt: skip
+            )
+            self._after_step(step)
+            return state.result
+        # free (never claimed, released, or an earlier attempt failed): claim, act, record.
+        state = await self._append_key(
+            state, EffectIntended(step=step, name=name, key=key, args=args, args_digest=digest(args))
+        )
+        crash_point(f"effect:{key}:claimed")
+        started = time.perf_counter()
+        try:
+            result = jsonable(await call_maybe_async(fn, args))
+        except Exception as exc:
+            info = error_info(exc, False)
+            await self._append_key(state, EffectFailed(step=step, key=key, error=info))
+            await self._append(EffectFailed(step=step, key=key, error=info))
+            self._after_step(step)
+            raise EffectFailedError(key, f"{info.type}: {info.message}") from exc
+        duration = (time.perf_counter() - started) * 1000
+        crash_point(f"effect:{key}:acted")
+        await self._append_key(state, EffectCommitted(step=step, key=key, result=result, duration_ms=duration))
+        crash_point(f"effect:{key}:recorded")
+        await self._append(EffectCommitted(step=step, key=key, result=result, duration_ms=duration))
+        self._after_step(step)
+        return result
+
+    async def _append_key(self, state: KeyState, body: Payload) -> KeyState:
+        try:
+            return await append_to_key(
+                self._client, state, body, run_id=self.run_id, agent=self.agent, policy=self._policy
+            )
+        except FencedError:
+            # Someone else wrote to the key between our read and our write: re-read and report.
+            fresh = await read_key(self._client, state.key)
+            if fresh.status == "committed":
+                return fresh
+            raise EffectClaimedElsewhereError(state.key, fresh.run_id or "?", fresh.step or -1) from None
+
+    # -- approvals -----------------------------------------------------------------------------------
+
+    async def approval(self, action: str, args: Any = None) -> dict[str, Any]:
+        """Ask an operator to approve ``action`` with ``args``. Returns the decision when approved.
+
+        The first time, records ``approval.requested`` and ``run.suspended`` and raises
+        SuspendedForApproval (the runner ends the process cleanly). After
+        ``runledger approve``, a resume returns the decision here; a denial raises
+        ApprovalDeniedError. An approval is bound to the digest of (action, args): if the
+        code now asks for something different, a new request is made.
+        """
+        args = jsonable(args)
+        approval_digest = digest({"action": action, "args": args})
+        step, rec = self._take_step()
+        if rec is not None:
+            if rec.kind != "approval" or rec.name != action:
+                self._check(step, rec, "approval", action, None)
+            if rec.args_digest == approval_digest:
+                if rec.status == "approved":
+                    return dict(rec.output or {})
+                if rec.status == "denied":
+                    raise ApprovalDeniedError(self.run_id, rec.request_id or "", (rec.output or {}).get("reason"))
+                assert rec.request_id is not None
+                raise SuspendedForApproval(self.run_id, rec.request_id, action)
+        request_id = uuid.uuid4().hex[:12]
+        await self._append(
+            ApprovalRequested(step=step, request_id=request_id, action=action, args=args, digest=approval_digest)
+        )
+        await self._append(RunSuspended(step=step, request_id=request_id, reason="approval"))
+        self._after_step(step)
+        raise SuspendedForApproval(self.run_id, request_id, action)
+
+    # -- clock and randomness ------------------------------------------------------------------------
+
+    async def now(self) -> dt.datetime:
+        """The current time, recorded, so a replay sees the same instant."""
+        step, rec = self._take_step()
+        if rec is not None:
+            self._check(step, rec, "clock", "clock", None)
+            return dt.datetime.fromisoformat(str(rec.output))
+        value = dt.datetime.now(dt.UTC)
+        await self._append(ClockRead(step=step, value=value.isoformat()))
+        self._after_step(step)
+        return value
+
+    async def random(self) -> float:
+        """A random float in [0, 1), recorded, so a replay draws the same number."""
+        step, rec = self._take_step()
+        if rec is not None:
+            self._check(step, rec, "random", "random", None)
+            return float(rec.output)
+        value = _random.random()
+        await self._append(RandomDrawn(step=step, value=value))
+        self._after_step(step)
+        return value
+
+
+def _response_from_record(output: Any) -> ModelResponse:
+    data = dict(output or {})
+    usage = data.pop("usage", {}) or {}
+    return ModelResponse(
+        content=data.get("content", ""),
+        tool_calls=data.get("tool_calls", []),
+        finish_reason=data.get("finish_reason", "stop"),
+        input_tokens=usage.get("input_tokens", 0),
+        output_tokens=usage.get("output_tokens", 0),
+    )

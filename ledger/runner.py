@@ -1,0 +1,152 @@
+"""Starting and resuming runs: the lifecycle around an agent function.
+
+``start`` records ``run.started`` and drives the function live. ``resume`` folds the
+run's events into a checkpoint, refuses a different version tuple, records
+``run.resumed`` fenced on the run's last event (so of two concurrent resumes
+exactly one proceeds), then drives the function again from the top with the
+checkpoint as its journal. Outcomes are recorded as ``run.completed``,
+``run.failed`` or ``run.suspended``; nothing is recorded when this process lost the
+right to write (fenced) or the code no longer matches the record (that is the
+caller's error, not the run's outcome).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.agent import AgentSpec
+from ledger.canonical import jsonable
+from ledger.client import LedgerClient
+from ledger.errors import (
+    ApprovalDeniedError,
+    BudgetExhaustedError,
+    EffectClaimedElsewhereError,
+    EffectInDoubtError,
+    NondeterminismError,
+    PublishError,
+    SuspendedForApproval,
+    VersionMismatchError,
+)
+from ledger.events import Budgets, RunCompleted, RunFailed, RunForked, RunResumed, RunStarted
+from ledger.fold import Checkpoint, fold
+from ledger.ids import new_id
+from ledger.publish import RetryPolicy, SubjectWriter
+from ledger.reader import load_run
+from ledger.run import Run, error_info
+from ledger.subjects import run_subject
+
+
+@dataclass
+class RunResult:
+    """How a drive of a run ended. ``status``: completed | failed | suspended."""
+
+    run_id: str
+    status: str
+    output: Any = None
+    error: str | None = None
+    reason: str | None = None
+    pending: list[str] = field(default_factory=list)
+    resumed: bool = False
+    nothing_to_do: bool = False
+
+
+def _writer(client: LedgerClient, agent: str, run_id: str, cp: Checkpoint, policy: RetryPolicy) -> SubjectWriter:
+    return SubjectWriter(
+        client.js,
+        run_subject(agent, run_id),
+        run_id=run_id,
+        agent=agent,
+        msg_id_prefix=run_id,
+        next_seq=cp.next_seq,
+        prev_hash=cp.last_hash,
+        last_stream_seq=cp.last_stream_seq,
+        policy=policy,
+    )
+
+
+async def start_run(
+    client: LedgerClient,
+    spec: AgentSpec,
+    input: Any = None,
+    *,
+    run_id: str | None = None,
+    budgets: Budgets | None = None,
+    labels: dict[str, str] | None = None,
+    fork: RunForked | None = None,
+    policy: RetryPolicy = RetryPolicy(),
+) -> RunResult:
+    """Record a new run of ``spec`` and drive it live to an outcome."""
+    run_id = run_id or new_id()
+    cp = Checkpoint()
+    writer = _writer(client, spec.name, run_id, cp, policy)
+    run = Run(client, spec, writer, cp, policy=policy)
+    await run._append(
+        RunStarted(
+            agent=spec.name, version=spec.version(), budgets=budgets or spec.budgets,
+            input=jsonable(input), labels=labels or {},
+        )  # fmt: skip
+    )
+    if fork is not None:
+        await run._append(fork)
+    return await _drive(run, spec)
+
+
+async def resume_run(
+    client: LedgerClient, spec: AgentSpec, run_id: str, *, policy: RetryPolicy = RetryPolicy()
+) -> RunResult:
+    """Resume a crashed or suspended run on the same run id, fenced, replaying its journal."""
+    log = await load_run(client, run_id)
+    cp = fold(log.records)
+    if cp.status == "completed":
+        return RunResult(run_id, "completed", output=cp.output, nothing_to_do=True)
+    if cp.status == "failed":
+        return RunResult(run_id, "failed", error=(cp.error or {}).get("message"), reason=cp.failure_reason,
+                         nothing_to_do=True)  # fmt: skip
+    current = spec.version().model_dump()
+    if cp.version != current:
+        raise VersionMismatchError(run_id, cp.version or {}, current)
+    if cp.pending_approvals:
+        return RunResult(run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals),
+                         nothing_to_do=True)  # fmt: skip
+    # Garbage published onto the subject is not part of the chain but still moves the
+    # subject's last sequence: fence on what the server has, not on the last good event.
+    raw_last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
+    cp.last_stream_seq = raw_last
+    writer = _writer(client, log.agent or spec.name, run_id, cp, policy)
+    run = Run(client, spec, writer, cp, policy=policy)
+    await run._append(
+        RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
+    )
+    run._segment_wall = time.time()
+    run._seconds_at_segment = cp.spent["seconds"]
+    result = await _drive(run, spec)
+    result.resumed = True
+    return result
+
+
+async def _drive(run: Run, spec: AgentSpec) -> RunResult:
+    step_of = run.checkpoint
+    try:
+        output = await spec.fn(run)
+    except SuspendedForApproval as exc:
+        return RunResult(run.run_id, "suspended", reason="approval", error=str(exc), pending=[exc.request_id])
+    except (EffectInDoubtError, EffectClaimedElsewhereError) as exc:
+        return RunResult(run.run_id, "suspended", reason="effect_in_doubt", error=str(exc))
+    except BudgetExhaustedError as exc:
+        await run._append(RunFailed(reason="budget_exhausted", error=error_info(exc, False), step=step_of.last_step))
+        return RunResult(run.run_id, "failed", error=str(exc), reason="budget_exhausted")
+    except (PublishError, NondeterminismError):
+        raise  # this process may not or must not write: the run stays as recorded
+    except ApprovalDeniedError as exc:
+        await run._append(RunFailed(reason="approval_denied", error=error_info(exc, False), step=step_of.last_step))
+        return RunResult(run.run_id, "failed", error=str(exc), reason="approval_denied")
+    except Exception as exc:
+        await run._append(RunFailed(reason="exception", error=error_info(exc), step=step_of.last_step))
+        return RunResult(run.run_id, "failed", error=f"{type(exc).__name__}: {exc}", reason="exception")
+    output = jsonable(output)
+    await run._append(RunCompleted(output=output))
+    return RunResult(run.run_id, "completed", output=output)

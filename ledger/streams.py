@@ -1,0 +1,90 @@
+"""Stream settings, explicit and in one place, and the idempotent call that applies them.
+
+| setting            | LEDGER (run events, effect claims)         | why                                                  |
+|--------------------|--------------------------------------------|------------------------------------------------------|
+| storage            | file                                       | the log is the source of truth                       |
+| subjects           | ledger.run.>, ledger.effect.>              | one subject a run, one an idempotency key            |
+| duplicate_window   | 2 min (RUNLEDGER_DUPLICATE_WINDOW)         | a retried publish (same Nats-Msg-Id) is a no-op      |
+| deny_delete/purge  | true                                       | events are immutable; cannot be turned off again     |
+| max_age            | 90 days (RUNLEDGER_RETENTION_DAYS, 0=keep) | the retention window, set on purpose                 |
+| replicas           | 1 here, 3 on a cluster (RUNLEDGER_REPLICAS)|                                                      |
+| allow_direct       | true                                       | fast reads of a subject's last event for fencing     |
+
+LEDGER_CMD is a work queue (each re-run request consumed once); LEDGER_BLOBS an
+object store for payloads addressed by sha256.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BucketNotFoundError, NotFoundError
+
+from ledger.subjects import CMD_PREFIX, EFFECT_PREFIX, RUN_PREFIX
+
+LEDGER_STREAM = "LEDGER"
+CMD_STREAM = "LEDGER_CMD"
+BLOB_BUCKET = "LEDGER_BLOBS"
+DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    duplicate_window_s: float = 120.0
+    retention_days: float = 90.0
+    replicas: int = 1
+
+    @classmethod
+    def from_env(cls) -> StreamSettings:
+        return cls(
+            duplicate_window_s=float(os.environ.get("RUNLEDGER_DUPLICATE_WINDOW", 120.0)),
+            retention_days=float(os.environ.get("RUNLEDGER_RETENTION_DAYS", 90.0)),
+            replicas=int(os.environ.get("RUNLEDGER_REPLICAS", 1)),
+        )
+
+    def ledger_config(self) -> StreamConfig:
+        return StreamConfig(
+            name=LEDGER_STREAM,
+            description="runledger: every event of every agent run (source of truth)",
+            subjects=[f"{RUN_PREFIX}.>", f"{EFFECT_PREFIX}.>"],
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.LIMITS,
+            duplicate_window=self.duplicate_window_s,
+            max_age=self.retention_days * DAY if self.retention_days > 0 else None,
+            num_replicas=self.replicas,
+            deny_delete=True,
+            deny_purge=True,
+            allow_direct=True,
+            max_msg_size=1024 * 1024,
+        )
+
+    def cmd_config(self) -> StreamConfig:
+        return StreamConfig(
+            name=CMD_STREAM,
+            description="runledger: operator commands (re-run requests), consumed once each",
+            subjects=[f"{CMD_PREFIX}.>"],
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.WORK_QUEUE,
+            duplicate_window=self.duplicate_window_s,
+            num_replicas=self.replicas,
+        )
+
+
+async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None) -> None:
+    """Create or update LEDGER, LEDGER_CMD and the blob store. Safe to call any number of times."""
+    settings = settings or StreamSettings.from_env()
+    for config in (settings.ledger_config(), settings.cmd_config()):
+        assert config.name is not None
+        try:
+            await js.stream_info(config.name)
+        except NotFoundError:
+            await js.add_stream(config)
+        else:
+            await js.update_stream(config)
+    try:
+        await js.object_store(BLOB_BUCKET)
+    except BucketNotFoundError:
+        await js.create_object_store(BLOB_BUCKET, storage=StorageType.FILE, replicas=settings.replicas)

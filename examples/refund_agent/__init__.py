@@ -1,0 +1,1 @@
+"""The example agent: a support agent that refunds orders, exactly once."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ledger.cli import nats_url, run_async, with_client
-from ledger.client import LedgerClient, connect
+from ledger.client import ENV_URL, LedgerClient, connect
 from ledger.errors import ConfigurationError, LedgerError
 from ledger.events import json_schemas
 from ledger.fold import fold
@@ -68,7 +69,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     state = EmbeddedServer().state()
-    if state is None and not (args.nats or __import__("os").environ.get("RUNLEDGER_NATS_URL")):
+    if state is None and not (args.nats or os.environ.get(ENV_URL)):
         print("embedded nats-server: not running (start it with `runledger up`)")
         return 1
     if state is not None:
@@ -216,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_agent(args.agent)
     payload = _json_arg(args.input, "--input")
-    return _print_result(with_client(args, lambda c: start_run(c, spec, payload)))
+    return _print_result(with_client(args, lambda c: start_run(c, spec, payload, run_id=args.run_id)))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -314,6 +315,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", parents=[common], help="start a new run of an agent")
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR")
     p.add_argument("--input", help="the run's input as JSON")
+    p.add_argument("--run-id", help="use this run id (default: a new sortable id)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("resume", parents=[common], help="resume a crashed or suspended run")

@@ -5,12 +5,18 @@ refund function returned and before its outcome is recorded. Names:
 ``step:<n>:recorded`` (after step n's event was acknowledged) and
 ``effect:<key>:claimed`` / ``effect:<key>:acted`` / ``effect:<key>:recorded``.
 Costs one environment lookup when unset.
+
+``RUNLEDGER_PAUSE_AT=<name>`` with ``RUNLEDGER_PAUSE_DIR`` and ``RUNLEDGER_PAUSE_COUNT``
+makes processes wait at a named point until COUNT of them arrived (a barrier
+across processes), so a test can start two resumes "at once" without sleeps.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 ENV = "RUNLEDGER_CRASH_AT"
 
@@ -19,3 +25,15 @@ def crash_point(name: str) -> None:
     target = os.environ.get(ENV)
     if target is not None and target == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pause_point(name: str, timeout_s: float = 30.0) -> None:
+    if os.environ.get("RUNLEDGER_PAUSE_AT") != name:
+        return
+    barrier = Path(os.environ["RUNLEDGER_PAUSE_DIR"])
+    count = int(os.environ.get("RUNLEDGER_PAUSE_COUNT", "2"))
+    barrier.mkdir(parents=True, exist_ok=True)
+    (barrier / str(os.getpid())).touch()
+    deadline = time.monotonic() + timeout_s
+    while len(list(barrier.iterdir())) < count and time.monotonic() < deadline:
+        time.sleep(0.01)

@@ -21,6 +21,7 @@ from typing import Any
 from ledger.agent import AgentSpec
 from ledger.canonical import jsonable
 from ledger.client import LedgerClient
+from ledger.crashpoints import crash_point, pause_point
 from ledger.errors import (
     ApprovalDeniedError,
     BudgetExhaustedError,
@@ -92,6 +93,7 @@ async def start_run(
     )
     if fork is not None:
         await run._append(fork)
+    crash_point("run:started")
     return await _drive(run, spec)
 
 
@@ -116,6 +118,7 @@ async def resume_run(
     # subject's last sequence: fence on what the server has, not on the last good event.
     raw_last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
     cp.last_stream_seq = raw_last
+    pause_point("resume:loaded")
     writer = _writer(client, log.agent or spec.name, run_id, cp, policy)
     run = Run(client, spec, writer, cp, policy=policy)
     await run._append(

@@ -1,0 +1,192 @@
+"""The operator's view: trace replay, verify, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.agent import AgentSpec
+from ledger.cli import main
+from ledger.client import connect
+from ledger.events import ClockRead
+from ledger.models import ScriptedModel
+from ledger.run import Run
+from ledger.runner import start_run
+from ledger.subjects import run_subject
+from tests.unit.helpers import Chain
+
+pytestmark = pytest.mark.integration
+
+STRANGE = {"text": "naïve ✓ \u0000 \"quoted\" \n newline", "n": [1, 2.5, -0.0, 10**18], "none": None, "nested": {"b": {}, "a": []}}
+
+
+def cli(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> tuple[int, str, str]:
+    code = main([*argv[:1], "--nats", url, *argv[1:]])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def record_run(url: str, agent_fn: Any, run_id: str, model: ScriptedModel | None = None) -> Any:
+    async def go() -> Any:
+        client = await connect(url)
+        try:
+            spec = AgentSpec("cli-agent", agent_fn, model or ScriptedModel(["fine"] * 5))
+            return await start_run(client, spec, {"q": "in"}, run_id=run_id)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def test_show_json_carries_every_input_and_output_as_the_agent_saw_them(
+    nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[Any] = []
+
+    async def agent(run: Run) -> Any:
+        seen.append((await run.model([{"role": "user", "content": STRANGE["text"]}], temperature=0.2)).content)
+        seen.append(await run.tool("echo", STRANGE, fn=lambda a: {"echo": a, "tuple": (1, 2)}))
+        seen.append(await run.random())
+        return seen[1]
+
+    result = record_run(nats_url, agent, "show1")
+    assert result.status == "completed"
+    code, out, _ = cli(capsys, nats_url, "show", "show1", "--json")
+    assert code == 0
+    shown = json.loads(out)
+    events = {e["type"]: e["payload"] for e in shown["events"]}
+    assert events["model.called"]["request"]["messages"][0]["content"] == STRANGE["text"]
+    assert events["model.called"]["request"]["params"] == {"temperature": 0.2}
+    assert events["model.called"]["response"]["content"] == seen[0]
+    assert events["tool.called"]["args"] == STRANGE
+    assert events["tool.called"]["output"] == seen[1] == {"echo": STRANGE, "tuple": [1, 2]}
+    assert events["random.drawn"]["value"] == seen[2]
+    assert events["run.completed"]["output"] == seen[1]
+    assert shown["version"]["model"] == "scripted-1"
+
+    code, out, _ = cli(capsys, nats_url, "show", "show1")
+    assert code == 0 and "tool.called" in out and "echo" in out
+    code, out, _ = cli(capsys, nats_url, "show", "show1", "--step", "1")
+    assert "naïve" in out and '"tuple"' in out
+    code, out, _ = cli(capsys, nats_url, "runs")
+    assert "show1" in out and "completed" in out
+    code, out, _ = cli(capsys, nats_url, "verify")
+    assert code == 0 and "1 of 1 runs verified" in out
+
+
+def test_an_event_that_breaks_the_schema_is_reported_by_every_reader(
+    nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def agent(run: Run) -> str:
+        await run.tool("t", 1, fn=lambda a: a)
+        return "ok"
+
+    record_run(nats_url, agent, "poison1")
+
+    async def publish_garbage() -> None:
+        client = await connect(nats_url)
+        subject = run_subject("cli-agent", "poison1")
+        await client.js.publish(subject, b'{"type": "tool.called", "payload": "oops"}')
+        await client.js.publish(subject, b"\x00\x01 binary")
+        # Valid JSON, wrong payload schema, correct chain position:
+        bad = json.loads(Chain("poison1", "cli-agent").add(ClockRead(step=9, value="x")).to_bytes())
+        bad["payload"]["value"] = 12
+        await client.js.publish(subject, json.dumps(bad).encode())
+        await client.close()
+
+    asyncio.run(publish_garbage())
+    code, out, err = cli(capsys, nats_url, "show", "poison1")
+    assert code == 0, err
+    assert out.count("QUARANTINED") == 3 and "invalid clock.read payload" in out
+    code, out, _ = cli(capsys, nats_url, "show", "poison1", "--json")
+    assert len(json.loads(out)["quarantined"]) == 3
+    code, out, _ = cli(capsys, nats_url, "verify", "poison1")
+    assert code == 1 and "BAD" in out and "not a valid event" in out
+    code, out, _ = cli(capsys, nats_url, "runs")
+    assert code == 0 and "poison1" in out
+    code, out, _ = cli(capsys, nats_url, "checkpoint", "poison1")
+    assert code == 0 and "completed" in out
+
+
+def test_unknown_run_id_says_so(nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, nats_url, "show", "NOSUCHRUN")
+    assert code == 1 and "no run 'NOSUCHRUN'" in err and "runledger runs" in err
+    code, _, err = cli(capsys, nats_url, "show", "bad.id*")
+    assert code == 1 and "not valid" in err
+
+
+def test_unreachable_server_names_the_url(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"nats://127.0.0.1:{port}"
+    code, _, err = cli(capsys, url, "runs")
+    assert code == 1 and f"no NATS server reachable at {url}" in err and "runledger up" in err
+
+
+def test_up_rejects_a_data_dir_that_is_not_writable_and_a_port_in_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert main(["up", "--data-dir", str(blocker / "data")]) == 1
+    assert "is not usable" in capsys.readouterr().err
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    if os.geteuid() != 0:  # root writes anywhere; the read-only case only bites other users
+        assert main(["up", "--data-dir", str(readonly)]) == 1
+        assert "cannot write there" in capsys.readouterr().err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main(["up", "--port", str(port), "--data-dir", str(tmp_path / "d")]) == 1
+        assert f"port {port} is already in use" in capsys.readouterr().err
+
+
+def test_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RUNLEDGER_NATS_URL", raising=False)
+    try:
+        assert main(["up"]) == 0
+        out = capsys.readouterr().out
+        assert "started: nats://127.0.0.1:" in out
+        assert main(["up"]) == 0 and "already running" in capsys.readouterr().out
+        assert main(["status"]) == 0
+        out = capsys.readouterr().out
+        assert "stream LEDGER:" in out and "deny delete True" in out and "max age 90 days" in out
+    finally:
+        assert main(["down"]) == 0
+    assert "stopped" in capsys.readouterr().out
+    assert main(["status"]) == 1
+
+
+def test_schema_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "--out", str(tmp_path)]) == 0
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert "tool.called.schema.json" in files and "run.started.schema.json" in files
+    schema = json.loads((tmp_path / "effect.intended.schema.json").read_text())
+    assert schema["properties"]["type"] == {"const": "effect.intended"}
+
+
+def test_stream_settings_are_explicit(nats_url: str) -> None:
+    async def go() -> None:
+        client = await connect(nats_url)
+        info = await client.js.stream_info("LEDGER")
+        await client.close()
+        c = info.config
+        assert c.deny_delete and c.deny_purge
+        assert c.duplicate_window == 120
+        assert c.max_age == 90 * 86400
+        assert str(c.storage).lower().endswith("file")
+
+    asyncio.run(go())
+

@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import pytest
+
+from ledger.errors import ChainError
+from ledger.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    Budgets,
+    BudgetGranted,
+    EffectCommitted,
+    EffectIntended,
+    ErrorInfo,
+    ModelCalled,
+    RunCompleted,
+    RunFailed,
+    RunResumed,
+    ToolCalled,
+    Usage,
+)
+from ledger.fold import fold
+from tests.unit.helpers import Chain
+
+
+def _model(step: int, tokens_in: int, tokens_out: int) -> ModelCalled:
+    return ModelCalled(
+        step=step, model="m", request={"messages": []}, args_digest="d", response={"content": "c"},
+        usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out),
+    )  # fmt: skip
+
+
+def test_spend_is_the_sum_of_recorded_charges() -> None:
+    c = Chain()
+    c.start(budgets=Budgets(turns=5, tokens=100))
+    c.add(_model(0, 30, 10))
+    c.add(ToolCalled(step=1, name="t", args={}, args_digest="x", output=1))
+    c.add(_model(2, 20, 20))
+    cp = fold(c.events)
+    assert cp.spent["turns"] == 2
+    assert cp.spent["tokens"] == 80
+    assert cp.remaining("tokens") == 20
+    assert cp.last_step == 2
+    assert [m["step"] for m in cp.messages] == [0, 2]
+
+
+def test_seconds_count_live_segments_only() -> None:
+    c = Chain()
+    c.start(ts="2026-01-01T00:00:00.000000Z")
+    c.add(_model(0, 1, 1), ts="2026-01-01T00:00:10.000000Z")  # 10 s live, then a crash
+    c.add(RunResumed(attempt=2, from_step=0), ts="2026-01-01T05:00:00.000000Z")  # 5 h down: not spend
+    c.add(_model(1, 1, 1), ts="2026-01-01T05:00:02.500000Z")
+    cp = fold(c.events)
+    assert cp.spent["seconds"] == pytest.approx(12.5)
+    assert cp.attempts == 2
+
+
+def test_effect_states_and_committed_keys() -> None:
+    c = Chain()
+    c.start()
+    c.add(EffectIntended(step=0, name="refund", key="refund:o1", args={}, args_digest="a"))
+    assert fold(c.events).in_doubt_keys == ["refund:o1"]
+    c.add(EffectCommitted(step=0, key="refund:o1", result={"id": 7}))
+    cp = fold(c.events)
+    assert cp.in_doubt_keys == []
+    assert cp.committed_keys == ["refund:o1"]
+    assert cp.steps[0].status == "committed"
+    assert cp.steps[0].output == {"id": 7}
+
+
+def test_approval_applies_only_to_the_digest_it_approved() -> None:
+    c = Chain()
+    c.start()
+    c.add(ApprovalRequested(step=0, request_id="r1", action="refund", args={"amount": 900}, digest="d1"))
+    c.add(ApprovalResolved(request_id="r1", digest="OTHER", approved=True, by="op"))
+    cp = fold(c.events)
+    assert list(cp.pending_approvals) == ["r1"]
+    assert cp.steps[0].status == "pending"
+    c.add(ApprovalResolved(request_id="r1", digest="d1", approved=True, by="op"))
+    cp = fold(c.events)
+    assert cp.pending_approvals == {}
+    assert cp.steps[0].status == "approved"
+
+
+def test_a_changed_request_supersedes_the_pending_one() -> None:
+    c = Chain()
+    c.start()
+    c.add(ApprovalRequested(step=0, request_id="r1", action="refund", args={"amount": 900}, digest="d1"))
+    c.add(ApprovalRequested(step=0, request_id="r2", action="refund", args={"amount": 950}, digest="d2"))
+    assert list(fold(c.events).pending_approvals) == ["r2"]
+
+
+def test_grants_raise_limits_and_reopen_a_budget_failure() -> None:
+    c = Chain()
+    c.start(budgets=Budgets(tokens=50))
+    c.add(_model(0, 40, 20))
+    c.add(RunFailed(reason="budget_exhausted", error=ErrorInfo(type="BudgetExhaustedError", message="tokens")))
+    assert fold(c.events).status == "failed"
+    c.add(BudgetGranted(tokens=100, by="op"))
+    cp = fold(c.events)
+    assert cp.limits["tokens"] == 150
+    assert cp.status == "running"
+
+
+def test_checkpoint_at_step_stops_before_later_steps() -> None:
+    c = Chain()
+    c.start()
+    for step in range(5):
+        c.add(ToolCalled(step=step, name="t", args=step, args_digest=str(step), output=step * 2))
+    c.add(RunCompleted(output="done"))
+    cp = fold(c.events, upto_step=2)
+    assert cp.last_step == 2
+    assert sorted(cp.steps) == [0, 1, 2]
+    assert cp.status == "running"
+    assert fold(c.events).status == "completed"
+
+
+def test_fold_is_pure_and_repeatable() -> None:
+    c = Chain()
+    c.start()
+    c.add(_model(0, 1, 2))
+    assert fold(c.events).to_dict() == fold(list(c.events)).to_dict()
+
+
+def test_gap_and_broken_link_are_chain_errors() -> None:
+    c = Chain()
+    c.start()
+    c.add(_model(0, 1, 1))
+    c.add(_model(1, 1, 1))
+    with pytest.raises(ChainError, match="expected seq 1"):
+        fold([c.events[0], c.events[2]])
+    other = Chain()
+    other.start()
+    other.add(_model(0, 9, 9))
+    with pytest.raises(ChainError, match="prev_hash"):
+        fold([c.events[0], other.events[1]])

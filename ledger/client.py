@@ -68,16 +68,19 @@ async def connect(
     await _probe(url, connect_timeout)
     try:
         # With unlimited reconnects nats-py retries the *first* connect forever too: bound it.
-        nc = await asyncio.wait_for(nats.connect(
-            url,
-            connect_timeout=int(max(1, connect_timeout)),
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            allow_reconnect=True,
-            error_cb=on_error,
-            user_credentials=creds,
-            **options,
-        ), timeout=connect_timeout * 3)
+        nc = await asyncio.wait_for(
+            nats.connect(
+                url,
+                connect_timeout=int(max(1, connect_timeout)),
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25,
+                allow_reconnect=True,
+                error_cb=on_error,
+                user_credentials=creds,
+                **options,
+            ),
+            timeout=connect_timeout * 3,
+        )
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         raise ConnectionFailedError(url, _reason(exc)) from exc
     client = LedgerClient(nc=nc, js=nc.jetstream(timeout=5.0), url=url)

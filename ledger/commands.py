@@ -129,7 +129,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
             note = "effect in doubt " + ", ".join(r.in_doubt)
         if r.parent:
             note = f"fork of {r.parent} " + note
-        print(f"{r.run_id:<27} {r.agent:<14} {r.status:<10} {r.steps:>5} {r.tokens:>6}  {r.started_at or '':<27} {note}")
+        print(
+            f"{r.run_id:<27} {r.agent:<14} {r.status:<10} {r.steps:>5} {r.tokens:>6}  {r.started_at or '':<27} {note}"
+        )
     return 0
 
 
@@ -143,12 +145,21 @@ def cmd_show(args: argparse.Namespace) -> int:
             events = [r.event.model_dump(mode="json") | {"stream_seq": r.stream_seq} for r in log.records]
             if args.step is not None:
                 events = [e for e in events if e["payload"].get("step") == args.step]
-            _print_json({
-                "run_id": cp.run_id, "agent": cp.agent, "status": cp.status, "version": cp.version,
-                "spent": cp.spent, "limits": cp.limits, "events": events,
-                "quarantined": [{"stream_seq": q.stream_seq, "reason": q.reason,
-                                 "raw": q.raw.decode("utf-8", "replace")} for q in log.quarantined],
-            })  # fmt: skip
+            _print_json(
+                {
+                    "run_id": cp.run_id,
+                    "agent": cp.agent,
+                    "status": cp.status,
+                    "version": cp.version,
+                    "spent": cp.spent,
+                    "limits": cp.limits,
+                    "events": events,
+                    "quarantined": [
+                        {"stream_seq": q.stream_seq, "reason": q.reason, "raw": q.raw.decode("utf-8", "replace")}
+                        for q in log.quarantined
+                    ],
+                }
+            )
         else:
             print(render_run(log, cp, step=args.step))
         return 0
@@ -181,14 +192,14 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     async def cp(client: LedgerClient) -> int:
         log = await load_run(client, args.run)
         checkpoint = fold(log.records, upto_step=args.at_step)
-        data = checkpoint.to_dict()
+        c = checkpoint
         if args.json:
-            _print_json(data)
+            _print_json(c.to_dict())
         else:
-            print(f"checkpoint of {checkpoint.run_id} at step {checkpoint.last_step} (event seq {checkpoint.next_seq - 1})")
-            print(f"status {checkpoint.status}; spent {checkpoint.spent}; limits {checkpoint.limits}")
-            print(f"committed keys {checkpoint.committed_keys}; in doubt {checkpoint.in_doubt_keys}")
-            print(f"pending approvals {sorted(checkpoint.pending_approvals)}; last stream seq {checkpoint.last_stream_seq}")
+            print(f"checkpoint of {c.run_id} at step {c.last_step} (event seq {c.next_seq - 1})")
+            print(f"status {c.status}; spent {c.spent}; limits {c.limits}")
+            print(f"committed keys {c.committed_keys}; in doubt {c.in_doubt_keys}")
+            print(f"pending approvals {sorted(c.pending_approvals)}; last stream seq {c.last_stream_seq}")
             print(f"{len(checkpoint.steps)} steps recorded; --json prints the whole checkpoint")
         return 0
 
@@ -200,8 +211,10 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def _print_result(result: Any) -> int:
     if result.nothing_to_do:
-        print(f"run {result.run_id} is {result.status}: nothing to do"
-              + (f" (pending approvals: {', '.join(result.pending)})" if result.pending else ""))  # fmt: skip
+        print(
+            f"run {result.run_id} is {result.status}: nothing to do"
+            + (f" (pending approvals: {', '.join(result.pending)})" if result.pending else "")
+        )
         return 0
     print(f"run {result.run_id}: {result.status}" + (f" ({result.reason})" if result.reason else ""))
     if result.error:
@@ -231,10 +244,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     from ledger.operator import approve
 
-    with_client(args, lambda c: approve(c, args.run, args.request, by=args.by, approved=not args.deny,
-                                        reason=args.reason or ""))  # fmt: skip
-    print(f"{'denied' if args.deny else 'approved'} {args.request} on run {args.run}; "
-          f"continue it with `runledger resume {args.run} --agent MODULE:ATTR`")  # fmt: skip
+    with_client(
+        args, lambda c: approve(c, args.run, args.request, by=args.by, approved=not args.deny, reason=args.reason or "")
+    )
+    print(
+        f"{'denied' if args.deny else 'approved'} {args.request} on run {args.run}; "
+        f"continue it with `runledger resume {args.run} --agent MODULE:ATTR`"
+    )
     return 0
 
 
@@ -244,10 +260,16 @@ def cmd_effects_resolve(args: argparse.Namespace) -> int:
     if args.committed == args.not_committed:
         raise ConfigurationError("say what happened: --committed or --not-committed")
     result = _json_arg(args.result, "--result")
-    state = with_client(args, lambda c: resolve_key(c, args.key, committed=args.committed, by=args.by,
-                                                    reason=args.reason or "", result=result))  # fmt: skip
-    print(f"effect {args.key} resolved as {'committed' if args.committed else 'not committed'} "
-          f"(now {state.status}); resume run {state.run_id} to continue")  # fmt: skip
+    state = with_client(
+        args,
+        lambda c: resolve_key(
+            c, args.key, committed=args.committed, by=args.by, reason=args.reason or "", result=result
+        ),
+    )
+    print(
+        f"effect {args.key} resolved as {'committed' if args.committed else 'not committed'} "
+        f"(now {state.status}); resume run {state.run_id} to continue"
+    )
     return 0
 
 
@@ -262,8 +284,18 @@ def cmd_effects_show(args: argparse.Namespace) -> int:
 def cmd_budget_grant(args: argparse.Namespace) -> int:
     from ledger.operator import grant_budget
 
-    with_client(args, lambda c: grant_budget(c, args.run, by=args.by, turns=args.turns, tokens=args.tokens,
-                                             seconds=args.seconds, reason=args.reason or ""))  # fmt: skip
+    with_client(
+        args,
+        lambda c: grant_budget(
+            c,
+            args.run,
+            by=args.by,
+            turns=args.turns,
+            tokens=args.tokens,
+            seconds=args.seconds,
+            reason=args.reason or "",
+        ),
+    )
     print(f"granted to run {args.run}; resume it to continue")
     return 0
 
@@ -279,8 +311,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="JetStream store directory (default ~/.runledger/data or $RUNLEDGER_HOME/data)")
     p.add_argument("--port", type=int, help="client port (default: a free one)")
     p.add_argument("--foreground", action="store_true", help="stay attached until Ctrl-C")
-    p.add_argument("--no-fsync", action="store_true",
-                   help="ack before fsync (faster; an acked event can be lost on power failure)")  # fmt: skip
+    p.add_argument(
+        "--no-fsync", action="store_true", help="ack before fsync (faster; an acked event can be lost on power failure)"
+    )
     p.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the embedded nats-server").set_defaults(func=cmd_down)
     sub.add_parser("status", parents=[common], help="server and stream status").set_defaults(func=cmd_status)

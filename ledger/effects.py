@@ -83,9 +83,7 @@ async def read_key(client: LedgerClient, key: str) -> KeyState:
     return state
 
 
-def key_writer(
-    client: LedgerClient, state: KeyState, *, run_id: str, agent: str, policy: RetryPolicy
-) -> SubjectWriter:
+def key_writer(client: LedgerClient, state: KeyState, *, run_id: str, agent: str, policy: RetryPolicy) -> SubjectWriter:
     """The writer that appends to the key's subject right after ``state`` (fenced on it)."""
     return SubjectWriter(
         client.js,

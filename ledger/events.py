@@ -14,6 +14,7 @@ validation; the hash is always checked over the bytes as stored.
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import hashlib
 import json
@@ -309,7 +310,7 @@ class Event(BaseModel):
             data = upcast(self.type, self.schema_version, dict(data))
         return cls.model_validate(data)
 
-    def body_as(self, cls: type[P]) -> P:
+    def body_as(self, cls: builtins.type[P]) -> P:
         body = self.body
         if not isinstance(body, cls):
             raise TypeError(f"event {self.type} is not a {cls.__name__}")

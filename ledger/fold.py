@@ -93,9 +93,7 @@ def _seconds_between(start: str, end: str) -> float:
     return max(0.0, (_ts(end) - _ts(start)).total_seconds())
 
 
-def fold(
-    events: Iterable[Recorded | Event], *, upto_step: int | None = None, check_chain: bool = True
-) -> Checkpoint:
+def fold(events: Iterable[Recorded | Event], *, upto_step: int | None = None, check_chain: bool = True) -> Checkpoint:
     """Fold a run's events, in order, into its checkpoint.
 
     ``upto_step`` stops before the first event that belongs to a later step (the
@@ -178,37 +176,63 @@ def _model_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.spent["turns"] += 1
     cp.spent["tokens"] += tokens
     cp.steps[p["step"]] = StepRecord(
-        step=p["step"], kind="model", name=p["model"], args_digest=p["args_digest"],
-        status="error" if p.get("error") else "ok", seq=ev.seq,
+        step=p["step"],
+        kind="model",
+        name=p["model"],
+        args_digest=p["args_digest"],
+        status="error" if p.get("error") else "ok",
+        seq=ev.seq,
         output=None if p.get("response") is None else {**p["response"], "usage": usage},
-        error=p.get("error"), tokens=tokens, duration_ms=p.get("duration_ms", 0.0), ts=ev.ts,
-    )  # fmt: skip
+        error=p.get("error"),
+        tokens=tokens,
+        duration_ms=p.get("duration_ms", 0.0),
+        ts=ev.ts,
+    )
     cp.messages.append({"step": p["step"], "seq": ev.seq})
 
 
 def _tool_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.steps[p["step"]] = StepRecord(
-        step=p["step"], kind="tool", name=p["name"], args_digest=p["args_digest"],
-        status="error" if p.get("error") else "ok", seq=ev.seq, output=p.get("output"),
-        error=p.get("error"), duration_ms=p.get("duration_ms", 0.0), ts=ev.ts,
-    )  # fmt: skip
+        step=p["step"],
+        kind="tool",
+        name=p["name"],
+        args_digest=p["args_digest"],
+        status="error" if p.get("error") else "ok",
+        seq=ev.seq,
+        output=p.get("output"),
+        error=p.get("error"),
+        duration_ms=p.get("duration_ms", 0.0),
+        ts=ev.ts,
+    )
 
 
 def _value(kind: str) -> Any:
     def handle(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
         cp.steps[p["step"]] = StepRecord(
-            step=p["step"], kind=kind, name=kind, args_digest="", status="ok", seq=ev.seq,
-            output=p["value"], ts=ev.ts,
-        )  # fmt: skip
+            step=p["step"],
+            kind=kind,
+            name=kind,
+            args_digest="",
+            status="ok",
+            seq=ev.seq,
+            output=p["value"],
+            ts=ev.ts,
+        )
 
     return handle
 
 
 def _effect_intended(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.steps[p["step"]] = StepRecord(
-        step=p["step"], kind="effect", name=p["name"], args_digest=p["args_digest"],
-        status="intended", seq=ev.seq, key=p["key"], ts=ev.ts,
-    )  # fmt: skip
+        step=p["step"],
+        kind="effect",
+        name=p["name"],
+        args_digest=p["args_digest"],
+        status="intended",
+        seq=ev.seq,
+        key=p["key"],
+        ts=ev.ts,
+    )
     if p["key"] not in cp.in_doubt_keys:
         cp.in_doubt_keys.append(p["key"])
 
@@ -233,9 +257,16 @@ def _effect_outcome(status: str) -> Any:
 
 def _effect_simulated(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.steps[p["step"]] = StepRecord(
-        step=p["step"], kind="effect", name=p["name"], args_digest="", status="simulated",
-        seq=ev.seq, output=p.get("result"), key=p["key"], ts=ev.ts,
-    )  # fmt: skip
+        step=p["step"],
+        kind="effect",
+        name=p["name"],
+        args_digest="",
+        status="simulated",
+        seq=ev.seq,
+        output=p.get("result"),
+        key=p["key"],
+        ts=ev.ts,
+    )
     cp.simulated_keys.append(p["key"])
 
 
@@ -245,13 +276,22 @@ def _approval_requested(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     if previous is not None and previous.request_id in cp.pending_approvals:
         del cp.pending_approvals[previous.request_id]  # superseded by a changed request
     cp.steps[step] = StepRecord(
-        step=step, kind="approval", name=p["action"], args_digest=p["digest"], status="pending",
-        seq=ev.seq, request_id=p["request_id"], ts=ev.ts,
-    )  # fmt: skip
+        step=step,
+        kind="approval",
+        name=p["action"],
+        args_digest=p["digest"],
+        status="pending",
+        seq=ev.seq,
+        request_id=p["request_id"],
+        ts=ev.ts,
+    )
     cp.pending_approvals[p["request_id"]] = {
-        "request_id": p["request_id"], "step": step, "action": p["action"], "args": p["args"],
+        "request_id": p["request_id"],
+        "step": step,
+        "action": p["action"],
+        "args": p["args"],
         "digest": p["digest"],
-    }  # fmt: skip
+    }
 
 
 def _approval_resolved(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:

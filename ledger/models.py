@@ -119,7 +119,10 @@ class OpenAIChatModel:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         req = urllib.request.Request(
-            f"{self.base_url}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
+            f"{self.base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers=headers,
+            method="POST",
         )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:

@@ -22,9 +22,16 @@ async def append_to_run(
     cp = fold(log.records)
     last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
     writer = SubjectWriter(
-        client.js, log.subject, run_id=run_id, agent=log.agent, msg_id_prefix=run_id,
-        next_seq=cp.next_seq, prev_hash=cp.last_hash, last_stream_seq=last, policy=policy,
-    )  # fmt: skip
+        client.js,
+        log.subject,
+        run_id=run_id,
+        agent=log.agent,
+        msg_id_prefix=run_id,
+        next_seq=cp.next_seq,
+        prev_hash=cp.last_hash,
+        last_stream_seq=last,
+        policy=policy,
+    )
     return await writer.append(body), cp
 
 
@@ -45,9 +52,15 @@ async def approve(
 
 
 async def grant_budget(
-    client: LedgerClient, run_id: str, *, by: str, turns: int = 0, tokens: int = 0, seconds: float = 0.0,
+    client: LedgerClient,
+    run_id: str,
+    *,
+    by: str,
+    turns: int = 0,
+    tokens: int = 0,
+    seconds: float = 0.0,
     reason: str = "",
-) -> Event:  # fmt: skip
+) -> Event:
     """Record extra budget for a run: the only way a limit grows."""
     if not by:
         raise ConfigurationError("say who grants the budget: --by NAME")

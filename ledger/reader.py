@@ -9,6 +9,7 @@ history.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,14 +80,10 @@ async def read_raw(
     try:
         await asyncio.wait_for(done.wait(), timeout=timeout)
     except TimeoutError as exc:
-        raise LedgerError(
-            f"reading {subject_filter} timed out after {timeout:g}s with {len(out)} messages"
-        ) from exc
+        raise LedgerError(f"reading {subject_filter} timed out after {timeout:g}s with {len(out)} messages") from exc
     finally:
-        try:
+        with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
-        except nats.errors.Error:
-            pass
     if client.slow_consumer_errors != slow_before:
         raise LedgerError(f"reading {subject_filter}: the client dropped messages (slow consumer); retry")
     if start_seq <= 1 and len(out) < expected:

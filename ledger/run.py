@@ -168,21 +168,29 @@ class Run:
         except Exception as exc:
             await self._append(
                 ModelCalled(
-                    step=step, model=name, request={"messages": messages, "params": params},
-                    args_digest=args_digest, error=error_info(exc, False),
+                    step=step,
+                    model=name,
+                    request={"messages": messages, "params": params},
+                    args_digest=args_digest,
+                    error=error_info(exc, False),
                     duration_ms=(time.perf_counter() - started) * 1000,
-                )  # fmt: skip
+                )
             )
             raise
         await self._append(
             ModelCalled(
-                step=step, model=name, request={"messages": messages, "params": params},
+                step=step,
+                model=name,
+                request={"messages": messages, "params": params},
                 args_digest=args_digest,
-                response={"content": response.content, "tool_calls": response.tool_calls,
-                          "finish_reason": response.finish_reason},
+                response={
+                    "content": response.content,
+                    "tool_calls": response.tool_calls,
+                    "finish_reason": response.finish_reason,
+                },
                 usage=Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens),
                 duration_ms=(time.perf_counter() - started) * 1000,
-            )  # fmt: skip
+            )
         )
         self._after_step(step)
         limit = self._cp.limits.get("tokens")
@@ -199,9 +207,7 @@ class Run:
         if declared is not None:
             return declared
         if fn is None:
-            raise ConfigurationError(
-                f"tool {tool!r} is not declared on agent {self._spec.name} and no fn= was given"
-            )
+            raise ConfigurationError(f"tool {tool!r} is not declared on agent {self._spec.name} and no fn= was given")
         return Tool(tool, fn)
 
     async def tool(self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None) -> Any:
@@ -211,9 +217,13 @@ class Run:
         if declared.effect_class != "read":
             assert declared.key is not None
             return await self.effect(
-                declared.name, args, key=declared.key(args), fn=declared.fn,
-                reconcile=declared.reconcile, effect_class=declared.effect_class,
-            )  # fmt: skip
+                declared.name,
+                args,
+                key=declared.key(args),
+                fn=declared.fn,
+                reconcile=declared.reconcile,
+                effect_class=declared.effect_class,
+            )
         args = jsonable(args)
         args_digest = digest(args)
         step, rec = self._take_step()
@@ -230,17 +240,25 @@ class Run:
             info = error_info(exc, False)
             await self._append(
                 ToolCalled(
-                    step=step, name=declared.name, args=args, args_digest=args_digest, error=info,
+                    step=step,
+                    name=declared.name,
+                    args=args,
+                    args_digest=args_digest,
+                    error=info,
                     duration_ms=(time.perf_counter() - started) * 1000,
-                )  # fmt: skip
+                )
             )
             self._after_step(step)
             raise ToolFailedError(declared.name, step, info.type, info.message) from exc
         await self._append(
             ToolCalled(
-                step=step, name=declared.name, args=args, args_digest=args_digest, output=output,
+                step=step,
+                name=declared.name,
+                args=args,
+                args_digest=args_digest,
+                output=output,
                 duration_ms=(time.perf_counter() - started) * 1000,
-            )  # fmt: skip
+            )
         )
         self._after_step(step)
         return output
@@ -281,8 +299,7 @@ class Run:
             return await self._settle(step, name, args, key, fn, reconcile)
         await self._check_budgets(step, model_call=False)
         await self._append(
-            EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest,
-                           effect_class=effect_class)  # fmt: skip
+            EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class)
         )
         return await self._settle(step, name, args, key, fn, reconcile)
 
@@ -297,15 +314,20 @@ class Run:
                 raise EffectInDoubtError(self.run_id, step, key)
             found = await call_maybe_async(reconcile, key)
             resolution = EffectResolved(
-                key=key, by="reconcile",
+                key=key,
+                by="reconcile",
                 outcome="not_committed" if found is NOT_FOUND else "committed",
                 result=None if found is NOT_FOUND else jsonable(found),
-            )  # fmt: skip
+            )
             state = await self._append_key(state, resolution)
         if state.status == "committed":
             await self._append(
-                EffectCommitted(step=step, key=key, result=state.result,
-                                via="reconcile" if state.via == "reconcile" else "record")  # fmt: skip
+                EffectCommitted(
+                    step=step,
+                    key=key,
+                    result=state.result,
+                    via="reconcile" if state.via == "reconcile" else "record",
+                )
             )
             self._after_step(step)
             return state.result

@@ -87,9 +87,12 @@ async def start_run(
     run = Run(client, spec, writer, cp, policy=policy)
     await run._append(
         RunStarted(
-            agent=spec.name, version=spec.version(), budgets=budgets or spec.budgets,
-            input=jsonable(input), labels=labels or {},
-        )  # fmt: skip
+            agent=spec.name,
+            version=spec.version(),
+            budgets=budgets or spec.budgets,
+            input=jsonable(input),
+            labels=labels or {},
+        )
     )
     if fork is not None:
         await run._append(fork)
@@ -106,14 +109,16 @@ async def resume_run(
     if cp.status == "completed":
         return RunResult(run_id, "completed", output=cp.output, nothing_to_do=True)
     if cp.status == "failed":
-        return RunResult(run_id, "failed", error=(cp.error or {}).get("message"), reason=cp.failure_reason,
-                         nothing_to_do=True)  # fmt: skip
+        return RunResult(
+            run_id, "failed", error=(cp.error or {}).get("message"), reason=cp.failure_reason, nothing_to_do=True
+        )
     current = spec.version().model_dump()
     if cp.version != current:
         raise VersionMismatchError(run_id, cp.version or {}, current)
     if cp.pending_approvals:
-        return RunResult(run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals),
-                         nothing_to_do=True)  # fmt: skip
+        return RunResult(
+            run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
+        )
     # Garbage published onto the subject is not part of the chain but still moves the
     # subject's last sequence: fence on what the server has, not on the last good event.
     raw_last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])

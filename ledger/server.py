@@ -82,9 +82,7 @@ def _check_data_dir(data_dir: Path) -> None:
         raise DataDirError(str(data_dir), f"cannot write there ({exc.strerror or exc})") from exc
 
 
-def write_config(
-    path: Path, *, port: int, data_dir: Path, sync_always: bool = True, host: str = "127.0.0.1"
-) -> None:
+def write_config(path: Path, *, port: int, data_dir: Path, sync_always: bool = True, host: str = "127.0.0.1") -> None:
     lines = [
         f"listen: {host}:{port}",
         "max_payload: 1MB",

@@ -1,14 +1,15 @@
 """Stream settings, explicit and in one place, and the idempotent call that applies them.
 
-| setting            | LEDGER (run events, effect claims)         | why                                                  |
-|--------------------|--------------------------------------------|------------------------------------------------------|
-| storage            | file                                       | the log is the source of truth                       |
-| subjects           | ledger.run.>, ledger.effect.>              | one subject a run, one an idempotency key            |
-| duplicate_window   | 2 min (RUNLEDGER_DUPLICATE_WINDOW)         | a retried publish (same Nats-Msg-Id) is a no-op      |
-| deny_delete/purge  | true                                       | events are immutable; cannot be turned off again     |
-| max_age            | 90 days (RUNLEDGER_RETENTION_DAYS, 0=keep) | the retention window, set on purpose                 |
-| replicas           | 1 here, 3 on a cluster (RUNLEDGER_REPLICAS)|                                                      |
-| allow_direct       | true                                       | fast reads of a subject's last event for fencing     |
+Settings of the LEDGER stream (run events and effect claims) and why:
+
+- storage file: the log is the source of truth.
+- subjects ledger.run.> and ledger.effect.>: one subject a run, one an idempotency key.
+- duplicate_window 2 min (RUNLEDGER_DUPLICATE_WINDOW): a retried publish with the same
+  Nats-Msg-Id is a no-op.
+- deny_delete and deny_purge: events are immutable (these can never be turned off again).
+- max_age 90 days (RUNLEDGER_RETENTION_DAYS, 0 keeps forever): the retention window, on purpose.
+- replicas 1 on one node, 3 on a cluster (RUNLEDGER_REPLICAS).
+- allow_direct: fast reads of a subject's last message, for fencing checks.
 
 LEDGER_CMD is a work queue (each re-run request consumed once); LEDGER_BLOBS an
 object store for payloads addressed by sha256.

@@ -15,9 +15,7 @@ def run_subject(agent: str, run_id: str) -> str:
     """``ledger.run.<agent>.<run_id>``: one subject a run, the agent in it for permissions."""
     for name, value in (("agent", agent), ("run id", run_id)):
         if not is_token(value):
-            raise ConfigurationError(
-                f"{name} {value!r} cannot be used in a subject: use 1-128 of A-Z a-z 0-9 _ -"
-            )
+            raise ConfigurationError(f"{name} {value!r} cannot be used in a subject: use 1-128 of A-Z a-z 0-9 _ -")
     return f"{RUN_PREFIX}.{agent}.{run_id}"
 
 

@@ -70,5 +70,3 @@ def tool(
         return Tool(name or fn.__name__, fn, effect, key, reconcile, schema or {})
 
     return wrap
-
-

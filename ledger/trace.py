@@ -74,7 +74,7 @@ def _short(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _detail(ev_type: str, p: dict[str, Any]) -> tuple[str, str, str]:
+def _detail(ev_type: str, p: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(name, input, output) of an event for the timeline."""
     if ev_type == "model.called":
         last = (p.get("request", {}).get("messages") or [{}])[-1]
@@ -109,8 +109,10 @@ def render_run(log: RunLog, cp: Checkpoint, *, step: int | None = None, width: i
         ),
     ]
     if cp.parent:
-        lines.append(f"forked  from {cp.parent['parent_run_id']} at step {cp.parent['fork_step']} "
-                     f"({cp.parent['mode']}, changed {cp.parent.get('changed')})")  # fmt: skip
+        lines.append(
+            f"forked  from {cp.parent['parent_run_id']} at step {cp.parent['fork_step']} "
+            f"({cp.parent['mode']}, changed {cp.parent.get('changed')})"
+        )
     if cp.pending_approvals:
         lines.append("pending approvals " + ", ".join(sorted(cp.pending_approvals)))
     if cp.in_doubt_keys:

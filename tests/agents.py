@@ -27,9 +27,12 @@ async def spender(run: Run) -> int:
 def spender_spec() -> AgentSpec:
     reply = ModelResponse(content="ok", input_tokens=30, output_tokens=10)
     return AgentSpec(
-        "spender", spender, ScriptedModel(lambda m: reply, name="fixed-40"), agent_version="v1",
+        "spender",
+        spender,
+        ScriptedModel(lambda m: reply, name="fixed-40"),
+        agent_version="v1",
         budgets=Budgets(tokens=100),
-    )  # fmt: skip
+    )
 
 
 async def unreconciled(run: Run) -> Any:

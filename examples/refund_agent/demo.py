@@ -31,15 +31,19 @@ async def main(url: str, show: Callable[[str], None] = print) -> int:
         for ticket in TICKETS:
             result = await start_run(client, agent, ticket, labels={"ticket": ticket["ticket"]})
             run_ids.append(result.run_id)
-            show(f"  {ticket['ticket']}: run {result.run_id} {result.status}"
-                 + (f" ({result.reason})" if result.reason else ""))  # fmt: skip
+            show(
+                f"  {ticket['ticket']}: run {result.run_id} {result.status}"
+                + (f" ({result.reason})" if result.reason else "")
+            )
             if result.status == "suspended" and result.pending:
                 request = result.pending[0]
                 await approve(client, result.run_id, request, by="demo-operator", reason="checked the photos")
                 resumed = await resume_run(client, agent, result.run_id)
                 show(f"      approved {request} as demo-operator, resumed: {resumed.status}")
-        show(f"\npayments service received {len(payments.calls())} refund calls "
-             f"for {len({c['order'] for c in payments.calls()})} orders\n")  # fmt: skip
+        show(
+            f"\npayments service received {len(payments.calls())} refund calls "
+            f"for {len({c['order'] for c in payments.calls()})} orders\n"
+        )
         show("$ runledger runs")
         for r in await list_runs(client):
             if r.run_id in run_ids:

@@ -37,7 +37,7 @@ class PaymentsService:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 try:
                     req = json.loads(self.rfile.read(length))
@@ -49,7 +49,7 @@ class PaymentsService:
                 service.append({"call": "refund", **refund})
                 self._send(200, refund)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 url = urlparse(self.path)
                 order = parse_qs(url.query).get("order", [""])[0]
                 self._send(200, [c for c in service.calls() if c.get("order") == order])

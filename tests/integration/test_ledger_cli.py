@@ -23,7 +23,12 @@ from tests.unit.helpers import Chain
 
 pytestmark = pytest.mark.integration
 
-STRANGE = {"text": "naïve ✓ \u0000 \"quoted\" \n newline", "n": [1, 2.5, -0.0, 10**18], "none": None, "nested": {"b": {}, "a": []}}
+STRANGE = {
+    "text": 'naïve ✓ \u0000 "quoted" \n newline',
+    "n": [1, 2.5, -0.0, 10**18],
+    "none": None,
+    "nested": {"b": {}, "a": []},
+}
 
 
 def cli(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> tuple[int, str, str]:
@@ -189,4 +194,3 @@ def test_stream_settings_are_explicit(nats_url: str) -> None:
         assert str(c.storage).lower().endswith("file")
 
     asyncio.run(go())
-

@@ -29,8 +29,10 @@ def payments(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     log = tmp_path / "payments.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "examples.refund_agent.payments", "--log", str(log)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
     try:
@@ -43,9 +45,12 @@ def payments(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def runledger(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ledger.cli", *args],
-        cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": url, **(env or {})}, capture_output=True, text=True,
+        cwd=ROOT,
+        env={**os.environ, "RUNLEDGER_NATS_URL": url, **(env or {})},
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
 
 
 def agent_env(payments: tuple[str, Path], tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -79,8 +84,17 @@ def test_crash_anywhere_then_resume_refunds_and_emails_exactly_once(
 ) -> None:
     env = agent_env(payments, tmp_path)
     run_id = "crash-" + crash_at.replace(":", "-").replace(".", "-")
-    crashed = runledger(nats_url, "run", "--agent", AGENT, "--input", json.dumps(T1001), "--run-id", run_id,
-                        env={**env, "RUNLEDGER_CRASH_AT": crash_at})  # fmt: skip
+    crashed = runledger(
+        nats_url,
+        "run",
+        "--agent",
+        AGENT,
+        "--input",
+        json.dumps(T1001),
+        "--run-id",
+        run_id,
+        env={**env, "RUNLEDGER_CRASH_AT": crash_at},
+    )
     assert crashed.returncode == -9, f"expected a SIGKILL at {crash_at}: {crashed.stdout}{crashed.stderr}"
     assert status_of(nats_url, run_id)["status"] == "running"
 
@@ -105,14 +119,22 @@ def test_crash_anywhere_then_resume_refunds_and_emails_exactly_once(
 def test_two_resumes_at_once_exactly_one_proceeds(nats_url: str, payments: tuple[str, Path], tmp_path: Path) -> None:
     env = agent_env(payments, tmp_path)
     crash = {**env, "RUNLEDGER_CRASH_AT": "effect:refund:order-8891:acted"}
-    assert runledger(nats_url, "run", "--agent", AGENT, "--input", json.dumps(T1001), "--run-id", "twice",
-                     env=crash).returncode == -9  # fmt: skip
+    assert (
+        runledger(
+            nats_url, "run", "--agent", AGENT, "--input", json.dumps(T1001), "--run-id", "twice", env=crash
+        ).returncode
+        == -9
+    )
     barrier = {**env, "RUNLEDGER_PAUSE_AT": "resume:loaded", "RUNLEDGER_PAUSE_DIR": str(tmp_path / "barrier")}
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "ledger.cli", "resume", "--nats", nats_url, "twice", "--agent", AGENT],
-            cwd=ROOT, env={**os.environ, **barrier}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env={**os.environ, **barrier},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     outcomes = [(p.wait(timeout=60), *p.communicate()) for p in procs]
@@ -129,8 +151,17 @@ def test_a_pending_approval_survives_a_crash_and_a_resume(
     nats_url: str, payments: tuple[str, Path], tmp_path: Path
 ) -> None:
     env = agent_env(payments, tmp_path)
-    crashed = runledger(nats_url, "run", "--agent", AGENT, "--input", json.dumps(T1004), "--run-id", "appr",
-                        env={**env, "RUNLEDGER_CRASH_AT": "step:3:recorded"})  # fmt: skip
+    crashed = runledger(
+        nats_url,
+        "run",
+        "--agent",
+        AGENT,
+        "--input",
+        json.dumps(T1004),
+        "--run-id",
+        "appr",
+        env={**env, "RUNLEDGER_CRASH_AT": "step:3:recorded"},
+    )
     assert crashed.returncode == -9
     cp = status_of(nats_url, "appr")
     assert cp["status"] == "suspended"
@@ -156,8 +187,15 @@ def test_an_in_doubt_effect_without_reconcile_stops_and_is_resolved_through_the_
     log = tmp_path / "calls.log"
     env = {"TEST_CALLS_LOG": str(log)}
     agent = "tests.agents:unreconciled_spec"
-    crashed = runledger(nats_url, "run", "--agent", agent, "--run-id", "doubt",
-                        env={**env, "RUNLEDGER_CRASH_AT": "effect:charge:inv-1:acted"})  # fmt: skip
+    crashed = runledger(
+        nats_url,
+        "run",
+        "--agent",
+        agent,
+        "--run-id",
+        "doubt",
+        env={**env, "RUNLEDGER_CRASH_AT": "effect:charge:inv-1:acted"},
+    )
     assert crashed.returncode == -9
     assert len(calls(log)) == 1  # it acted, then died before recording
 
@@ -167,8 +205,17 @@ def test_an_in_doubt_effect_without_reconcile_stops_and_is_resolved_through_the_
     assert len(calls(log)) == 1  # nobody guessed
     assert "effect in doubt charge:inv-1" in runledger(nats_url, "runs").stdout
 
-    resolved = runledger(nats_url, "effects", "resolve", "charge:inv-1", "--committed", "--by", "bob",
-                         "--result", '{"done": {"amount": 5}}')  # fmt: skip
+    resolved = runledger(
+        nats_url,
+        "effects",
+        "resolve",
+        "charge:inv-1",
+        "--committed",
+        "--by",
+        "bob",
+        "--result",
+        '{"done": {"amount": 5}}',
+    )
     assert resolved.returncode == 0, resolved.stderr
     done = runledger(nats_url, "resume", "doubt", "--agent", agent, env=env)
     assert done.returncode == 0 and "completed" in done.stdout, done.stdout + done.stderr
@@ -180,8 +227,15 @@ def test_not_committed_resolution_lets_the_resume_act_once(nats_url: str, tmp_pa
     log = tmp_path / "calls.log"
     env = {"TEST_CALLS_LOG": str(log)}
     agent = "tests.agents:unreconciled_spec"
-    crashed = runledger(nats_url, "run", "--agent", agent, "--run-id", "doubt2",
-                        env={**env, "RUNLEDGER_CRASH_AT": "effect:charge:inv-1:claimed"})  # fmt: skip
+    crashed = runledger(
+        nats_url,
+        "run",
+        "--agent",
+        agent,
+        "--run-id",
+        "doubt2",
+        env={**env, "RUNLEDGER_CRASH_AT": "effect:charge:inv-1:claimed"},
+    )
     assert crashed.returncode == -9 and calls(log) == []
     runledger(nats_url, "resume", "doubt2", "--agent", agent, env=env)
     assert runledger(nats_url, "effects", "resolve", "charge:inv-1", "--not-committed", "--by", "bob").returncode == 0
@@ -192,8 +246,9 @@ def test_not_committed_resolution_lets_the_resume_act_once(nats_url: str, tmp_pa
 
 def test_budget_continues_from_the_recorded_spend(nats_url: str, tmp_path: Path) -> None:
     agent = "tests.agents:spender_spec"
-    crashed = runledger(nats_url, "run", "--agent", agent, "--run-id", "budget",
-                        env={"RUNLEDGER_CRASH_AT": "step:1:recorded"})  # fmt: skip
+    crashed = runledger(
+        nats_url, "run", "--agent", agent, "--run-id", "budget", env={"RUNLEDGER_CRASH_AT": "step:1:recorded"}
+    )
     assert crashed.returncode == -9
     assert status_of(nats_url, "budget")["spent"]["tokens"] == 80
     resumed = runledger(nats_url, "resume", "budget", "--agent", agent)

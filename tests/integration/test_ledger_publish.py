@@ -38,9 +38,15 @@ async def test_a_second_writer_is_fenced_and_the_first_continues(client: LedgerC
     await first.append(ClockRead(step=0, value="t0"))
     # A zombie that read the run at the same point as the first writer...
     zombie = SubjectWriter(
-        client.js, subject, run_id="fence1", agent="a", msg_id_prefix="fence1",
-        next_seq=first.next_seq, prev_hash=first.prev_hash, last_stream_seq=first.last_stream_seq,
-    )  # fmt: skip
+        client.js,
+        subject,
+        run_id="fence1",
+        agent="a",
+        msg_id_prefix="fence1",
+        next_seq=first.next_seq,
+        prev_hash=first.prev_hash,
+        last_stream_seq=first.last_stream_seq,
+    )
     await first.append(ClockRead(step=1, value="t1"))
     with pytest.raises(FencedError) as info:
         await zombie.append(ClockRead(step=1, value="zombie"))

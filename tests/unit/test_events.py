@@ -66,7 +66,7 @@ def test_modified_content_fails_the_hash_check() -> None:
 def test_unknown_type_and_future_schema_version_are_named() -> None:
     chain = Chain()
     chain.start()
-    with pytest.raises(EventDecodeError, match="unknown event type 'run.exploded'"):
+    with pytest.raises(EventDecodeError, match=r"unknown event type 'run\.exploded'"):
         decode(_mutate(chain.raw[0], type="run.exploded"))
     with pytest.raises(UnknownSchemaVersionError) as info:
         decode(_mutate(chain.raw[0], schema_version=99))
@@ -77,7 +77,7 @@ def test_unknown_type_and_future_schema_version_are_named() -> None:
 def test_payload_that_breaks_its_schema_is_rejected() -> None:
     chain = Chain()
     chain.add(ToolCalled(step=0, name="t", args=None, args_digest="d"))
-    with pytest.raises(EventDecodeError, match="invalid tool.called payload"):
+    with pytest.raises(EventDecodeError, match=r"invalid tool\.called payload"):
         decode(_mutate(chain.raw[0], **{"payload.step": "zero"}))
 
 

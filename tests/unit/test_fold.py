@@ -6,8 +6,8 @@ from ledger.errors import ChainError
 from ledger.events import (
     ApprovalRequested,
     ApprovalResolved,
-    Budgets,
     BudgetGranted,
+    Budgets,
     EffectCommitted,
     EffectIntended,
     ErrorInfo,
@@ -24,9 +24,13 @@ from tests.unit.helpers import Chain
 
 def _model(step: int, tokens_in: int, tokens_out: int) -> ModelCalled:
     return ModelCalled(
-        step=step, model="m", request={"messages": []}, args_digest="d", response={"content": "c"},
+        step=step,
+        model="m",
+        request={"messages": []},
+        args_digest="d",
+        response={"content": "c"},
         usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out),
-    )  # fmt: skip
+    )
 
 
 def test_spend_is_the_sum_of_recorded_charges() -> None:

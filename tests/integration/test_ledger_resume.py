@@ -1,0 +1,116 @@
+"""Resume refuses what it cannot replay faithfully, and approvals bind to what they approved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ledger import AgentSpec, NondeterminismError, Run, ScriptedModel, VersionMismatchError
+from ledger.client import LedgerClient
+from ledger.fold import fold
+from ledger.operator import approve
+from ledger.reader import load_run
+from ledger.runner import resume_run, start_run
+
+pytestmark = pytest.mark.integration
+
+
+def make_spec(fn: Any, *, prompt: str = "p1", name: str = "resumer") -> AgentSpec:
+    return AgentSpec(name, fn, ScriptedModel(["ok"] * 10), prompt=prompt, agent_version="v1")
+
+
+async def checkpoint(client: LedgerClient, run_id: str) -> Any:
+    return fold((await load_run(client, run_id)).records)
+
+
+async def test_an_approval_does_not_apply_to_a_changed_request(client: LedgerClient) -> None:
+    amount = {"value": 900}
+    refunds: list[int] = []
+
+    async def agent(run: Run) -> str:
+        await run.approval("refund", {"amount": amount["value"]})
+        await run.effect(
+            "refund", {"amount": amount["value"]}, key="refund:o-9", fn=lambda a: refunds.append(a["amount"])
+        )
+        return "done"
+
+    spec = make_spec(agent)
+    first = await start_run(client, spec, run_id="appr-change")
+    assert first.status == "suspended"
+    await approve(client, "appr-change", first.pending[0], by="alice")
+    amount["value"] = 5000  # the code now asks for something else than what was approved
+    second = await resume_run(client, spec, "appr-change")
+    assert second.status == "suspended" and second.pending != first.pending
+    assert refunds == []
+    cp = await checkpoint(client, "appr-change")
+    assert list(cp.pending_approvals) == second.pending
+    assert cp.pending_approvals[second.pending[0]]["args"] == {"amount": 5000}
+    await approve(client, "appr-change", second.pending[0], by="alice")
+    third = await resume_run(client, spec, "appr-change")
+    assert third.status == "completed" and refunds == [5000]
+
+
+async def test_a_denied_approval_fails_the_run(client: LedgerClient) -> None:
+    async def agent(run: Run) -> str:
+        await run.approval("delete_account", {"user": "u1"})
+        return "deleted"
+
+    spec = make_spec(agent)
+    first = await start_run(client, spec, run_id="deny")
+    await approve(client, "deny", first.pending[0], by="alice", approved=False, reason="no ticket")
+    result = await resume_run(client, spec, "deny")
+    assert result.status == "failed" and result.reason == "approval_denied" and "no ticket" in (result.error or "")
+
+
+async def test_resume_with_a_changed_prompt_hash_is_refused(client: LedgerClient) -> None:
+    async def agent(run: Run) -> str:
+        await run.approval("x", None)
+        return "ok"
+
+    await start_run(client, make_spec(agent, prompt="v1 prompt"), run_id="prompt")
+    with pytest.raises(VersionMismatchError) as info:
+        await resume_run(client, make_spec(agent, prompt="v2 prompt"), "prompt")
+    assert info.value.differs == ["prompt_hash"]
+    assert "prompt_hash: recorded" in str(info.value)
+    assert (await checkpoint(client, "prompt")).attempts == 1  # nothing was written
+
+
+async def test_a_code_change_before_the_frontier_names_the_step(client: LedgerClient) -> None:
+    async def v1(run: Run) -> str:
+        await run.tool("search", {"q": "a"}, fn=lambda a: ["r1"])
+        await run.tool("fetch", {"url": "u"}, fn=lambda a: "page")
+        await run.approval("publish", None)
+        return "ok"
+
+    async def v2(run: Run) -> str:
+        await run.tool("search", {"q": "a"}, fn=lambda a: ["r1"])
+        await run.tool("fetch", {"url": "DIFFERENT"}, fn=lambda a: "page")
+        return "ok"
+
+    first = await start_run(client, make_spec(v1), run_id="nondet")
+    await approve(client, "nondet", first.pending[0], by="op")
+    with pytest.raises(NondeterminismError) as info:
+        await resume_run(client, make_spec(v2), "nondet")
+    assert info.value.step == 1
+    assert "fetch" in info.value.recorded and "fetch" in info.value.attempted
+    assert "step 1" in str(info.value)
+
+
+async def test_recorded_steps_are_not_run_again_on_resume(client: LedgerClient) -> None:
+    ran: list[str] = []
+
+    async def agent(run: Run) -> Any:
+        a = await run.tool("a", 1, fn=lambda x: ran.append("a") or 10)
+        t = await run.now()
+        r = await run.random()
+        await run.approval("go", None)
+        return [a, t.isoformat(), r]
+
+    spec = make_spec(agent)
+    first = await start_run(client, spec, run_id="journal")
+    await approve(client, "journal", first.pending[0], by="op")
+    result = await resume_run(client, spec, "journal")
+    assert ran == ["a"]
+    cp = await checkpoint(client, "journal")
+    assert result.output == [10, cp.steps[1].output, cp.steps[2].output]

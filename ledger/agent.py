@@ -69,7 +69,7 @@ def _dir_hash(directory: str) -> str:
 
 def code_hash(fn: Callable[..., Any]) -> str:
     """A hash of the directory of source files that defines ``fn``."""
-    source = inspect.getsourcefile(fn)
+    source = inspect.getsourcefile(inspect.unwrap(fn))
     if source is None:
         return "code:unknown"
     return _dir_hash(str(Path(source).resolve().parent))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +29,14 @@ class LedgerClient:
     slow_consumer_errors: int = 0
 
     async def close(self) -> None:
-        if not self.nc.is_closed:
-            try:
-                await asyncio.wait_for(self.nc.drain(), timeout=5)
-            except (TimeoutError, nats.errors.Error):
+        if self.nc.is_closed:
+            return
+        try:
+            await asyncio.wait_for(self.nc.drain(), timeout=5)
+        except (TimeoutError, OSError, nats.errors.Error):
+            # The server is gone or slow: nothing unacknowledged is lost by closing, since
+            # every write this client made was awaited until acknowledged.
+            with contextlib.suppress(TimeoutError, OSError, nats.errors.Error):
                 await self.nc.close()
 
     async def __aenter__(self) -> LedgerClient:

@@ -7,7 +7,7 @@
 # A newer CLI may shadow it (/usr/local/bin/docker 28.2.2, API 1.50); it
 # negotiates down ("API version: 1.41 (downgraded from 1.50)") and works,
 # including `docker build` (no buildx plugin -> falls back to the legacy
-# builder with a deprecation warning; DOCKER_BUILDKIT=0 silences it).
+# builder; a deprecation notice is printed even with DOCKER_BUILDKIT=0).
 # So no DOCKER_API_VERSION is needed. If a future client stops negotiating,
 # the timeout branch says so and suggests the value to pin.
 set -euo pipefail
@@ -25,8 +25,10 @@ docker info >/dev/null 2>&1 && exit 0
 if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
     echo "ensure-docker: installing docker.io" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends docker.io
+    # Lock timeout: another step may be running apt (e.g. build-base installing debootstrap).
+    apt-get -o DPkg::Lock::Timeout=300 update -q
+    # apparmor: on AppArmor kernels dockerd needs apparmor_parser or containers fail to start.
+    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends docker.io apparmor cgroupfs-mount
 fi
 
 # A dockerd may already be starting (or started by systemd on install).
@@ -36,7 +38,8 @@ if ! pgrep -x dockerd >/dev/null; then
     else
         echo "ensure-docker: starting dockerd, log in $LOG" >&2
         # setsid+nohup: the daemon must outlive this script and the CI step's shell.
-        setsid nohup dockerd >>"$LOG" 2>&1 </dev/null &
+        # 9>&-: otherwise dockerd inherits the lock and blocks later callers forever.
+        setsid nohup dockerd >>"$LOG" 2>&1 </dev/null 9>&- &
     fi
 fi
 

@@ -31,7 +31,7 @@ host_mirror() {
         split(u, U, /[ \t]+/); m = split(s, S, /[ \t]+/)
         for (j = 2; j <= m; j++) if (S[j] !~ /-/) { print U[2], S[j]; exit }
     }' || true
-    cat /etc/apt/sources.list 2>/dev/null | sed -E 's/\[[^]]*\]//' \
+    sed -E 's/\[[^]]*\]//' /etc/apt/sources.list 2>/dev/null \
         | awk '$1 == "deb" && $3 !~ /-/ { print $2, $3; exit }' || true
 }
 read -r MIRROR SUITE < <(host_mirror; echo) || true

@@ -115,7 +115,9 @@ class RunCompleted(Payload):
 
 class RunFailed(Payload):
     TYPE = "run.failed"
-    reason: Literal["exception", "budget_exhausted", "approval_denied", "nondeterminism", "effect_in_doubt"]
+    reason: Literal[
+        "exception", "budget_exhausted", "approval_denied", "nondeterminism", "effect_in_doubt", "diverged", "sandbox"
+    ]
     error: ErrorInfo
     step: int | None = None
 

@@ -61,8 +61,12 @@ from ledger.tools import NOT_FOUND, EffectClass, Tool, ToolFn, call_maybe_async
 
 
 def error_info(exc: BaseException, with_traceback: bool = True) -> ErrorInfo:
-    tb = "".join(traceback.format_exception(exc)) if with_traceback else None
-    return ErrorInfo(type=type(exc).__name__, message=str(exc), traceback=tb)
+    """The recorded form of an exception. An error reported from elsewhere (a sandboxed
+    agent) keeps its own type name and traceback via ``remote_type`` / ``remote_traceback``."""
+    tb = getattr(exc, "remote_traceback", None)
+    if tb is None and with_traceback:
+        tb = "".join(traceback.format_exception(exc))
+    return ErrorInfo(type=getattr(exc, "remote_type", type(exc).__name__), message=str(exc), traceback=tb)
 
 
 class Run:
@@ -99,6 +103,11 @@ class Run:
     @property
     def input(self) -> Any:
         return self._cp.input
+
+    @property
+    def prompt(self) -> str:
+        """The agent's prompt (part of the version tuple; a counterfactual branch may change it)."""
+        return self._spec.prompt
 
     @property
     def checkpoint(self) -> Checkpoint:

@@ -97,7 +97,7 @@ async def start_run(
     if fork is not None:
         await run._append(fork)
     crash_point("run:started")
-    return await _drive(run, spec)
+    return await drive(run, spec)
 
 
 async def resume_run(
@@ -131,12 +131,19 @@ async def resume_run(
     )
     run._segment_wall = time.time()
     run._seconds_at_segment = cp.spent["seconds"]
-    result = await _drive(run, spec)
+    result = await drive(run, spec)
     result.resumed = True
     return result
 
 
-async def _drive(run: Run, spec: AgentSpec) -> RunResult:
+async def drive(run: Run, spec: AgentSpec, *, record_nondeterminism: bool = False) -> RunResult:
+    """Call the agent function with ``run`` and record how it ended.
+
+    An exception class may carry ``failure_reason`` (e.g. the sandbox's "diverged",
+    "sandbox") to name the reason recorded in ``run.failed``. A NondeterminismError is
+    recorded only when ``record_nondeterminism`` (a branch, whose code is the point of the
+    experiment); on resume it is the caller's error and leaves the run as it was.
+    """
     step_of = run.checkpoint
     try:
         output = await spec.fn(run)
@@ -144,17 +151,24 @@ async def _drive(run: Run, spec: AgentSpec) -> RunResult:
         return RunResult(run.run_id, "suspended", reason="approval", error=str(exc), pending=[exc.request_id])
     except (EffectInDoubtError, EffectClaimedElsewhereError) as exc:
         return RunResult(run.run_id, "suspended", reason="effect_in_doubt", error=str(exc))
+    except PublishError:
+        raise  # this process may not write: the run stays as recorded
+    except NondeterminismError as exc:
+        if not record_nondeterminism:
+            raise
+        return await _fail(run, "nondeterminism", exc, with_traceback=False)
     except BudgetExhaustedError as exc:
-        await run._append(RunFailed(reason="budget_exhausted", error=error_info(exc, False), step=step_of.last_step))
-        return RunResult(run.run_id, "failed", error=str(exc), reason="budget_exhausted")
-    except (PublishError, NondeterminismError):
-        raise  # this process may not or must not write: the run stays as recorded
+        return await _fail(run, "budget_exhausted", exc, with_traceback=False)
     except ApprovalDeniedError as exc:
-        await run._append(RunFailed(reason="approval_denied", error=error_info(exc, False), step=step_of.last_step))
-        return RunResult(run.run_id, "failed", error=str(exc), reason="approval_denied")
+        return await _fail(run, "approval_denied", exc, with_traceback=False)
     except Exception as exc:
-        await run._append(RunFailed(reason="exception", error=error_info(exc), step=step_of.last_step))
-        return RunResult(run.run_id, "failed", error=f"{type(exc).__name__}: {exc}", reason="exception")
+        return await _fail(run, getattr(exc, "failure_reason", "exception"), exc, with_traceback=True)
     output = jsonable(output)
     await run._append(RunCompleted(output=output))
     return RunResult(run.run_id, "completed", output=output)
+
+
+async def _fail(run: Run, reason: str, exc: Exception, *, with_traceback: bool) -> RunResult:
+    await run._append(RunFailed(reason=reason, error=error_info(exc, with_traceback), step=run.checkpoint.last_step))  # type: ignore[arg-type]
+    message = str(exc) if reason != "exception" else f"{type(exc).__name__}: {exc}"
+    return RunResult(run.run_id, "failed", error=message, reason=reason)

@@ -140,7 +140,7 @@ def scripted_reply(messages: list[dict[str, Any]]) -> str:
 
 async def handle_ticket(run: Run) -> dict[str, Any]:
     ticket = run.input
-    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    history: list[dict[str, Any]] = [{"role": "system", "content": run.prompt}]
     history.append({"role": "user", "content": f"TASK classify\n{ticket['text']}"})
     intent = json.loads((await run.model(history)).content)["intent"]
     if intent != "refund":

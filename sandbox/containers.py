@@ -1,0 +1,247 @@
+"""Hardened containers for re-runs, and a warm pool that keeps start-up off the critical path.
+
+Each sandbox is one container (no network, read-only root, a small tmpfs, every
+capability dropped, no-new-privileges, a non-root user, limits on memory, CPU and pids,
+no host environment, no Docker socket) plus a private directory holding the unix socket
+of its channel, mounted at /run/runledger. The agent's code is mounted read-only at
+/app/<package>. A warm sandbox has its guest started, the SDK imported and the channel
+connected; it waits to be given a re-run.
+
+Every container is removed on every path: explicitly after each re-run, by ``close()``,
+and, for containers a crashed worker left behind, by ``reap_orphans()`` at start-up
+(containers are labelled with their owner's host and pid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox.channel import MAX_LINE, read_message
+from sandbox.errors import SandboxError, SandboxViolation
+
+LABEL = "runledger.sandbox"
+OWNER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """Limits of one sandbox. Frozen: a policy is decided before the re-run starts."""
+
+    image: str = "runledger/sandbox:latest"
+    memory: str = "256m"
+    cpus: float = 1.0
+    pids: int = 64
+    tmpfs_size: str = "64m"
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 30.0
+
+
+@dataclass(eq=False)
+class Sandbox:
+    container: Any
+    sock_dir: Path
+    server: asyncio.Server
+    connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+    code_key: tuple[str, str]
+    created: float = field(default_factory=time.monotonic)
+    hello: dict[str, Any] | None = None
+
+    async def channel(self, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.connected), timeout=timeout)
+        except TimeoutError as exc:
+            raise SandboxViolation(
+                f"the sandbox did not connect within {timeout:g}s ({await self.describe()})"
+            ) from exc
+
+    async def describe(self) -> str:
+        """What the container's state says about how it ended (OOM, exit code)."""
+        try:
+            await asyncio.to_thread(self.container.reload)
+        except Exception:
+            return "container gone"
+        state = self.container.attrs.get("State", {})
+        if state.get("OOMKilled"):
+            return "killed for exceeding its memory limit (OOM)"
+        if state.get("Running"):
+            return "still running"
+        return f"exited with code {state.get('ExitCode')}"
+
+
+def _mounts(code_root: Path, package: str, sock_dir: Path) -> dict[str, dict[str, str]]:
+    return {
+        str(sock_dir): {"bind": "/run/runledger", "mode": "rw"},
+        str(code_root / package): {"bind": f"/app/{package}", "mode": "ro"},
+    }
+
+
+class SandboxPool:
+    """Creates sandboxes and keeps ``size`` warm ones per agent code directory."""
+
+    def __init__(self, docker: Any, policy: SandboxPolicy = SandboxPolicy(), *, size: int = 2) -> None:
+        self.docker = docker
+        self.policy = policy
+        self.size = size
+        self._warm: dict[tuple[str, str], list[Sandbox]] = {}
+        self._all: set[Sandbox] = set()
+        self._refills: set[asyncio.Task[None]] = set()
+        self.cold_starts = 0
+        self.warm_hits = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def reap_orphans(self) -> int:
+        """Remove sandboxes whose owner process on this host is gone. Returns how many."""
+        host = socket.gethostname()
+        removed = 0
+        for container in self.docker.containers.list(all=True, filters={"label": LABEL}):
+            owner = container.labels.get(f"{LABEL}.owner", "")
+            owner_host, _, pid = owner.partition(":")
+            if owner_host == host and pid.isdigit() and _pid_alive(int(pid)):
+                continue
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+                removed += 1
+        return removed
+
+    async def _create(self, code_root: Path, package: str) -> Sandbox:
+        sock_dir = Path(tempfile.mkdtemp(prefix="rl-sbx-"))
+        sock_dir.chmod(0o777)  # the guest runs as an unprivileged uid and must reach the socket
+        loop = asyncio.get_running_loop()
+        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = loop.create_future()
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if connected.done():
+                writer.close()  # one connection per sandbox: a second one is refused
+                return
+            connected.set_result((reader, writer))
+
+        path = sock_dir / "broker.sock"
+        server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE)
+        path.chmod(0o777)
+        p = self.policy
+        try:
+            container = await asyncio.to_thread(
+                self.docker.containers.create,
+                p.image,
+                ["python3", "-m", "sandbox.guest", "/run/runledger/broker.sock"],
+                network_mode="none", read_only=True, tmpfs={"/tmp": f"size={p.tmpfs_size},mode=1777"},
+                cap_drop=["ALL"], security_opt=["no-new-privileges"], ipc_mode="none",
+                pids_limit=p.pids, mem_limit=p.memory, memswap_limit=p.memory, nano_cpus=int(p.cpus * 1e9),
+                user="10001:10001", init=True, environment={"PYTHONPATH": "/app:/opt/runledger:/opt/runledger/site"},
+                working_dir="/app", volumes=_mounts(code_root, package, sock_dir),
+                labels={LABEL: "1", f"{LABEL}.owner": OWNER}, log_config={"type": "none"},
+                stdin_open=False, tty=False,
+            )  # fmt: skip
+            await asyncio.to_thread(container.start)
+        except Exception as exc:
+            server.close()
+            shutil.rmtree(sock_dir, ignore_errors=True)
+            raise SandboxError(f"could not start a sandbox from {p.image}: {exc}") from exc
+        sandbox = Sandbox(container, sock_dir, server, connected, (str(code_root), package))
+        self._all.add(sandbox)
+        return sandbox
+
+    async def _warm_up(self, sandbox: Sandbox) -> Sandbox:
+        reader, _ = await sandbox.channel(self.policy.connect_timeout_s)
+        try:
+            sandbox.hello = await asyncio.wait_for(read_message(reader), timeout=self.policy.connect_timeout_s)
+        except Exception as exc:
+            raise SandboxViolation(f"the sandbox did not say hello ({exc})") from exc
+        return sandbox
+
+    async def acquire(self, code_root: Path, package: str) -> Sandbox:
+        """A sandbox whose guest is connected and waiting: warm if one is ready, else cold."""
+        key = (str(code_root), package)
+        warm = self._warm.get(key, [])
+        while warm:
+            sandbox = warm.pop(0)
+            if sandbox.hello is not None:
+                self.warm_hits += 1
+                self._refill(code_root, package)
+                return sandbox
+            await self.discard(sandbox)
+        self.cold_starts += 1
+        sandbox = await self._warm_up(await self._create(code_root, package))
+        self._refill(code_root, package)
+        return sandbox
+
+    def _refill(self, code_root: Path, package: str) -> None:
+        if self.size <= 0:
+            return
+        key = (str(code_root), package)
+        missing = self.size - len(self._warm.get(key, [])) - len(self._refills)
+        for _ in range(max(0, missing)):
+            task = asyncio.create_task(self._add_warm(code_root, package))
+            self._refills.add(task)
+            task.add_done_callback(self._refills.discard)
+
+    async def _add_warm(self, code_root: Path, package: str) -> None:
+        sandbox: Sandbox | None = None
+        try:
+            sandbox = await self._warm_up(await self._create(code_root, package))
+            self._warm.setdefault((str(code_root), package), []).append(sandbox)
+        except (SandboxError, OSError):
+            if sandbox is not None:
+                await self.discard(sandbox)
+
+    async def prewarm(self, code_root: Path, package: str) -> None:
+        """Fill the pool for one code directory and wait until it is warm."""
+        self._refill(code_root, package)
+        while self._refills:
+            await asyncio.gather(*list(self._refills), return_exceptions=True)
+
+    async def finish(self, sandbox: Sandbox, grace_s: float = 5.0) -> dict[str, Any]:
+        """Wait briefly for the container to exit by itself, then remove it. Returns its final state."""
+        state: dict[str, Any] = {}
+        try:
+            result = await asyncio.wait_for(asyncio.to_thread(sandbox.container.wait), timeout=grace_s)
+            state["exit_code"] = result.get("StatusCode")
+        except Exception:
+            state["exit_code"] = None
+        await self.discard(sandbox, state)
+        return state
+
+    async def discard(self, sandbox: Sandbox, state: dict[str, Any] | None = None) -> None:
+        if state is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(sandbox.container.reload)
+                state["oom_killed"] = bool(sandbox.container.attrs.get("State", {}).get("OOMKilled"))
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(sandbox.container.remove, force=True)
+        if sandbox.connected.done() and not sandbox.connected.cancelled():
+            _, writer = sandbox.connected.result()
+            writer.close()
+        sandbox.server.close()
+        shutil.rmtree(sandbox.sock_dir, ignore_errors=True)
+        self._all.discard(sandbox)
+
+    async def close(self) -> None:
+        for task in list(self._refills):
+            task.cancel()
+        await asyncio.gather(*list(self._refills), return_exceptions=True)
+        for sandbox in list(self._all):
+            await self.discard(sandbox)
+        self._warm.clear()
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

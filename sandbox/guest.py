@@ -1,0 +1,134 @@
+"""The guest: what runs inside the sandbox container.
+
+``python3 -m sandbox.guest /run/runledger/broker.sock`` imports the SDK (so a warm
+container has paid for it), connects to the broker, says hello and waits to be
+given a re-run: the agent to load and its input. The agent function then runs
+against ``RemoteRun``, whose every call is a request to the broker on the host,
+which answers from the record, from a stub, or by calling the real model or tool
+with the host's credentials. The guest holds no credentials and no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sys
+import traceback
+from typing import Any
+
+import ledger.errors as ledger_errors
+from ledger.agent import code_hash, load_agent
+from ledger.models import ModelResponse
+from sandbox.channel import MAX_LINE, encode, read_message
+
+
+class RemoteError(Exception):
+    """An error the broker reported for a call, when no SDK error type matches it."""
+
+
+def _rebuild_error(error: dict[str, Any]) -> Exception:
+    cls = getattr(ledger_errors, str(error.get("type", "")), None)
+    message = str(error.get("message", ""))
+    if isinstance(cls, type) and issubclass(cls, ledger_errors.LedgerError):
+        exc: Exception = cls.__new__(cls)
+        Exception.__init__(exc, message)
+        for key, value in (error.get("fields") or {}).items():
+            setattr(exc, key, value)
+        return exc
+    return RemoteError(f"{error.get('type')}: {message}")
+
+
+class RemoteRun:
+    """The Run API inside the sandbox: each call is a request to the broker."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, start: dict[str, Any]) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._next_id = 1
+        self.run_id: str = start["run_id"]
+        self.agent: str = start.get("agent_name", "")
+        self.input: Any = start.get("input")
+        self.prompt: str = start.get("prompt", "")
+
+    async def _call(self, op: str, **fields: Any) -> Any:
+        ident = self._next_id
+        self._next_id += 1
+        self._writer.write(encode({"id": ident, "op": op, **fields}))
+        await self._writer.drain()
+        reply = await read_message(self._reader)
+        if reply is None:
+            raise SystemExit("the broker closed the channel")  # the re-run was ended on the host
+        if reply.get("id") != ident:
+            raise SystemExit(f"the broker answered {reply.get('id')} to request {ident}")
+        if "error" in reply:
+            raise _rebuild_error(reply["error"])
+        return reply.get("ok")
+
+    async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        return ModelResponse.model_validate(await self._call("model", messages=messages, params=params))
+
+    async def tool(self, tool: Any, args: Any = None, *, fn: Any = None) -> Any:
+        name = tool if isinstance(tool, str) else tool.name
+        return await self._call("tool", name=name, args=args)
+
+    async def effect(self, name: str, args: Any, *, key: str, fn: Any = None, **_: Any) -> Any:
+        return await self._call("effect", name=name, args=args, key=key)
+
+    async def approval(self, action: str, args: Any = None) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("approval", action=action, args=args)
+        return result
+
+    async def now(self) -> dt.datetime:
+        return dt.datetime.fromisoformat(await self._call("now"))
+
+    async def random(self) -> float:
+        return float(await self._call("random"))
+
+
+async def serve(socket_path: str) -> int:
+    for _ in range(200):  # the broker creates the socket before starting us; allow for slow mounts
+        try:
+            reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_LINE)
+            break
+        except OSError:
+            await asyncio.sleep(0.05)
+    else:
+        print(f"guest: no broker at {socket_path}", file=sys.stderr)
+        return 2
+    writer.write(encode({"id": 0, "op": "hello"}))
+    await writer.drain()
+    hello = await read_message(reader)
+    if hello is None or "ok" not in hello:
+        return 0  # released from the pool without work
+    start = hello["ok"]
+    try:
+        spec = load_agent(start["agent"])
+        actual = code_hash(spec.fn)
+        expected = start.get("agent_version")
+        if expected and actual != expected:
+            raise RuntimeError(f"the mounted agent code hashes to {actual}, the run expects {expected}")
+        output = await spec.fn(RemoteRun(reader, writer, start))  # type: ignore[arg-type]
+        message = {"id": -1, "op": "done", "output": output}
+    except SystemExit:
+        return 1
+    except BaseException as exc:  # the agent's failure is the re-run's outcome, reported to the host
+        message = {
+            "id": -1,
+            "op": "failed",
+            "error": {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()},
+        }
+    try:
+        writer.write(encode(message))
+    except (TypeError, ValueError) as exc:
+        writer.write(encode({"id": -1, "op": "failed", "error": {"type": "TypeError", "message": str(exc)}}))
+    await writer.drain()
+    writer.close()
+    return 0
+
+
+def main() -> None:
+    sys.exit(asyncio.run(serve(sys.argv[1] if len(sys.argv) > 1 else "/run/runledger/broker.sock")))
+
+
+if __name__ == "__main__":
+    main()

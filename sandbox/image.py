@@ -1,0 +1,148 @@
+"""The sandbox image: the SDK and the guest on a minimal Python, built without a registry.
+
+``build_image()`` (``runledger sandbox build [--base IMAGE]``):
+1. base: ``--base`` if given; else an official ``python:3.11-slim`` if it is present or can
+   be pulled; else ``runledger/debian-python:bookworm`` built offline from Debian's packages
+   by ``deploy/sandbox/build-base.sh`` (debootstrap + ``docker import``).
+2. context: ``deploy/sandbox/Dockerfile``, the ``ledger`` and ``sandbox`` packages as source,
+   and wheels of their dependencies for the base image's Python (pip download, cached).
+3. tag: ``runledger/sandbox:<sha256 of base image id + context>``; an existing tag is reused,
+   so the image is rebuilt only when its inputs change. ``runledger/sandbox:latest`` follows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ledger.server import runledger_home
+from sandbox.errors import DockerUnavailableError, ImageError
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+IMAGE_REPO = "runledger/sandbox"
+OFFLINE_BASE = "runledger/debian-python:bookworm"
+OFFICIAL_BASE = "python:3.11-slim"
+GUEST_REQUIREMENTS = ["pydantic>=2.7,<3", "nats-py>=2.16,<3"]
+PACKAGES = ("ledger", "sandbox")
+
+
+def docker_client() -> Any:
+    import docker
+
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as exc:  # docker raises DockerException, requests and OS errors alike
+        raise DockerUnavailableError(str(exc)) from exc
+    return client
+
+
+def _has_image(client: Any, tag: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def ensure_base(client: Any, base: str | None = None, log: Any = print) -> str:
+    """The base image to build on, creating the offline one when nothing else is available."""
+    if base:
+        if not _has_image(client, base):
+            try:
+                client.images.pull(base)
+            except Exception as exc:
+                raise ImageError(f"base image {base!r} is not present and cannot be pulled: {exc}") from exc
+        return base
+    for candidate in (OFFICIAL_BASE, OFFLINE_BASE):
+        if _has_image(client, candidate):
+            return candidate
+    try:
+        client.images.pull(OFFICIAL_BASE)
+        return OFFICIAL_BASE
+    except Exception:
+        log(f"{OFFICIAL_BASE} cannot be pulled here; building {OFFLINE_BASE} offline from Debian's packages")
+    script = DEPLOY / "sandbox" / "build-base.sh"
+    done = subprocess.run(["bash", str(script), OFFLINE_BASE], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ImageError(f"building the offline base failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return OFFLINE_BASE
+
+
+def _image_python(client: Any, base: str) -> str:
+    out = client.containers.run(
+        base, ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        network_mode="none", remove=True,
+    )  # fmt: skip
+    return bytes(out).decode().strip()
+
+
+def _wheels(python_version: str) -> Path:
+    """Wheels of the guest's dependencies for ``python_version``, downloaded once and cached."""
+    cache = runledger_home() / "wheels" / python_version
+    if cache.exists() and any(cache.glob("pydantic_core-*.whl")) and any(cache.glob("nats_py-*.whl")):
+        return cache
+    cache.mkdir(parents=True, exist_ok=True)
+    import platform
+
+    arch = platform.machine()
+    cmd = [
+        sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", python_version,
+        "--platform", f"manylinux2014_{arch}", "--platform", f"manylinux_2_28_{arch}", "--platform", "any",
+        "-d", str(cache), *GUEST_REQUIREMENTS,
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ImageError(f"downloading the guest's wheels failed: {done.stderr[-2000:]}")
+    return cache
+
+
+def _context(python_version: str) -> tuple[Path, str]:
+    """Build context in a temp dir and its content hash."""
+    ctx = Path(tempfile.mkdtemp(prefix="runledger-image-"))
+    shutil.copy(DEPLOY / "sandbox" / "Dockerfile", ctx / "Dockerfile")
+    runtime = ctx / "runtime"
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, runtime / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(_wheels(python_version), runtime / "wheels")
+    h = hashlib.sha256()
+    for path in sorted(p for p in ctx.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(ctx)).encode() + b"\0" + path.read_bytes())
+    return ctx, h.hexdigest()[:16]
+
+
+def build_image(base: str | None = None, log: Any = print) -> str:
+    """Build (or reuse) the sandbox image; returns its tag."""
+    client = docker_client()
+    base = ensure_base(client, base, log)
+    base_id = client.images.get(base).id
+    ctx, content = _context(_image_python(client, base))
+    try:
+        tag = f"{IMAGE_REPO}:{hashlib.sha256((base_id + content).encode()).hexdigest()[:16]}"
+        if not _has_image(client, tag):
+            log(f"building {tag} on {base}")
+            try:
+                client.images.build(
+                    path=str(ctx), tag=tag, buildargs={"BASE": base}, network_mode="none", rm=True, forcerm=True
+                )
+            except Exception as exc:
+                raise ImageError(f"docker build failed: {exc}") from exc
+        client.images.get(tag).tag(IMAGE_REPO, "latest")
+        return tag
+    finally:
+        shutil.rmtree(ctx, ignore_errors=True)
+
+
+def current_image(client: Any) -> str:
+    """The newest built sandbox image, or a clear error saying how to build one."""
+    if _has_image(client, f"{IMAGE_REPO}:latest"):
+        return f"{IMAGE_REPO}:latest"
+    raise ImageError("no sandbox image: build it with `runledger sandbox build`")

@@ -1,0 +1,228 @@
+"""Re-runs: stand a recorded run back up at step k and drive it again, in a sandbox.
+
+``Rerunner.rerun(request)`` loads the parent run, checks the version tuple (the agent
+named must be the one that recorded the run; a counterfactual changes exactly one
+element), starts the branch run (``run.started`` + ``run.forked``) or resumes it when a
+re-run request is redelivered, hands a warm sandbox the agent, and lets the broker
+answer it through a BranchRun until the agent reports its outcome. The outcome is
+recorded on the branch by the same ``drive`` that records live runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ledger.agent import AgentSpec, load_agent
+from ledger.client import LedgerClient
+from ledger.errors import RunNotFoundError, VersionMismatchError
+from ledger.events import RunForked, RunResumed, RunStarted, VersionTuple
+from ledger.fold import Checkpoint, apply, fold
+from ledger.ids import new_id
+from ledger.publish import RetryPolicy, SubjectWriter
+from ledger.reader import load_run
+from ledger.records import Recorded
+from ledger.runner import RunResult, drive
+from ledger.subjects import run_subject
+from sandbox.branch import BranchRun
+from sandbox.broker import Broker
+from sandbox.containers import SandboxPool
+from sandbox.errors import RerunRequestError, SandboxViolation
+
+Mode = Literal["replay", "redrive", "live", "counterfactual"]
+CHANGEABLE = ("model", "prompt", "agent")
+
+
+class RerunRequest(BaseModel):
+    """What an operator asks for. Serialised onto the LEDGER_CMD work queue as JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    parent_run_id: str
+    agent: str
+    mode: Mode
+    fork_step: int | None = None
+    base_mode: Literal["redrive", "live"] = "redrive"
+    change: dict[str, str] = Field(default_factory=dict)
+    allow_effects: bool = False
+    live_tools: list[str] | None = None
+    timeout_s: float = 60.0
+    request_id: str = Field(default_factory=new_id)
+
+    @property
+    def branch_run_id(self) -> str:
+        return f"br-{self.request_id}"
+
+
+@dataclasses.dataclass
+class RerunResult(RunResult):
+    parent_run_id: str = ""
+    fork_step: int = 0
+    mode: str = ""
+    changed: str | None = None
+    warm: bool = False
+    requests: int = 0
+
+
+def _load_object(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    if not module or not attr:
+        raise RerunRequestError(f"expected module:attribute, got {ref!r}")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RerunRequestError(f"cannot load {ref!r}: {exc}") from exc
+
+
+def branch_spec(host: AgentSpec, request: RerunRequest) -> tuple[AgentSpec, str, str | None, Any, Any]:
+    """The spec the branch runs with, its agent ref, and (changed, from, to) of the version tuple."""
+    if request.mode != "counterfactual":
+        if request.change:
+            raise RerunRequestError("only a counterfactual branch changes the version tuple (--mode counterfactual)")
+        return host, request.agent, None, None, None
+    if len(request.change) != 1 or next(iter(request.change)) not in CHANGEABLE:
+        raise RerunRequestError(
+            f"a counterfactual branch changes exactly one of {', '.join(CHANGEABLE)}: --set NAME=VALUE, got "
+            f"{request.change or 'nothing'}"
+        )
+    ((what, value),) = request.change.items()
+    before = host.version()
+    ref = request.agent
+    if what == "model":
+        model = _load_object(value)
+        if callable(model) and not hasattr(model, "complete"):
+            model = model()
+        if not hasattr(model, "complete") or not hasattr(model, "name"):
+            raise RerunRequestError(f"{value!r} is not a model adapter (needs .name and .complete())")
+        spec = dataclasses.replace(host, model=model)
+    elif what == "prompt":
+        spec = dataclasses.replace(host, prompt=value)
+    else:
+        spec, ref = load_agent(value), value
+    after = spec.version()
+    field = {"agent": "agent_version"}.get(what, what)
+    field = "prompt_hash" if what == "prompt" else field
+    differs = [k for k in VersionTuple.model_fields if getattr(before, k) != getattr(after, k)]
+    if differs != [field]:
+        raise RerunRequestError(
+            f"--set {what}=... must change exactly the {field} element of the version tuple; it changes "
+            f"{differs or 'nothing'}"
+        )
+    return spec, ref, field, getattr(before, field), getattr(after, field)
+
+
+def code_location(spec: AgentSpec) -> tuple[Path, str]:
+    """(directory holding the agent's top-level package, package name): what is mounted read-only."""
+    fn = inspect.unwrap(spec.fn)
+    module = fn.__module__
+    source = inspect.getsourcefile(fn)
+    if source is None or "." not in module:
+        raise RerunRequestError(f"the agent function must live in a package to be sandboxed (it is in {module!r})")
+    parts = module.split(".")
+    path = Path(source).resolve()
+    return path.parents[len(parts) - 1], parts[0]
+
+
+class Rerunner:
+    def __init__(self, client: LedgerClient, pool: SandboxPool, policy: RetryPolicy = RetryPolicy()) -> None:
+        self.client = client
+        self.pool = pool
+        self.policy = policy
+
+    async def rerun(self, request: RerunRequest) -> RerunResult:
+        if request.mode == "replay":
+            raise RerunRequestError("trace replay executes nothing: use `runledger show RUN`")
+        parent_log = await load_run(self.client, request.parent_run_id)
+        parent = fold(parent_log.records, check_chain=False)
+        if parent.version is None:
+            raise RerunRequestError(f"run {request.parent_run_id} has no run.started event")
+        host = load_agent(request.agent)
+        if host.version().model_dump() != parent.version:
+            raise VersionMismatchError(request.parent_run_id, parent.version, host.version().model_dump())
+        spec, ref, changed, before, after = branch_spec(host, request)
+        last = max(parent.last_step, 0)
+        fork_step = last if request.fork_step is None else request.fork_step
+        if not 0 <= fork_step <= parent.last_step + 1:
+            raise RerunRequestError(f"--at-step must be within 0..{parent.last_step + 1} for run {parent.run_id}")
+        mode = request.base_mode if request.mode == "counterfactual" else request.mode
+        branch_id = request.branch_run_id
+        cp, writer = await self._open_branch(spec, parent, request, fork_step, changed, before, after)
+        common: dict[str, Any] = {
+            "parent_run_id": parent.run_id,
+            "fork_step": fork_step,
+            "mode": request.mode,
+            "changed": changed,
+        }
+        if cp.status in ("completed", "failed"):  # a redelivered request that already ran: once only
+            return RerunResult(branch_id, cp.status, output=cp.output, reason=cp.failure_reason,
+                               error=(cp.error or {}).get("message"), nothing_to_do=True, **common)  # fmt: skip
+        run = BranchRun(
+            self.client, spec, writer, cp, policy=self.policy, parent=parent, fork_step=fork_step,
+            mode=mode, allow_effects=request.allow_effects,
+            live_tools=frozenset(request.live_tools) if request.live_tools is not None else None,
+        )  # fmt: skip
+        code_root, package = code_location(spec)
+        warm_before = self.pool.warm_hits
+        sandbox = await self.pool.acquire(code_root, package)
+        warm = self.pool.warm_hits > warm_before
+        reader, channel_writer = await sandbox.channel(5.0)
+        start = {
+            "agent": ref, "agent_version": spec.version().agent_version, "run_id": branch_id,
+            "agent_name": spec.name, "input": cp.input, "prompt": spec.prompt,
+        }  # fmt: skip
+        broker = Broker(reader, channel_writer, start, deadline=time.monotonic() + request.timeout_s)
+        clean_exit = False
+
+        async def in_sandbox(run: Any) -> Any:
+            nonlocal clean_exit
+            try:
+                output = await broker.serve(run, sandbox.hello)
+            except SandboxViolation as exc:
+                raise SandboxViolation(f"{exc}; the container {await sandbox.describe()}") from exc
+            clean_exit = True
+            return output
+
+        try:
+            result = await drive(run, dataclasses.replace(spec, fn=in_sandbox), record_nondeterminism=True)
+        finally:
+            if clean_exit:
+                await self.pool.finish(sandbox)
+            else:
+                await self.pool.discard(sandbox)
+        return RerunResult(**dataclasses.asdict(result), warm=warm, requests=broker.requests, **common)
+
+    async def _open_branch(
+        self, spec: AgentSpec, parent: Checkpoint, request: RerunRequest, fork_step: int,
+        changed: str | None, before: Any, after: Any,
+    ) -> tuple[Checkpoint, SubjectWriter]:  # fmt: skip
+        branch_id = request.branch_run_id
+        try:
+            log = await load_run(self.client, branch_id)
+        except RunNotFoundError:
+            cp = Checkpoint()
+            writer = SubjectWriter(self.client.js, run_subject(spec.name, branch_id), run_id=branch_id,
+                                   agent=spec.name, msg_id_prefix=branch_id, policy=self.policy)  # fmt: skip
+            for body in (
+                RunStarted(agent=spec.name, version=spec.version(), input=parent.input,
+                           budgets=dict(parent.limits),  # type: ignore[arg-type]
+                           labels={"parent_run_id": parent.run_id, "request_id": request.request_id}),
+                RunForked(parent_run_id=parent.run_id, fork_step=fork_step, mode=request.mode, changed=changed,
+                          changed_from=before, changed_to=after),
+            ):  # fmt: skip
+                event = await writer.append(body)
+                apply(cp, Recorded(event, writer.last_stream_seq))
+            return cp, writer
+        cp = fold(log.records)
+        last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
+        writer = SubjectWriter(self.client.js, log.subject, run_id=branch_id, agent=log.agent,
+                               msg_id_prefix=branch_id, next_seq=cp.next_seq, prev_hash=cp.last_hash,
+                               last_stream_seq=last, policy=self.policy)  # fmt: skip
+        if cp.status not in ("completed", "failed"):
+            event = await writer.append(RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker="rerun"))
+            apply(cp, Recorded(event, writer.last_stream_seq))
+        return cp, writer

@@ -181,7 +181,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
             if r.ok:
                 print(f"ok   {r.run_id}  {r.events} events, chain intact")
             else:
-                print(f"BAD  {r.run_id}  first bad event at stream seq {r.first_bad_stream_seq}: {r.reason}")
+                print(
+                    f"BAD  {r.run_id}  first bad event at stream seq {r.first_bad_stream_seq} "
+                    f"(event seq {r.first_bad_seq}): {r.reason}"
+                )
                 for p in r.problems[1:5]:
                     print(f"       also {p}")
         print(f"{len(results) - len(bad)} of {len(results)} runs verified")

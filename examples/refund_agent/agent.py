@@ -135,6 +135,20 @@ def scripted_reply(messages: list[dict[str, Any]]) -> str:
     return json.dumps({"reply": "Thanks for reaching out; we will get back to you shortly."})
 
 
+def strict_reply(messages: list[dict[str, Any]]) -> str:
+    """A stricter model for counterfactual branches: it never refunds without a photo."""
+    last = str(messages[-1].get("content", ""))
+    if last.startswith("TASK decide"):
+        order = json.loads(last.split("\n", 1)[1])
+        reply = f"Please send us a photo of the damaged {order['item']} so we can process your request."
+        return json.dumps({"refund": False, "amount": order["amount"], "reply": reply})
+    return scripted_reply(messages)
+
+
+def strict_model() -> ScriptedModel:
+    return ScriptedModel(strict_reply, name="scripted-strict-1")
+
+
 # -- the agent ------------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,58 @@
+"""Sandbox fixtures: the real Docker engine and the sandbox image. They fail, never skip,
+when Docker is missing (`deploy/dev.sh test` installs and starts it)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.refund_agent.payments import PaymentsService
+from ledger.client import LedgerClient
+from sandbox.containers import LABEL, SandboxPolicy, SandboxPool
+from sandbox.image import build_image, docker_client
+from sandbox.rerun import Rerunner
+
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+
+@pytest.fixture(scope="session")
+def docker() -> Any:
+    return docker_client()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker: Any) -> str:
+    return build_image(log=lambda m: None)
+
+
+@pytest.fixture
+async def pool(docker: Any, sandbox_image: str) -> AsyncIterator[SandboxPool]:
+    p = SandboxPool(docker, SandboxPolicy(image=sandbox_image, timeout_s=20), size=0)
+    try:
+        yield p
+    finally:
+        await p.close()
+        leftovers = [c for c in docker.containers.list(all=True, filters={"label": LABEL})
+                     if c.labels.get(f"{LABEL}.owner", "").endswith(f":{os.getpid()}")]  # fmt: skip
+        assert leftovers == [], "a sandbox container was left behind"
+
+
+@pytest.fixture
+def rerunner(client: LedgerClient, pool: SandboxPool) -> Rerunner:
+    return Rerunner(client, pool)
+
+
+@pytest.fixture
+def payments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PaymentsService]:
+    service = PaymentsService(tmp_path / "payments.log").start()
+    monkeypatch.setenv("REFUND_PAYMENTS_URL", service.url)
+    monkeypatch.setenv("REFUND_OUTBOX", str(tmp_path / "outbox"))
+    monkeypatch.setenv("TEST_PAYMENTS_LOG", str(tmp_path / "pay.log"))
+    try:
+        yield service
+    finally:
+        service.stop()

@@ -1,0 +1,119 @@
+"""Every re-run mode on the refund agent, in real Docker sandboxes."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from examples.refund_agent.agent import TICKETS, spec
+from examples.refund_agent.payments import PaymentsService
+from ledger.client import LedgerClient
+from ledger.fold import fold
+from ledger.reader import load_run
+from ledger.runner import start_run
+from sandbox.diff import diff
+from sandbox.errors import RerunRequestError
+from sandbox.rerun import Rerunner, RerunRequest
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+AGENT = "examples.refund_agent.agent:spec"
+T1001 = TICKETS[0]
+
+
+async def branch_checkpoint(client: LedgerClient, run_id: str):  # type: ignore[no-untyped-def]
+    return fold((await load_run(client, run_id)).records)
+
+
+async def test_redrive_serves_tools_from_the_record_and_runs_the_model_live(
+    client: LedgerClient, rerunner: Rerunner, payments: PaymentsService
+) -> None:
+    parent = await start_run(client, spec(), T1001, run_id="p-redrive")
+    assert len(payments.calls()) == 1
+    result = await rerunner.rerun(RerunRequest(parent_run_id="p-redrive", agent=AGENT, mode="redrive", fork_step=1))
+    assert result.status == "completed", result.error
+    assert result.output == parent.output
+    assert len(payments.calls()) == 1  # the refund was served from the record
+    cp = await branch_checkpoint(client, result.run_id)
+    assert cp.parent == {"parent_run_id": "p-redrive", "fork_step": 1, "mode": "redrive", "changed": None,
+                         "changed_from": None, "changed_to": None}  # fmt: skip
+    assert [cp.steps[s].kind for s in sorted(cp.steps)] == ["model", "tool", "model", "effect", "effect"]
+    d = await diff(client, "p-redrive", result.run_id)
+    assert d.first_difference is None
+
+
+async def test_live_reexecution_never_repeats_a_committed_effect_and_simulates_new_ones(
+    client: LedgerClient, rerunner: Rerunner, payments: PaymentsService
+) -> None:
+    await start_run(client, spec(), T1001, run_id="p-live")
+    assert len(payments.calls()) == 1
+    result = await rerunner.rerun(RerunRequest(parent_run_id="p-live", agent=AGENT, mode="live", fork_step=0))
+    assert result.status == "completed", result.error
+    assert len(payments.calls()) == 1  # the payments service's own log: no second refund
+    cp = await branch_checkpoint(client, result.run_id)
+    assert cp.steps[3].status == "committed" and cp.steps[3].key == "refund:order-8891"
+
+
+async def test_live_reexecution_simulates_an_effect_the_original_never_committed(
+    client: LedgerClient, rerunner: Rerunner, payments: PaymentsService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    monkeypatch.setenv("REFUND_PAYMENTS_URL", f"http://127.0.0.1:{dead}")
+    parent = await start_run(client, spec(), T1001, run_id="p-down")
+    assert parent.status == "failed"  # the refund effect failed: the key is free
+    monkeypatch.setenv("REFUND_PAYMENTS_URL", payments.url)
+    result = await rerunner.rerun(RerunRequest(parent_run_id="p-down", agent=AGENT, mode="live", fork_step=0))
+    assert result.status == "completed", result.error
+    assert payments.calls() == []  # simulated, not committed
+    cp = await branch_checkpoint(client, result.run_id)
+    assert cp.simulated_keys == ["refund:order-8891", "email:T-1001"]
+    assert "refund:order-8891" not in cp.committed_keys
+    events = [r.event for r in (await load_run(client, result.run_id)).records]
+    assert any(e.type == "effect.simulated" and e.payload["key"] == "refund:order-8891" for e in events)
+
+
+async def test_counterfactual_model_makes_a_different_decision_at_the_fork(
+    client: LedgerClient, rerunner: Rerunner, payments: PaymentsService
+) -> None:
+    await start_run(client, spec(), T1001, run_id="p-cf")
+    request = RerunRequest(
+        parent_run_id="p-cf", agent=AGENT, mode="counterfactual", fork_step=2, base_mode="live",
+        change={"model": "examples.refund_agent.agent:strict_model"},
+    )  # fmt: skip
+    result = await rerunner.rerun(request)
+    assert result.status == "completed", result.error
+    assert result.output["refunded"] is False
+    d = await diff(client, "p-cf", result.run_id)
+    assert d.changed == "model"
+    assert d.version_delta["model"] == ["scripted-support-1", "scripted-strict-1"]
+    assert d.first_difference == 2  # the decision at the fork
+    at_fork = d.steps[0]
+    assert at_fork.step == 2 and not at_fork.same
+    assert '"refund": true' in at_fork.parent["output"]["content"]
+    assert '"refund": false' in at_fork.branch["output"]["content"]
+    assert len(payments.calls()) == 1
+
+
+async def test_counterfactual_must_change_exactly_one_element(client: LedgerClient, rerunner: Rerunner,
+                                                               payments: PaymentsService) -> None:  # fmt: skip
+    await start_run(client, spec(), T1001, run_id="p-bad")
+    with pytest.raises(RerunRequestError, match="exactly one"):
+        await rerunner.rerun(RerunRequest(parent_run_id="p-bad", agent=AGENT, mode="counterfactual",
+                                          change={"model": "x:y", "prompt": "p"}))  # fmt: skip
+    with pytest.raises(RerunRequestError, match="only a counterfactual"):
+        await rerunner.rerun(RerunRequest(parent_run_id="p-bad", agent=AGENT, mode="redrive", change={"prompt": "p"}))
+
+
+async def test_redrive_reports_the_first_divergence(client: LedgerClient, rerunner: Rerunner,
+                                                     payments: PaymentsService) -> None:  # fmt: skip
+    await start_run(client, spec(), T1001, run_id="p-div")
+    request = RerunRequest(
+        parent_run_id="p-div", agent=AGENT, mode="counterfactual", fork_step=2, base_mode="redrive",
+        change={"model": "examples.refund_agent.agent:strict_model"},
+    )  # fmt: skip
+    result = await rerunner.rerun(request)
+    assert result.status == "failed" and result.reason == "diverged"
+    assert "diverged at step 3" in (result.error or "")
+    assert len(payments.calls()) == 1

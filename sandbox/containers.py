@@ -63,8 +63,13 @@ class Sandbox:
                 f"the sandbox did not connect within {timeout:g}s ({await self.describe()})"
             ) from exc
 
-    async def describe(self) -> str:
-        """What the container's state says about how it ended (OOM, exit code)."""
+    async def describe(self, wait_s: float = 3.0) -> str:
+        """What the container's state says about how it ended (OOM, exit code).
+
+        Waits up to ``wait_s`` for it to exit: when the agent's process is OOM-killed the
+        channel closes before the container's init has exited and the flag is set."""
+        with contextlib.suppress(Exception):  # docker raises requests' ConnectionError on timeout
+            await asyncio.wait_for(asyncio.to_thread(self.container.wait, timeout=wait_s), timeout=wait_s + 1)
         try:
             await asyncio.to_thread(self.container.reload)
         except Exception:

@@ -1,0 +1,94 @@
+"""Hostile replayed content and hostile agent code: contained, reported, nothing committed,
+no container left behind, and the same pool keeps serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger.client import LedgerClient
+from ledger.fold import fold
+from ledger.reader import load_run
+from ledger.runner import start_run
+from sandbox.containers import SandboxPolicy, SandboxPool
+from sandbox.rerun import Rerunner, RerunRequest
+from tests.sandbox_agents.hostile import benign_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+MOD = "tests.sandbox_agents.hostile"
+
+
+@pytest.fixture
+async def parent(client: LedgerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("TEST_PAYMENTS_LOG", str(tmp_path / "pay.log"))
+    result = await start_run(client, benign_spec(), None, run_id="hostile-parent")
+    assert result.status == "completed"
+    return "hostile-parent"
+
+
+def paid(tmp_path: Path) -> list[str]:
+    log = tmp_path / "pay.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+async def test_prompt_injection_in_a_recorded_tool_output_commits_nothing(
+    client: LedgerClient, rerunner: Rerunner, parent: str, tmp_path: Path
+) -> None:
+    assert len(paid(tmp_path)) == 1  # the gullible original obeyed the injection
+    result = await rerunner.rerun(RerunRequest(parent_run_id=parent, agent=f"{MOD}:benign_spec", mode="live",
+                                               fork_step=0))  # fmt: skip
+    assert result.status == "completed"
+    assert len(paid(tmp_path)) == 1  # the committed key returns its recorded result; nothing paid again
+    other = await start_run(client, benign_spec(), None, run_id="hostile-parent-2")
+    assert other.status == "completed"
+    assert len(paid(tmp_path)) == 1  # even a new live run cannot pay the same key twice
+
+
+HOSTILE = [
+    ("connect_spec", "exception", ["network attempts", "127.0.0.1:4222': 'ConnectionRefusedError",
+                                   "1.1.1.1:80': 'OSError"]),
+    ("env_spec", "exception", ["environment: [('HOME'", "PYTHONPATH"]),
+    ("write_spec", "exception", ["write attempts", "'/tmp/ok.txt': 'WRITTEN'"]),
+    ("fork_spec", None, []),
+    ("memory_spec", "sandbox", ["memory limit (OOM)"]),
+    ("spin_spec", "sandbox", ["wall-clock limit"]),
+    ("flood_spec", "sandbox", ["longer than"]),
+    ("malformed_spec", "sandbox", ["malformed channel message", "not JSON"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("agent", "reason", "fragments"), HOSTILE, ids=[h[0] for h in HOSTILE])
+async def test_hostile_agent_code_is_contained_and_reported(
+    client: LedgerClient, docker: object, sandbox_image: str, parent: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, agent: str, reason: str | None, fragments: list[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("RUNLEDGER_SECRET_TOKEN", "sk-live-should-never-leak")
+    pool = SandboxPool(docker, SandboxPolicy(image=sandbox_image, timeout_s=8, memory="128m", pids=32), size=0)
+    rerunner = Rerunner(client, pool)
+    try:
+        request = RerunRequest(parent_run_id=parent, agent=f"{MOD}:{agent}", mode="live", fork_step=0, timeout_s=8)
+        result = await rerunner.rerun(request)
+        assert result.status == "failed", result
+        if reason is not None:
+            assert result.reason == reason, result.error
+        else:
+            assert result.reason in ("exception", "sandbox"), result.error
+        cp = fold((await load_run(client, result.run_id)).records)
+        recorded = cp.error or {}
+        text = f"{recorded.get('message')}\n{recorded.get('traceback')}"
+        for fragment in fragments:
+            assert fragment in text, text[:2000]
+        assert "CONNECTED" not in text
+        for path in ("/etc/passwd", "/app/evil.py", "/opt/runledger/ledger/__init__.py"):
+            assert f"'{path}': 'WRITTEN'" not in text
+        assert "sk-live-should-never-leak" not in text
+        assert cp.committed_keys == [] and cp.simulated_keys == []
+        assert len(paid(tmp_path)) == 1
+        # The same pool keeps serving after the attack.
+        honest = await rerunner.rerun(RerunRequest(parent_run_id=parent, agent=f"{MOD}:honest_spec", mode="live",
+                                                   fork_step=0))  # fmt: skip
+        assert honest.status == "completed" and honest.output == "honest"
+    finally:
+        await pool.close()
+    assert len(pool) == 0

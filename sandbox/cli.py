@@ -109,7 +109,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print(f"worker: serving re-runs from {client.url} with {policy.image}", flush=True)
         try:
             await run_worker(client, docker, policy=policy, concurrency=args.concurrency, pool_size=args.pool,
-                             max_requests=args.max_requests)  # fmt: skip
+                             max_requests=args.max_requests, ack_wait_s=args.ack_wait)  # fmt: skip
         finally:
             await client.close()
         return 0
@@ -153,6 +153,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--image", help="sandbox image (default: the last one built)")
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--max-requests", type=int, help="exit after this many requests")
+    p.add_argument(
+        "--ack-wait",
+        type=float,
+        default=30.0,
+        help="seconds without progress before a request is redelivered to another worker",
+    )
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("diff", parents=[common], help="compare a branch with its parent from the fork")

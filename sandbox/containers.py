@@ -21,6 +21,7 @@ import shutil
 import socket
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,7 @@ class SandboxPool:
         self._refills: set[asyncio.Task[None]] = set()
         self.cold_starts = 0
         self.warm_hits = 0
+        self.pool_id = uuid.uuid4().hex[:12]
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -144,7 +146,8 @@ class SandboxPool:
                 pids_limit=p.pids, mem_limit=p.memory, memswap_limit=p.memory, nano_cpus=int(p.cpus * 1e9),
                 user="10001:10001", init=True, environment={"PYTHONPATH": "/app:/opt/runledger:/opt/runledger/site"},
                 working_dir="/app", volumes=_mounts(code_root, package, sock_dir),
-                labels={LABEL: "1", f"{LABEL}.owner": OWNER}, log_config={"type": "none"},
+                labels={LABEL: "1", f"{LABEL}.owner": OWNER, f"{LABEL}.pool": self.pool_id},
+                log_config={"type": "none"},
                 stdin_open=False, tty=False,
             )  # fmt: skip
             await asyncio.to_thread(container.start)
@@ -167,14 +170,17 @@ class SandboxPool:
     async def acquire(self, code_root: Path, package: str) -> Sandbox:
         """A sandbox whose guest is connected and waiting: warm if one is ready, else cold."""
         key = (str(code_root), package)
-        warm = self._warm.get(key, [])
-        while warm:
-            sandbox = warm.pop(0)
-            if sandbox.hello is not None:
+        while True:
+            warm = self._warm.get(key, [])
+            if warm:
                 self.warm_hits += 1
+                sandbox = warm.pop(0)
                 self._refill(code_root, package)
                 return sandbox
-            await self.discard(sandbox)
+            if not self._refills:
+                break
+            # A sandbox is already warming up: it will be ready sooner than a new cold one.
+            await asyncio.wait(list(self._refills), return_when=asyncio.FIRST_COMPLETED)
         self.cold_starts += 1
         sandbox = await self._warm_up(await self._create(code_root, package))
         self._refill(code_root, package)
@@ -231,12 +237,22 @@ class SandboxPool:
         self._all.discard(sandbox)
 
     async def close(self) -> None:
+        """Remove every sandbox of this pool, including one whose creation was interrupted."""
+        interrupted = bool(self._refills)
         for task in list(self._refills):
             task.cancel()
         await asyncio.gather(*list(self._refills), return_exceptions=True)
         for sandbox in list(self._all):
             await self.discard(sandbox)
         self._warm.clear()
+        if interrupted:
+            await asyncio.sleep(1.0)  # a create running in a worker thread finishes after the cancel
+        await asyncio.to_thread(self._sweep)
+
+    def _sweep(self) -> None:
+        for container in self.docker.containers.list(all=True, filters={"label": f"{LABEL}.pool={self.pool_id}"}):
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
 
     def __len__(self) -> int:
         return len(self._all)

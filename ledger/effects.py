@@ -21,7 +21,7 @@ from typing import Any, Literal
 from ledger.client import LedgerClient
 from ledger.errors import ConfigurationError, LedgerError
 from ledger.events import GENESIS, EffectResolved, Payload
-from ledger.publish import RetryPolicy, SubjectWriter
+from ledger.publish import PayloadTransform, RetryPolicy, SubjectWriter
 from ledger.reader import decode_records, read_raw
 from ledger.records import Recorded
 from ledger.subjects import effect_msg_id, effect_subject
@@ -83,7 +83,15 @@ async def read_key(client: LedgerClient, key: str) -> KeyState:
     return state
 
 
-def key_writer(client: LedgerClient, state: KeyState, *, run_id: str, agent: str, policy: RetryPolicy) -> SubjectWriter:
+def key_writer(
+    client: LedgerClient,
+    state: KeyState,
+    *,
+    run_id: str,
+    agent: str,
+    policy: RetryPolicy,
+    transform: PayloadTransform | None = None,
+) -> SubjectWriter:
     """The writer that appends to the key's subject right after ``state`` (fenced on it)."""
     return SubjectWriter(
         client.js,
@@ -95,14 +103,25 @@ def key_writer(client: LedgerClient, state: KeyState, *, run_id: str, agent: str
         prev_hash=state.last_hash,
         last_stream_seq=state.last_stream_seq,
         policy=policy,
+        transform=transform,
     )
 
 
 async def append_to_key(
-    client: LedgerClient, state: KeyState, body: Payload, *, run_id: str, agent: str, policy: RetryPolicy
+    client: LedgerClient,
+    state: KeyState,
+    body: Payload,
+    *,
+    run_id: str,
+    agent: str,
+    policy: RetryPolicy,
+    transform: PayloadTransform | None = None,
 ) -> KeyState:
-    """Append one event to the key subject (fenced) and return the new state."""
-    writer = key_writer(client, state, run_id=run_id, agent=agent, policy=policy)
+    """Append one event to the key subject (fenced) and return the new state.
+
+    ``transform`` is the run's content protection (the key subject holds the effect's
+    arguments and result, so it is protected like the run's own subject)."""
+    writer = key_writer(client, state, run_id=run_id, agent=agent, policy=policy, transform=transform)
     event = await writer.append(body)
     new = replace(state)
     apply_key(new, Recorded(event, writer.last_stream_seq))

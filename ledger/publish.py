@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import nats
@@ -28,6 +29,8 @@ from ledger.events import GENESIS, Event, Payload, make_event
 from ledger.streams import LEDGER_STREAM
 
 WRONG_LAST_SEQUENCE = 10071
+# What a payload becomes before it is recorded (redaction, sealing, blobs: ledger.capture).
+PayloadTransform = Callable[[Payload], Awaitable[Payload]]
 _RETRYABLE = (
     TimeoutError,
     nats.errors.TimeoutError,
@@ -145,6 +148,7 @@ class SubjectWriter:
         prev_hash: str = GENESIS,
         last_stream_seq: int = 0,
         policy: RetryPolicy = RetryPolicy(),
+        transform: PayloadTransform | None = None,
     ) -> None:
         self.js = js
         self.subject = subject
@@ -155,9 +159,15 @@ class SubjectWriter:
         self.prev_hash = prev_hash
         self.last_stream_seq = last_stream_seq
         self.policy = policy
+        self.transform = transform
 
     async def append(self, body: Payload) -> Event:
-        """Publish the next event and return it once the server acknowledged it."""
+        """Publish the next event and return it once the server acknowledged it.
+
+        With a ``transform``, what is published (and returned) is the transformed payload:
+        every event of the subject passes through it, whoever builds the payload."""
+        if self.transform is not None:
+            body = await self.transform(body)
         event, data = make_event(
             body, run_id=self.run_id, agent=self.agent, seq=self.next_seq, prev_hash=self.prev_hash
         )

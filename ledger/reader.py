@@ -17,6 +17,7 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from ledger.capture import client_opener
 from ledger.client import LedgerClient
 from ledger.errors import EventDecodeError, LedgerError, RunNotFoundError
 from ledger.events import Event, decode
@@ -102,14 +103,24 @@ def decode_records(raws: list[RawRecord]) -> tuple[list[Recorded], list[Quaranti
     return good, bad
 
 
-async def load_run(client: LedgerClient, run_id: str) -> RunLog:
-    """All events of one run (quarantining what does not decode). Raises RunNotFoundError."""
+async def load_run(client: LedgerClient, run_id: str, *, open_content: bool = True, fetch: bool = False) -> RunLog:
+    """All events of one run (quarantining what does not decode). Raises RunNotFoundError.
+
+    With ``open_content`` (the default) sealed content is opened with the run's key where
+    this connection may read it (ledger.capture); what cannot be opened (an erased run)
+    stays sealed. Blob references stay references unless ``fetch``: a checkpoint folded
+    from the log keeps its size bounded. Events are returned for reading: their ``hash``
+    is that of the stored (sealed) bytes, which ``verify`` checks.
+    """
     raws = await read_raw(client, any_agent_run_subject(run_id))
     if not raws:
         raise RunNotFoundError(run_id)
     parsed = parse_run_subject(raws[0].subject)
     agent = parsed[0] if parsed else ""
     good, bad = decode_records(raws)
+    if open_content:
+        opener = client_opener(client)
+        good = [Recorded(await opener.open_event(r.event, fetch=fetch), r.stream_seq, r.subject) for r in good]
     return RunLog(run_id=run_id, agent=agent, subject=raws[0].subject, records=good, quarantined=bad)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ledger.agent import AgentSpec
 from ledger.canonical import digest, jsonable
+from ledger.capture import PayloadOpener, PayloadProtector, PayloadUnavailableError, client_opener, is_marker
 from ledger.client import LedgerClient
 from ledger.crashpoints import crash_point
 from ledger.effects import KeyState, append_to_key, read_key
@@ -80,12 +81,18 @@ class Run:
         checkpoint: Checkpoint,
         *,
         policy: RetryPolicy,
+        protector: PayloadProtector | None = None,
     ) -> None:
         self._client = client
         self._spec = spec
         self._writer = writer
         self._cp = checkpoint
         self._policy = policy
+        # Content protection (ledger.capture): what is recorded is redacted/sealed; the agent
+        # gets the real values live, and recorded ones (opened on demand) on replay.
+        self._protector = protector
+        self._opener: PayloadOpener | None = None
+        self._input: Any = _UNSET
         self._next_step = 0
         self._segment_wall = time.time()
         self._seconds_at_segment = checkpoint.spent["seconds"]
@@ -102,7 +109,11 @@ class Run:
 
     @property
     def input(self) -> Any:
-        return self._cp.input
+        """The run's input: the real one live, the recorded (opened) one on resume."""
+        value = self._cp.input if self._input is _UNSET else self._input
+        if is_marker(value):
+            raise PayloadUnavailableError("the run's input", "it was not recorded in a readable form")
+        return value
 
     @property
     def prompt(self) -> str:
@@ -119,6 +130,28 @@ class Run:
         return self._next_step in self._cp.steps
 
     # -- plumbing ------------------------------------------------------------------------------------
+
+    async def _open(self, value: Any) -> Any:
+        """A recorded value as the agent saw it: unsealed, blob fetched and verified (strict)."""
+        if not is_marker(value):
+            return value
+        if self._opener is None:
+            self._opener = client_opener(self._client)
+            if self._protector is not None and self._protector.keys is not None:
+                self._opener.remember(self._protector.keys)
+        return await self._opener.open_value(value)
+
+    async def _open_model_output(self, output: Any) -> Any:
+        # The fold merges usage (structure) into the recorded response (content).
+        data = dict(output or {})
+        usage = data.pop("usage", None)
+        if not is_marker(data):
+            return output
+        return {**(await self._open(data)), "usage": usage or {}}
+
+    def _resolve(self, args: Any) -> Any:
+        """``args`` for the tool itself: ``secret://NAME`` references resolved (never recorded)."""
+        return args if self._protector is None else self._protector.resolve_secrets(args)
 
     async def _append(self, body: Payload) -> Event:
         event = await self._writer.append(body)
@@ -169,7 +202,7 @@ class Run:
             self._check(step, rec, "model", name, args_digest)
             if rec.error:
                 raise ToolFailedError(name, step, rec.error["type"], rec.error["message"])
-            return _response_from_record(rec.output)
+            return _response_from_record(await self._open_model_output(rec.output))
         await self._check_budgets(step, model_call=True)
         started = time.perf_counter()
         try:
@@ -240,11 +273,11 @@ class Run:
             self._check(step, rec, "tool", declared.name, args_digest)
             if rec.error:
                 raise ToolFailedError(declared.name, step, rec.error["type"], rec.error["message"])
-            return rec.output
+            return await self._open(rec.output)
         await self._check_budgets(step, model_call=False)
         started = time.perf_counter()
         try:
-            output = jsonable(await call_maybe_async(declared.fn, args))
+            output = jsonable(await call_maybe_async(declared.fn, self._resolve(args)))
         except Exception as exc:
             info = error_info(exc, False)
             await self._append(
@@ -301,7 +334,7 @@ class Run:
             if rec.key != key:
                 raise NondeterminismError(self.run_id, step, f"effect key {rec.key!r}", f"effect key {key!r}")
             if rec.status == "committed":
-                return rec.output
+                return await self._open(rec.output)
             if rec.status == "failed":
                 raise EffectFailedError(key, (rec.error or {}).get("message", "failed"))
             # Recorded as intended only: the process died somewhere inside the effect.
@@ -339,7 +372,7 @@ class Run:
                 )
             )
             self._after_step(step)
-            return state.result
+            return await self._open(state.result)
         # free (never claimed, released, or an earlier attempt failed): claim, act, record.
         state = await self._append_key(
             state, EffectIntended(step=step, name=name, key=key, args=args, args_digest=digest(args))
@@ -347,7 +380,7 @@ class Run:
         crash_point(f"effect:{key}:claimed")
         started = time.perf_counter()
         try:
-            result = jsonable(await call_maybe_async(fn, args))
+            result = jsonable(await call_maybe_async(fn, self._resolve(args)))
         except Exception as exc:
             info = error_info(exc, False)
             await self._append_key(state, EffectFailed(step=step, key=key, error=info))
@@ -365,7 +398,13 @@ class Run:
     async def _append_key(self, state: KeyState, body: Payload) -> KeyState:
         try:
             return await append_to_key(
-                self._client, state, body, run_id=self.run_id, agent=self.agent, policy=self._policy
+                self._client,
+                state,
+                body,
+                run_id=self.run_id,
+                agent=self.agent,
+                policy=self._policy,
+                transform=self._writer.transform,
             )
         except FencedError:
             # Someone else wrote to the key between our read and our write: re-read and report.
@@ -429,6 +468,9 @@ class Run:
         await self._append(RandomDrawn(step=step, value=value))
         self._after_step(step)
         return value
+
+
+_UNSET: Any = object()
 
 
 def _response_from_record(output: Any) -> ModelResponse:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.agent import AgentSpec
 from ledger.canonical import jsonable
+from ledger.capture import DataPolicy, PayloadProtector, client_opener, run_protector
 from ledger.client import LedgerClient
 from ledger.crashpoints import crash_point, pause_point
 from ledger.errors import (
@@ -55,7 +56,14 @@ class RunResult:
     nothing_to_do: bool = False
 
 
-def _writer(client: LedgerClient, agent: str, run_id: str, cp: Checkpoint, policy: RetryPolicy) -> SubjectWriter:
+def _writer(
+    client: LedgerClient,
+    agent: str,
+    run_id: str,
+    cp: Checkpoint,
+    policy: RetryPolicy,
+    protector: PayloadProtector | None = None,
+) -> SubjectWriter:
     return SubjectWriter(
         client.js,
         run_subject(agent, run_id),
@@ -66,6 +74,7 @@ def _writer(client: LedgerClient, agent: str, run_id: str, cp: Checkpoint, polic
         prev_hash=cp.last_hash,
         last_stream_seq=cp.last_stream_seq,
         policy=policy,
+        transform=None if protector is None else protector.protect,
     )
 
 
@@ -79,18 +88,25 @@ async def start_run(
     labels: dict[str, str] | None = None,
     fork: RunForked | None = None,
     policy: RetryPolicy = RetryPolicy(),
+    data_policy: DataPolicy | None = None,
 ) -> RunResult:
-    """Record a new run of ``spec`` and drive it live to an outcome."""
+    """Record a new run of ``spec`` and drive it live to an outcome.
+
+    ``data_policy`` (default: the spec's) says what the record keeps of content (ledger.capture)."""
     run_id = run_id or new_id()
     cp = Checkpoint()
-    writer = _writer(client, spec.name, run_id, cp, policy)
-    run = Run(client, spec, writer, cp, policy=policy)
+    data = data_policy or spec.data_policy
+    protector = await run_protector(client, spec.name, run_id, data)
+    writer = _writer(client, spec.name, run_id, cp, policy, protector)
+    run = Run(client, spec, writer, cp, policy=policy, protector=protector)
+    run._input = jsonable(input)
     await run._append(
         RunStarted(
             agent=spec.name,
             version=spec.version(),
             budgets=budgets or spec.budgets,
-            input=jsonable(input),
+            input=run._input,
+            capture=data.capture,
             labels=labels or {},
         )
     )
@@ -124,8 +140,13 @@ async def resume_run(
     raw_last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
     cp.last_stream_seq = raw_last
     pause_point("resume:loaded")
-    writer = _writer(client, log.agent or spec.name, run_id, cp, policy)
-    run = Run(client, spec, writer, cp, policy=policy)
+    # The run keeps the capture mode it was started with, whatever the code now says.
+    data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
+    protector = await run_protector(client, log.agent or spec.name, run_id, data)
+    writer = _writer(client, log.agent or spec.name, run_id, cp, policy, protector)
+    run = Run(client, spec, writer, cp, policy=policy, protector=protector)
+    opener = client_opener(client)
+    run._input = await opener.open_value(cp.input, strict=False)
     await run._append(
         RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
     )
@@ -144,7 +165,6 @@ async def drive(run: Run, spec: AgentSpec, *, record_nondeterminism: bool = Fals
     recorded only when ``record_nondeterminism`` (a branch, whose code is the point of the
     experiment); on resume it is the caller's error and leaves the run as it was.
     """
-    step_of = run.checkpoint
     try:
         output = await spec.fn(run)
     except SuspendedForApproval as exc:

@@ -12,7 +12,15 @@ Settings of the LEDGER stream (run events and effect claims) and why:
 - allow_direct: fast reads of a subject's last message, for fencing checks.
 
 LEDGER_CMD is a work queue (each re-run request consumed once); LEDGER_BLOBS an
-object store for payloads addressed by sha256.
+object store for payloads addressed by sha256 (``ledger.blobs``), kept as long as the
+events (same max age); LEDGER_KEYS the KV bucket of per-run keys (``ledger.keystore``),
+whose deletion erases a run's content, kept one day longer than the events so no event
+outlives its key.
+
+Retention, on purpose: 90 days is the default because a flight recorder is for
+investigating recent behaviour and every day kept is a day of personal data held;
+set RUNLEDGER_RETENTION_DAYS for a different window (0 keeps forever). Erasing one run
+before that is ``runledger erase RUN`` (``ledger.erasure``).
 """
 
 from __future__ import annotations
@@ -21,9 +29,10 @@ import os
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
+from ledger.keystore import ensure_key_bucket
 from ledger.subjects import CMD_PREFIX, EFFECT_PREFIX, RUN_PREFIX
 
 LEDGER_STREAM = "LEDGER"
@@ -85,7 +94,18 @@ async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None =
             await js.add_stream(config)
         else:
             await js.update_stream(config)
+    max_age = settings.retention_days * DAY if settings.retention_days > 0 else None
     try:
         await js.object_store(BLOB_BUCKET)
     except BucketNotFoundError:
-        await js.create_object_store(BLOB_BUCKET, storage=StorageType.FILE, replicas=settings.replicas)
+        await js.create_object_store(
+            BLOB_BUCKET,
+            ObjectStoreConfig(
+                bucket=BLOB_BUCKET,
+                description="runledger: payloads by reference, named by sha256",
+                storage=StorageType.FILE,
+                replicas=settings.replicas,
+                ttl=max_age,
+            ),
+        )
+    await ensure_key_bucket(js, replicas=settings.replicas, max_age_s=None if max_age is None else max_age + DAY)

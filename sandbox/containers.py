@@ -100,6 +100,7 @@ class SandboxPool:
         self._warm: dict[tuple[str, str], list[Sandbox]] = {}
         self._all: set[Sandbox] = set()
         self._refills: set[asyncio.Task[None]] = set()
+        self._finishing: set[asyncio.Task[dict[str, Any]]] = set()
         self.cold_starts = 0
         self.warm_hits = 0
         self.pool_id = uuid.uuid4().hex[:12]
@@ -211,6 +212,12 @@ class SandboxPool:
         while self._refills:
             await asyncio.gather(*list(self._refills), return_exceptions=True)
 
+    def finish_later(self, sandbox: Sandbox) -> None:
+        """Let the container exit and remove it off the critical path (``close`` waits for it)."""
+        task = asyncio.create_task(self.finish(sandbox))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
     async def finish(self, sandbox: Sandbox, grace_s: float = 5.0) -> dict[str, Any]:
         """Wait briefly for the container to exit by itself, then remove it. Returns its final state."""
         state: dict[str, Any] = {}
@@ -239,6 +246,7 @@ class SandboxPool:
     async def close(self) -> None:
         """Remove every sandbox of this pool, including one whose creation was interrupted."""
         interrupted = bool(self._refills)
+        await asyncio.gather(*list(self._finishing), return_exceptions=True)
         for task in list(self._refills):
             task.cancel()
         await asyncio.gather(*list(self._refills), return_exceptions=True)

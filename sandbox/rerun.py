@@ -191,7 +191,7 @@ class Rerunner:
             result = await drive(run, dataclasses.replace(spec, fn=in_sandbox), record_nondeterminism=True)
         finally:
             if clean_exit:
-                await self.pool.finish(sandbox)
+                self.pool.finish_later(sandbox)
             else:
                 await self.pool.discard(sandbox)
         return RerunResult(**dataclasses.asdict(result), warm=warm, requests=broker.requests, **common)

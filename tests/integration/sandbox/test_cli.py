@@ -1,0 +1,54 @@
+"""The operator's commands: rerun (replay, --local), diff."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from examples.refund_agent.agent import TICKETS, spec
+from examples.refund_agent.payments import PaymentsService
+from ledger.cli import main
+from ledger.client import connect
+from ledger.runner import start_run
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+AGENT = "examples.refund_agent.agent:spec"
+
+
+def record(url: str, run_id: str) -> None:
+    async def go() -> None:
+        async with await connect(url) as client:
+            await start_run(client, spec(), TICKETS[0], run_id=run_id)
+
+    asyncio.run(go())
+
+
+def test_rerun_replay_local_and_diff(
+    nats_url: str, sandbox_image: str, payments: PaymentsService, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record(nats_url, "cli-parent")
+    assert main(["rerun", "cli-parent", "--nats", nats_url, "--agent", AGENT, "--mode", "replay"]) == 0
+    out = capsys.readouterr().out
+    assert "model.called" in out and "effect.committed" in out and "refund:order-88" in out
+
+    code = main(["rerun", "cli-parent", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
+                 "--at-step", "2", "--base-mode", "live", "--set", "model=examples.refund_agent.agent:strict_model",
+                 "--local"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    branch = out.split()[1]
+    assert "changed model" in out and f"runledger diff cli-parent {branch}" in out
+
+    assert main(["diff", "cli-parent", branch, "--nats", nats_url]) == 0
+    out = capsys.readouterr().out
+    assert "first difference at step 2" in out and "version model" in out
+    assert main(["diff", "cli-parent", branch, "--nats", nats_url, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["first_difference"] == 2 and data["outcome"]["branch"] == "completed"
+    assert len(payments.calls()) == 1
+
+    code = main(["rerun", "cli-parent", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
+                 "--set", "model=x:y", "--set", "prompt=p", "--local"])  # fmt: skip
+    assert code == 1 and "exactly one" in capsys.readouterr().err

@@ -1,0 +1,148 @@
+"""The ``projections`` package's sub-commands of ``runledger``: project, sql, export, quarantine.
+
+Registered through the ``runledger.commands`` entry point (``register(sub, common)``).
+Every command takes ``--db PATH`` (default ``$RUNLEDGER_HOME/ledger.duckdb``); the reading
+commands catch the file up with the stream first unless ``--no-sync`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from ledger.cli import with_client
+from ledger.client import LedgerClient
+from projections.progress import ProgressLine
+from projections.projector import ProjectResult, default_db_path, project, rebuild
+from projections.queries import FORMATS, export_parquet, format_result, quarantined, run_sql
+from projections.store import ProjectionStore
+
+
+def _db(args: argparse.Namespace) -> Path:
+    return Path(args.db) if args.db else default_db_path()
+
+
+def _summary(result: ProjectResult) -> str:
+    what = "rebuilt" if result.rebuilt else "projected"
+    text = (
+        f"{what} {result.events:,} events"
+        + (f" ({result.quarantined:,} quarantined: `runledger quarantine`)" if result.quarantined else "")
+        + f" in {result.seconds:.1f}s ({result.rate:,.0f} ev/s); position {result.position:,} "
+        f"of {result.stream_last_seq:,}; {result.path}"
+    )
+    return text
+
+
+def _sync(args: argparse.Namespace, *, quiet: bool) -> ProjectResult:
+    """Catch the file up with the stream, printing progress only when it takes a while."""
+    progress = ProgressLine(enabled=True)
+    result = with_client(args, lambda c: project(c, _db(args), progress=progress))
+    if not quiet or progress.shown:
+        progress.done(_summary(result))
+    return result
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    path = _db(args)
+    progress = ProgressLine(enabled=not args.quiet)
+
+    async def go(client: LedgerClient) -> int:
+        if args.rebuild:
+            result = await rebuild(client, path, progress=progress, batch_size=args.batch, reader=args.reader)
+            progress.done(_summary(result))
+        if not args.follow:
+            if not args.rebuild:
+                result = await project(client, path, progress=progress, batch_size=args.batch, reader=args.reader)
+                progress.done(_summary(result))
+            return 0
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        print(f"following the stream into {path}; Ctrl-C stops after the batch in hand", file=sys.stderr)
+        result = await project(
+            client, path, follow=True, stop=stop, progress=progress, batch_size=args.batch, reader=args.reader
+        )
+        progress.done(_summary(result))
+        return 0
+
+    return with_client(args, go)
+
+
+def _open_for_reading(args: argparse.Namespace) -> ProjectionStore:
+    if not args.no_sync:
+        _sync(args, quiet=True)
+    return ProjectionStore(_db(args), writer=False)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    with _open_for_reading(args) as store:
+        result = run_sql(store.con, args.query)
+    print(format_result(result, args.format))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open_for_reading(args) as store:
+        counts = export_parquet(store.con, Path(args.parquet))
+    for name, rows in counts.items():
+        print(f"{name:<12} {rows:>10,} rows  -> {Path(args.parquet) / name}")
+    return 0
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    with _open_for_reading(args) as store:
+        result = quarantined(store.con, args.limit)
+    if args.json:
+        print(format_result(result, "json"))
+    elif not result.rows:
+        print("nothing quarantined: every message on the stream decoded as a valid event")
+    else:
+        print(format_result(result, "table", max_width=80))
+        print('raw bytes: runledger sql "SELECT raw FROM quarantine WHERE stream_seq = N" --format json')
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Entry point of the ``projections`` package's sub-commands."""
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", metavar="PATH", help="the DuckDB file (default: $RUNLEDGER_HOME/ledger.duckdb)")
+    reading = argparse.ArgumentParser(add_help=False)
+    reading.add_argument("--no-sync", action="store_true", help="do not catch up with the stream first")
+
+    p = sub.add_parser(
+        "project", parents=[common, db], help="project the ledger stream into DuckDB (catch up, --follow, --rebuild)"
+    )
+    p.add_argument("--follow", action="store_true", help="keep projecting new events until Ctrl-C")
+    p.add_argument("--rebuild", action="store_true", help="project from the first event into a fresh file, then swap")
+    p.add_argument("--batch", type=_positive, default=20_000, help="events a transaction (default 20000)")
+    p.add_argument("--reader", choices=["auto", "pull", "ordered"], default="auto", help=argparse.SUPPRESS)
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_project)
+
+    p = sub.add_parser("sql", parents=[common, db, reading], help="run SQL on the projection (tables: docs/tables.md)")
+    p.add_argument("query", help='e.g. "SELECT status, count(*) FROM runs GROUP BY ALL"')
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("export", parents=[common, db, reading], help="write the projection as partitioned Parquet")
+    p.add_argument("--parquet", required=True, metavar="DIR", help="directory to write <table>/... files into")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("quarantine", parents=[common, db, reading], help="list messages that are not valid events")
+    p.add_argument("--limit", type=_positive)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_quarantine)

@@ -1,0 +1,106 @@
+"""Every error the projections package raises.
+
+    LedgerError                               (ledger.errors)
+    └── ProjectionError
+        ├── ProjectionFileError               the DuckDB file cannot be opened, locked or written
+        │   ├── ProjectionLockedError         another process holds the file
+        │   └── SchemaTooNewError             written by a newer runledger (unknown migration)
+        ├── StreamMismatchError               the file projects another stream (server, name, creation time)
+        ├── StreamReadError                   the stream could not be read completely and in order
+        │   ├── SequenceGapError              a stream sequence went missing between two messages
+        │   └── EventsExpiredError            events left the stream (max_age) before they were projected
+        └── QueryError                        an analyst's SQL failed
+
+Messages say what is wrong and what to do next. DuckDB and NATS errors are translated at
+the boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from ledger.errors import LedgerError
+
+
+class ProjectionError(LedgerError):
+    """Base of every error of the projections package."""
+
+
+class ProjectionFileError(ProjectionError):
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"projection file {path}: {reason}. Pass another --db PATH, or rebuild it from the stream "
+            "with `runledger project --rebuild`"
+        )
+
+
+class ProjectionLockedError(ProjectionFileError):
+    def __init__(self, path: str, holder: str | None = None) -> None:
+        self.holder = holder
+        who = f" (pid {holder})" if holder else ""
+        ProjectionError.__init__(
+            self,
+            f"projection file {path} is in use by another process{who}, probably `runledger project "
+            "--follow` or an open DuckDB session. Stop it, or query that process's data with --no-sync "
+            "once it has stopped; DuckDB allows one writing process per file",
+        )
+        self.path = path
+        self.reason = "locked"
+
+
+class SchemaTooNewError(ProjectionFileError):
+    def __init__(self, path: str, found: int, known: int) -> None:
+        self.found = found
+        self.known = known
+        ProjectionError.__init__(
+            self,
+            f"projection file {path} has schema version {found}, this runledger knows up to {known}: "
+            "upgrade runledger, or start the file over with `runledger project --rebuild`",
+        )
+        self.path = path
+        self.reason = "schema too new"
+
+
+class StreamMismatchError(ProjectionError):
+    def __init__(self, path: str, recorded: str, actual: str) -> None:
+        self.path = path
+        self.recorded = recorded
+        self.actual = actual
+        super().__init__(
+            f"projection file {path} holds the history of {recorded}, but the server now has {actual}: "
+            "a different history, which would be mixed with the one already projected. Point --db at "
+            "another file, or start this one over from the new stream with `runledger project --rebuild`"
+        )
+
+
+class StreamReadError(ProjectionError):
+    pass
+
+
+class SequenceGapError(StreamReadError):
+    def __init__(self, expected: int, got: int) -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"read stream sequence {got} where {expected} was expected: messages were lost on the way "
+            "(nothing was committed past the last complete batch). Run `runledger project` again; it "
+            "resumes from the last committed position"
+        )
+
+
+class EventsExpiredError(StreamReadError):
+    def __init__(self, position: int, first_seq: int) -> None:
+        self.position = position
+        self.first_seq = first_seq
+        super().__init__(
+            f"the projection stopped at stream sequence {position} but the stream now starts at {first_seq}: "
+            f"events {position + 1}..{first_seq - 1} expired (max_age) before they were projected. "
+            "`runledger project --rebuild` projects what the stream still holds into a fresh file"
+        )
+
+
+class QueryError(ProjectionError):
+    def __init__(self, sql: str, reason: str) -> None:
+        self.sql = sql
+        self.reason = reason
+        super().__init__(f"query failed: {reason}. The tables and their columns are listed in docs/tables.md")

@@ -1,0 +1,207 @@
+"""Decoding and folding one batch of raw stream records into staged rows. Pure: no I/O.
+
+``PartitionProjector.project(records)`` decodes each message with ``ledger.events.decode``,
+quarantines what does not decode, appends every event to the ``events`` rows, and folds it:
+
+- events on a run subject (``ledger.run.<agent>.<run_id>``) with ``ledger.fold.apply`` into
+  that run's checkpoint, grouped by the subject's run id exactly as ``load_run`` groups
+  them for resume (so the checkpoint here is the one resume builds);
+- events on an idempotency-key subject (``ledger.effect.<digest>``) with
+  ``ledger.effects.apply_key`` into that key's state.
+
+It keeps the state of the runs and keys it has seen; the caller (which owns the DuckDB
+file) preloads the state of anything else before a batch and tells it what to forget, so
+memory stays bounded and the cache never disagrees with what was committed. A failed
+commit must discard the whole projector (its state is ahead of the file).
+
+Rejected: re-folding a run from all of its events on every batch (quadratic in a run's
+length), and folding in SQL (a second copy of the fold, which the design forbids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ledger.effects import KeyState, apply_key
+from ledger.errors import ChainError, EventDecodeError
+from ledger.events import Event, decode
+from ledger.fold import Checkpoint, apply
+from ledger.records import RawRecord, Recorded
+from ledger.subjects import EFFECT_PREFIX, parse_run_subject
+from projections.rows import (
+    RunFold,
+    TableBuffer,
+    add_checkpoint,
+    add_effect_key,
+    add_event,
+    add_quarantined,
+    add_run,
+    add_steps,
+)
+
+_EFFECT_PREFIX = EFFECT_PREFIX + "."
+STAGED_TABLES = ("events", "quarantine", "runs", "steps", "checkpoints", "effect_keys")
+
+
+def route_key(subject: str) -> str | None:
+    """The state a message on ``subject`` folds into: ``run:<run_id>``, ``key:<subject>`` or None."""
+    if subject.startswith(_EFFECT_PREFIX):
+        return "key:" + subject
+    parsed = parse_run_subject(subject)
+    if parsed is not None:
+        return "run:" + parsed[1]
+    return None
+
+
+class _Routes:
+    """``route_key`` memoised: a run's subject repeats for every one of its events."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self._known: dict[str, tuple[str, str] | None] = {}
+        self._limit = limit
+
+    def __call__(self, subject: str) -> tuple[str, str] | None:
+        try:
+            return self._known[subject]
+        except KeyError:
+            pass
+        route = route_key(subject)
+        value = None if route is None else (route[:3], route[4:])
+        if len(self._known) >= self._limit:
+            self._known.clear()
+        self._known[subject] = value
+        return value
+
+
+@dataclass
+class BatchRows:
+    """What one batch adds to or replaces in each table, as Arrow tables."""
+
+    tables: dict[str, pa.Table]
+    events: int = 0
+    quarantined: int = 0
+    first_seq: int = 0
+    last_seq: int = 0
+    touched: list[str] = field(default_factory=list)
+
+
+def _snapshot(cp: Checkpoint) -> dict[int, tuple[object, ...]]:
+    # Identity of each step record's mutable parts: the fold replaces values, never edits them
+    # in place, so a changed identity or status marks a step whose row must be rewritten.
+    return {n: (id(r), r.status, r.seq, id(r.output), id(r.error)) for n, r in cp.steps.items()}
+
+
+def _decode(data: bytes) -> Event | tuple[str, str]:
+    try:
+        return decode(data)
+    except EventDecodeError as exc:
+        return exc.reason, type(exc).__name__
+    except Exception as exc:
+        return f"the decoder raised {type(exc).__name__}: {exc}", type(exc).__name__
+
+
+class PartitionProjector:
+    """Folds batches of raw records; holds the state of the runs and keys it has seen."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunFold] = {}
+        self.keys: dict[str, KeyState] = {}
+        self._route = _Routes()
+
+    # -- state the caller manages -------------------------------------------------------------------
+
+    def missing(self, records: Iterable[RawRecord]) -> tuple[set[str], set[str]]:
+        """Run ids and key subjects that ``records`` touch and this projector does not hold."""
+        runs: set[str] = set()
+        keys: set[str] = set()
+        for rec in records:
+            route = self._route(rec.subject)
+            if route is None:
+                continue
+            kind, name = route
+            if kind == "run" and name not in self.runs:
+                runs.add(name)
+            elif kind == "key" and name not in self.keys:
+                keys.add(name)
+        return runs, keys
+
+    def preload(self, runs: dict[str, RunFold], keys: dict[str, KeyState]) -> None:
+        self.runs.update(runs)
+        self.keys.update(keys)
+
+    def forget(self, routes: Iterable[str]) -> None:
+        for route in routes:
+            kind, _, name = route.partition(":")
+            (self.runs if kind == "run" else self.keys).pop(name, None)
+
+    # -- the batch --------------------------------------------------------------------------------
+
+    def project(self, records: Sequence[RawRecord]) -> BatchRows:
+        """Decode and fold ``records`` (in stream order) and return the rows they change."""
+        buffers = {name: TableBuffer(name) for name in STAGED_TABLES}
+        events, quarantine = buffers["events"], buffers["quarantine"]
+        before: dict[str, dict[int, tuple[object, ...]]] = {}
+        touched_keys: set[str] = set()
+        route_of, runs = self._route, self.runs
+        for rec in records:
+            decoded = _decode(rec.data)
+            if not isinstance(decoded, Event):
+                add_quarantined(quarantine, rec, *decoded)
+                continue
+            ev = decoded
+            add_event(events, rec, ev)
+            route = route_of(rec.subject)
+            if route is None:
+                continue  # not a subject of the ledger's layout: kept in events, folded nowhere
+            kind, run_id = route
+            if kind == "key":
+                self._fold_key(rec, ev)
+                touched_keys.add(rec.subject)
+                continue
+            rf = runs.get(run_id)
+            if rf is None:
+                rf = runs[run_id] = RunFold(rec.subject, Checkpoint(), rec.stream_seq)
+            if run_id not in before:
+                before[run_id] = _snapshot(rf.checkpoint)
+            if rf.fold_error is None:
+                self._fold_run(rf, rec, ev)
+        for run_id, snapshot in before.items():
+            rf = self.runs[run_id]
+            cp = rf.checkpoint
+            changed = [
+                n for n, r in cp.steps.items() if snapshot.get(n) != (id(r), r.status, r.seq, id(r.output), id(r.error))
+            ]
+            add_steps(buffers["steps"], run_id, cp, sorted(changed))
+            add_run(buffers["runs"], run_id, rf)
+            add_checkpoint(buffers["checkpoints"], run_id, rf)
+        for subject in sorted(touched_keys):
+            add_effect_key(buffers["effect_keys"], subject, self.keys[subject])
+        return BatchRows(
+            tables={name: buf.to_arrow() for name, buf in buffers.items()},
+            events=len(events),
+            quarantined=len(quarantine),
+            first_seq=records[0].stream_seq if records else 0,
+            last_seq=records[-1].stream_seq if records else 0,
+            touched=[f"run:{r}" for r in before] + [f"key:{k}" for k in touched_keys],
+        )
+
+    @staticmethod
+    def _fold_run(rf: RunFold, rec: RawRecord, ev: Event) -> None:
+        try:
+            apply(rf.checkpoint, Recorded(ev, rec.stream_seq, rec.subject))
+        except ChainError as exc:
+            rf.fold_error = str(exc)
+        except Exception as exc:
+            rf.fold_error = f"event {ev.seq} (stream sequence {rec.stream_seq}): {type(exc).__name__}: {exc}"
+
+    def _fold_key(self, rec: RawRecord, ev: Event) -> None:
+        ks = self.keys.get(rec.subject)
+        if ks is None:
+            ks = self.keys[rec.subject] = KeyState(key="")
+        if not ks.key:
+            key = ev.payload.get("key")
+            ks.key = key if isinstance(key, str) else ""
+        apply_key(ks, Recorded(ev, rec.stream_seq, rec.subject))

@@ -1,0 +1,324 @@
+"""The DuckDB file of a projection: schema, identity, position, and one transaction a batch.
+
+Guarantees:
+
+- **Exactly once.** A batch's rows in every table and the new stream position are written
+  in one transaction (``commit``). A crash before COMMIT leaves the previous batch's
+  state and position; a crash after leaves this one's. The next run resumes from the
+  stored position, so no row is lost or doubled.
+- **One history.** The file records the stream it projects (name and creation time, plus
+  server and cluster for the message); pointed at another stream it refuses
+  (``StreamMismatchError``) instead of mixing two histories.
+- **One writer.** A writer holds an exclusive ``flock`` on ``<file>.lock`` for its whole
+  life (DuckDB's own lock covers other DuckDB clients), so ``--rebuild`` can swap the file
+  without another projector writing to the old one.
+
+The file is plain DuckDB: tables, views and built-in functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import duckdb
+import pyarrow as pa
+
+from ledger import effects as ledger_effects
+from ledger import fold as ledger_fold
+from ledger.effects import KeyState
+from projections import crashpoints
+from projections.errors import (
+    ProjectionError,
+    ProjectionFileError,
+    ProjectionLockedError,
+    StreamMismatchError,
+)
+from projections.migrations import migrate
+from projections.rows import RunFold, checkpoint_from_json, key_state_from_row
+
+# What DuckDB does with each staged table. Timestamps arrive as recorded text and are cast
+# here (TRY_CAST: a malformed ts is NULL, never a failed batch).
+_WRITE_SQL = {
+    "events": (
+        "INSERT INTO events BY NAME SELECT *, TRY_CAST(ts_text AS TIMESTAMPTZ) AS ts FROM {t} ORDER BY stream_seq"
+    ),
+    "quarantine": "INSERT INTO quarantine BY NAME SELECT * FROM {t} ORDER BY stream_seq",
+    "runs": (
+        "INSERT OR REPLACE INTO runs BY NAME SELECT * REPLACE ("
+        "TRY_CAST(started_at AS TIMESTAMPTZ) AS started_at, TRY_CAST(ended_at AS TIMESTAMPTZ) AS ended_at), "
+        "epoch(TRY_CAST(ended_at AS TIMESTAMPTZ)) - epoch(TRY_CAST(started_at AS TIMESTAMPTZ)) AS duration_s "
+        "FROM {t}"
+    ),
+    "steps": (
+        "INSERT OR REPLACE INTO steps BY NAME SELECT * REPLACE "
+        "(TRY_CAST(started_at AS TIMESTAMPTZ) AS started_at) FROM {t}"
+    ),
+    "checkpoints": "INSERT OR REPLACE INTO checkpoints BY NAME SELECT * FROM {t}",
+    "effect_keys": "INSERT OR REPLACE INTO effect_keys BY NAME SELECT * FROM {t}",
+}
+
+
+def fold_fingerprint() -> str:
+    """A digest of the code that derives rows: when it changes, a rebuild may change them."""
+    h = hashlib.sha256()
+    from projections import partition, rows
+
+    for module in (ledger_fold, ledger_effects, rows, partition):
+        h.update(inspect.getsource(module).encode())
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class StreamIdentity:
+    """Which history a file projects. Two streams are the same history iff name and creation time match."""
+
+    stream: str
+    created: str
+    server_name: str | None = None
+    server_id: str | None = None
+    cluster: str | None = None
+    url: str | None = None
+
+    def same_history(self, other: StreamIdentity) -> bool:
+        return self.stream == other.stream and self.created == other.created
+
+    def describe(self) -> str:
+        where = f"server {self.server_name or self.server_id or '?'}"
+        if self.cluster:
+            where += f", cluster {self.cluster}"
+        if self.url:
+            where += f", {self.url}"
+        return f"stream {self.stream} created {self.created} ({where})"
+
+
+@dataclass(frozen=True)
+class ProjectorState:
+    """The row of ``projector_state``: what the file projects and how far."""
+
+    identity: StreamIdentity
+    first_seq: int
+    last_seq: int
+    events: int
+    quarantined: int
+    batches: int
+    fold_fingerprint: str
+
+
+class ProjectionStore:
+    """An open projection file. ``writer=False`` opens it read-only (no lock, no migration)."""
+
+    def __init__(self, path: Path, *, writer: bool = True) -> None:
+        self.path = Path(path)
+        self.writer = writer
+        self._lock: IO[str] | None = None
+        if writer:
+            self._lock = _take_lock(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not writer and not self.path.exists():
+                raise ProjectionFileError(str(self.path), "does not exist yet: run `runledger project` first")
+            self.con = _connect(self.path, read_only=not writer)
+            if writer:
+                migrate(self.con, str(self.path))
+        except BaseException:
+            self._release()
+            raise
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        con = getattr(self, "con", None)
+        if con is not None:
+            with contextlib.suppress(duckdb.Error):
+                if self.writer:
+                    con.execute("CHECKPOINT")  # fold the WAL in, so the file alone is complete
+            con.close()
+            self.con = None
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> ProjectionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- identity and position -----------------------------------------------------------------------
+
+    def state(self) -> ProjectorState | None:
+        rows = self.con.execute(
+            "SELECT stream, stream_created, server_name, server_id, cluster, nats_url, first_seq, last_seq, "
+            "events, quarantined, batches, fold_fingerprint FROM projector_state"
+        ).fetchall()
+        if not rows:
+            return None
+        row = rows[0]
+        identity = StreamIdentity(row[0], row[1], row[2], row[3], row[4], row[5])
+        return ProjectorState(identity, *row[6:])
+
+    def bind(self, identity: StreamIdentity, first_seq: int) -> ProjectorState:
+        """Record ``identity`` in a new file, or check that an existing file projects it.
+
+        Raises StreamMismatchError when the file holds another stream's history.
+        """
+        state = self.state()
+        if state is not None:
+            if not state.identity.same_history(identity):
+                raise StreamMismatchError(str(self.path), state.identity.describe(), identity.describe())
+            return state
+        self.con.execute(
+            "INSERT INTO projector_state (stream, stream_created, server_name, server_id, cluster, nats_url, "
+            "first_seq, last_seq, events, quarantined, batches, fold_fingerprint) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, ?)",
+            [identity.stream, identity.created, identity.server_name, identity.server_id, identity.cluster,
+             identity.url, first_seq, first_seq - 1, fold_fingerprint()],
+        )  # fmt: skip
+        new = self.state()
+        assert new is not None
+        return new
+
+    # -- state the projector needs back ----------------------------------------------------------------
+
+    def load_runs(self, run_ids: set[str]) -> dict[str, RunFold]:
+        if not run_ids:
+            return {}
+        rows = self.con.execute(
+            "SELECT c.run_id, r.subject, c.first_stream_seq, c.fold_error, c.checkpoint FROM checkpoints c "
+            "JOIN runs r USING (run_id) WHERE c.run_id IN (SELECT unnest(?::VARCHAR[]))",
+            [sorted(run_ids)],
+        ).fetchall()
+        return {
+            run_id: RunFold(subject, checkpoint_from_json(text), first, error)
+            for run_id, subject, first, error, text in rows
+        }
+
+    def load_keys(self, subjects: set[str]) -> dict[str, KeyState]:
+        if not subjects:
+            return {}
+        rows = self.con.execute(
+            "SELECT subject, key, status, run_id, step, result, error, via, events, last_hash, last_stream_seq "
+            "FROM effect_keys WHERE subject IN (SELECT unnest(?::VARCHAR[]))",
+            [sorted(subjects)],
+        ).fetchall()
+        return {row[0]: key_state_from_row(row) for row in rows}
+
+    # -- the batch -----------------------------------------------------------------------------------
+
+    def commit(
+        self, tables: dict[str, list[pa.Table]], *, first_seq: int, last_seq: int, events: int, quarantined: int
+    ) -> None:
+        """Append/replace every table's rows and move the position to ``last_seq``, atomically.
+
+        ``first_seq`` must follow the stored position: anything else means two projectors
+        or a reader bug, and nothing is written.
+        """
+        con = self.con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            rows = con.execute("SELECT last_seq FROM projector_state").fetchall()
+            if not rows or rows[0][0] != first_seq - 1:
+                raise ProjectionError(
+                    f"{self.path}: batch starts at stream sequence {first_seq} but the file is at "
+                    f"{rows[0][0] if rows else 'no position'}; nothing was written. Run `runledger project` again"
+                )
+            for name, parts in tables.items():
+                table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+                if table.num_rows == 0:
+                    continue
+                staged = f"staged_{name}"
+                con.register(staged, table)
+                try:
+                    con.execute(_WRITE_SQL[name].format(t=staged))
+                finally:
+                    con.unregister(staged)
+            con.execute(
+                "UPDATE projector_state SET last_seq = ?, events = events + ?, quarantined = quarantined + ?, "
+                "batches = batches + 1, updated_at = current_timestamp",
+                [last_seq, events, quarantined],
+            )
+            crashpoints.crash_point("after_insert_before_commit")
+            con.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+        crashpoints.crash_point("after_commit")
+
+    def set_fingerprint(self, value: str) -> None:
+        self.con.execute("UPDATE projector_state SET fold_fingerprint = ?", [value])
+
+
+def _connect(path: Path, *, read_only: bool) -> Any:
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:
+        text = str(exc)
+        if "lock" in text.lower():
+            raise ProjectionLockedError(str(path), _lock_holder(text)) from exc
+        raise ProjectionFileError(str(path), f"cannot be opened ({text})") from exc
+    except duckdb.Error as exc:
+        raise ProjectionFileError(str(path), f"is not a usable DuckDB file ({exc})") from exc
+    # UTC sessions, so timestamps print the same on every machine. Without the ICU extension
+    # DuckDB has no time zones and is UTC already (and refuses the setting).
+    with contextlib.suppress(duckdb.Error):
+        con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def _lock_holder(text: str) -> str | None:
+    marker = "PID "
+    at = text.find(marker)
+    if at < 0:
+        return None
+    digits = "".join(ch for ch in text[at + len(marker) : at + len(marker) + 12] if ch.isdigit())
+    return digits or None
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _take_lock(path: Path) -> IO[str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(lock_path(path), "a+")  # noqa: SIM115 - held for the store's lifetime
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        handle.seek(0)
+        holder = handle.read().strip() or None
+        handle.close()
+        raise ProjectionLockedError(str(path), holder) from exc
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def replace_file(fresh: Path, target: Path) -> None:
+    """Atomically put the complete file ``fresh`` at ``target`` (both closed; WAL folded in).
+
+    A stale ``target.wal`` (left by a crashed writer of the old file) is removed first: DuckDB
+    would otherwise replay the old file's log onto the new one.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(target.with_name(target.name + ".wal"))
+    os.replace(fresh, target)
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,42 @@
+"""Fixtures of the projection unit tests: a DuckDB file in tmp_path (DuckDB is a library, not a service)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from projections.projector import Projector
+from projections.store import ProjectionStore, StreamIdentity
+
+IDENTITY = StreamIdentity(stream="LEDGER", created="2026-03-01T00:00:00.000000001Z", server_name="n1")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ProjectionStore]:
+    s = ProjectionStore(tmp_path / "p.duckdb")
+    s.bind(IDENTITY, 1)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def projector_for(store: ProjectionStore, **kwargs: Any) -> Projector:
+    """A projector without a stream: tests hand it batches with ``project_batch``."""
+    return Projector(None, store, **kwargs)  # type: ignore[arg-type]
+
+
+def table_rows(con: Any, table: str) -> list[tuple[Any, ...]]:
+    """Every row of ``table``, in a stable order, for equality checks."""
+    order = {
+        "events": "stream_seq", "quarantine": "stream_seq", "runs": "run_id", "steps": "run_id, step_no",
+        "checkpoints": "run_id", "effect_keys": "subject", "effects": "run_id, step, key",
+        "approvals": "run_id, step",
+    }[table]  # fmt: skip
+    return list(con.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall())
+
+
+DERIVED = ("events", "quarantine", "runs", "steps", "checkpoints", "effect_keys", "effects", "approvals")

@@ -141,6 +141,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     async def show(client: LedgerClient) -> int:
         log = await load_run(client, args.run)
         cp = fold(log.records, check_chain=False)
+        if args.fetch:
+            # Bodies stored by reference are fetched (hash-verified) only on request, and only
+            # for the step asked for: a run may have read gigabytes.
+            await _fetch_bodies(client, log, args.step)
         if args.json:
             events = [r.event.model_dump(mode="json") | {"stream_seq": r.stream_seq} for r in log.records]
             if args.step is not None:
@@ -165,6 +169,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
 
     return with_client(args, show)
+
+
+async def _fetch_bodies(client: LedgerClient, log: Any, step: int | None) -> None:
+    from ledger.capture import client_opener
+    from ledger.records import Recorded
+
+    opener = client_opener(client)
+    for i, rec in enumerate(log.records):
+        if step is None or rec.event.step == step:
+            log.records[i] = Recorded(await opener.open_event(rec.event, fetch=True), rec.stream_seq, rec.subject)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -335,6 +349,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("run")
     p.add_argument("--step", type=int, help="print one step's full inputs and outputs")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--fetch", action="store_true", help="fetch bodies stored by reference (with --step: that step's only)"
+    )
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("verify", parents=[common], help="check hash chains and sequences")

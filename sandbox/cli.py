@@ -64,7 +64,41 @@ async def _wait_for(client: LedgerClient, run_id: str, timeout: float) -> Any:
     raise ConfigurationError(f"branch {run_id} did not finish within {timeout:g}s; is a worker running?")
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from projections.projector import default_db_path
+    from sandbox.sweep import progress_bar, select_runs, sweep
+
+    template = _request(argparse.Namespace(**{**vars(args), "run": "-"}))
+
+    async def go() -> int:
+        docker = docker_client()
+        policy = SandboxPolicy(image=current_image(docker), timeout_s=args.timeout)
+        client = await connect(nats_url(args))
+        pool = SandboxPool(docker, policy, size=args.pool)
+        try:
+            run_ids = await select_runs(client, default_db_path(), args.where)
+            if not run_ids:
+                print(f"no recorded run matches: {args.where}")
+                return 0
+            print(f"re-driving {len(run_ids)} runs ({args.mode})", file=sys.stderr)
+            summary = await sweep(client, pool, run_ids, template, concurrency=args.concurrency,
+                                  progress=progress_bar)  # fmt: skip
+        finally:
+            await pool.close()
+            await client.close()
+        print(summary.render())
+        return 1 if summary.regressions else 0
+
+    return run_async(go())
+
+
 def cmd_rerun(args: argparse.Namespace) -> int:
+    if args.where:
+        if args.run:
+            raise ConfigurationError("give either a RUN or --where, not both")
+        return cmd_sweep(args)
+    if not args.run:
+        raise ConfigurationError("name the run to re-run, or select many with --where SQL")
     if args.mode == "replay":
 
         async def show(client: LedgerClient) -> int:
@@ -133,7 +167,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("rerun", parents=[common], help="re-run a recorded run in a sandbox")
-    p.add_argument("run")
+    p.add_argument("run", nargs="?")
+    p.add_argument("--where", metavar="SQL", help="sweep: re-run every recorded run matching this condition on runs")
+    p.add_argument("--concurrency", type=int, default=2, help="sweep: re-runs in flight")
+    p.add_argument("--pool", type=int, default=2, help="sweep: warm sandboxes kept ready")
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that recorded the run")
     p.add_argument("--mode", required=True, choices=["replay", "redrive", "live", "counterfactual"])
     p.add_argument("--at-step", type=int, help="the fork step k (default: the run's last step)")

@@ -1,0 +1,142 @@
+"""Sweeps for CI: re-drive many recorded runs at once and report what the change did.
+
+``runledger rerun --where "status = 'failed'" --mode counterfactual --set model=...``
+selects recorded runs with SQL over the DuckDB ``runs`` projection (caught up first;
+branches are excluded), re-drives each in a sandbox with a warm pool, and summarises:
+the divergence rate and where runs first diverge, outcome changes (a run that completed
+before and does not now is a regression) and token deltas. The exit code is non-zero
+when any outcome regressed, so a team can gate a prompt or model change on last
+month's failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ledger.client import LedgerClient
+from ledger.errors import LedgerError
+from ledger.fold import fold
+from ledger.reader import load_run
+from projections.projector import project
+from projections.store import ProjectionStore
+from sandbox.containers import SandboxPool
+from sandbox.diff import diff
+from sandbox.errors import RerunRequestError
+from sandbox.rerun import Rerunner, RerunRequest, RerunResult
+
+
+@dataclass
+class SweepSummary:
+    total: int = 0
+    completed: int = 0
+    diverged: int = 0
+    failed: int = 0
+    regressions: list[str] = field(default_factory=list)
+    improvements: list[str] = field(default_factory=list)
+    first_divergence: Counter[int] = field(default_factory=Counter)
+    tokens_parent: float = 0.0
+    tokens_branch: float = 0.0
+    branches: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        rate = self.diverged / self.total if self.total else 0.0
+        lines = [
+            f"{self.total} runs re-driven: {self.completed} completed, {self.diverged} diverged ({rate:.0%}), "
+            f"{self.failed} failed otherwise",
+            f"outcome: {len(self.regressions)} regressed (completed before, not now), "
+            f"{len(self.improvements)} improved (failed before, completed now)",
+            f"tokens: {self.tokens_parent:g} recorded -> {self.tokens_branch:g} re-driven "
+            f"({self.tokens_branch - self.tokens_parent:+g})",
+        ]
+        if self.first_divergence:
+            where = ", ".join(f"step {s}: {n}" for s, n in sorted(self.first_divergence.items()))
+            lines.append(f"first differences: {where}")
+        for error in self.errors[:20]:
+            lines.append(f"  not re-run: {error}")
+        for run_id in self.regressions[:20]:
+            lines.append(f"  regressed: {run_id} -> {self.branches.get(run_id)}")
+        return "\n".join(lines)
+
+
+async def select_runs(client: LedgerClient, db: Path, where: str) -> list[str]:
+    """Recorded (non-branch) runs matching a SQL condition over the ``runs`` table."""
+    await project(client, db)
+    with ProjectionStore(db, writer=False) as store:
+        try:
+            rows = store.con.execute(
+                f"SELECT run_id FROM runs WHERE parent_run_id IS NULL AND ({where}) ORDER BY started_at, run_id"
+            ).fetchall()
+        except Exception as exc:  # duckdb reports the SQL error; say where it came from
+            raise RerunRequestError(f"--where {where!r} is not a valid condition over runs: {exc}") from exc
+    return [str(r[0]) for r in rows]
+
+
+async def sweep(
+    client: LedgerClient,
+    pool: SandboxPool,
+    run_ids: list[str],
+    template: RerunRequest,
+    *,
+    concurrency: int = 2,
+    progress: Any = None,
+) -> SweepSummary:
+    rerunner = Rerunner(client, pool)
+    summary = SweepSummary(total=len(run_ids))
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for run_id in run_ids:
+        queue.put_nowait(run_id)
+    done = 0
+
+    async def one(parent_id: str) -> None:
+        request = template.model_copy(
+            update={"parent_run_id": parent_id, "request_id": f"{template.request_id}-{parent_id}"[:120]}
+        )
+        try:
+            result: RerunResult = await rerunner.rerun(request)
+        except LedgerError as exc:  # e.g. a run recorded by another agent: report it, go on
+            summary.errors.append(f"{parent_id}: {exc}")
+            return
+        summary.branches[parent_id] = result.run_id
+        parent = fold((await load_run(client, parent_id)).records, check_chain=False)
+        branch = fold((await load_run(client, result.run_id)).records, check_chain=False)
+        summary.tokens_parent += parent.spent["tokens"]
+        summary.tokens_branch += branch.spent["tokens"]
+        if result.status == "completed":
+            summary.completed += 1
+        elif result.reason == "diverged":
+            summary.diverged += 1
+        else:
+            summary.failed += 1
+        if parent.status == "completed" and result.status != "completed":
+            summary.regressions.append(parent_id)
+        if parent.status == "failed" and result.status == "completed":
+            summary.improvements.append(parent_id)
+        d = await diff(client, parent_id, result.run_id)
+        if d.first_difference is not None:
+            summary.first_divergence[d.first_difference] += 1
+
+    async def worker() -> None:
+        nonlocal done
+        while not queue.empty():
+            await one(queue.get_nowait())
+            done += 1
+            if progress is not None:
+                progress(done, len(run_ids))
+
+    await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+    return summary
+
+
+def progress_bar(done: int, total: int) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

@@ -118,8 +118,8 @@ def synthetic_run(i: int, agents: int = 5) -> list[Message]:
     run = ChainBuilder(run_subject(agent, run_id), run_id, agent, lambda s: run_msg_id(run_id, s))
     out = [run.add("run.started", {
         "agent": agent, "version": VERSION, "budgets": {"turns": 10, "tokens": 5000, "seconds": None},
-        "input": {"ticket": f"T-{i}", "order": f"order-{i}", "text": "My blender arrived broken."},
-        "capture": "full", "labels": {"ticket": f"T-{i}"},
+        "input": {"ticket": f"W-{i}", "order": f"order-{i}", "text": "My blender arrived broken."},
+        "capture": "full", "labels": {"ticket": f"W-{i}"},
     })]  # fmt: skip
     out.append(run.add("model.called", _model(0, '{"intent": "refund"}', 120 + i % 50, 8)))
     order = {"order": f"order-{i}"}

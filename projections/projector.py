@@ -185,6 +185,9 @@ class Projector:
                 while not (stop is not None and stop.is_set()):
                     records = await self._read(reader, follow)
                     if not records:
+                        if committing is not None:  # idle: let the position shown be the committed one
+                            await committing
+                            committing = None
                         if not follow:
                             idle_rounds += 1
                             if idle_rounds >= 3:

@@ -27,16 +27,3 @@ def store(tmp_path: Path) -> Iterator[ProjectionStore]:
 def projector_for(store: ProjectionStore, **kwargs: Any) -> Projector:
     """A projector without a stream: tests hand it batches with ``project_batch``."""
     return Projector(None, store, **kwargs)  # type: ignore[arg-type]
-
-
-def table_rows(con: Any, table: str) -> list[tuple[Any, ...]]:
-    """Every row of ``table``, in a stable order, for equality checks."""
-    order = {
-        "events": "stream_seq", "quarantine": "stream_seq", "runs": "run_id", "steps": "run_id, step_no",
-        "checkpoints": "run_id", "effect_keys": "subject", "effects": "run_id, step, key",
-        "approvals": "run_id, step",
-    }[table]  # fmt: skip
-    return list(con.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall())
-
-
-DERIVED = ("events", "quarantine", "runs", "steps", "checkpoints", "effect_keys", "effects", "approvals")

@@ -36,7 +36,8 @@ from tests.unit.projections.chains import (
     run_chain,
     tool,
 )
-from tests.unit.projections.conftest import DERIVED, IDENTITY, projector_for, table_rows
+from tests.unit.projections.conftest import IDENTITY, projector_for
+from tests.unit.projections.tables import DERIVED, table_rows
 
 
 def _workload() -> Stream:

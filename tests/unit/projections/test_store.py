@@ -14,7 +14,8 @@ from projections.errors import ProjectionError, ProjectionLockedError, StreamMis
 from projections.partition import PartitionProjector
 from projections.store import ProjectionStore, StreamIdentity, replace_file
 from tests.unit.projections.chains import Stream, full_run
-from tests.unit.projections.conftest import IDENTITY, projector_for, table_rows
+from tests.unit.projections.conftest import IDENTITY, projector_for
+from tests.unit.projections.tables import table_rows
 
 
 def _rows(records: list) -> dict[str, list[pa.Table]]:

@@ -37,6 +37,19 @@ def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
     return state.url
 
 
+def credentials(args: argparse.Namespace) -> str | None:
+    """--creds, else $RUNLEDGER_CREDS, else the admin credentials of a secure embedded server."""
+    creds: str | None = getattr(args, "creds", None) or os.environ.get("RUNLEDGER_CREDS")
+    if creds:
+        return creds
+    if getattr(args, "nats", None) or os.environ.get(ENV_URL):
+        return None
+    state = EmbeddedServer().state()
+    if state is not None and state.creds_dir:
+        return os.path.join(state.creds_dir, "admin.json")
+    return None
+
+
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
@@ -45,7 +58,7 @@ def with_client(args: argparse.Namespace, fn: Callable[[LedgerClient], Awaitable
     """Connect (per --nats / env / embedded), call ``fn(client)``, close."""
 
     async def go() -> T:
-        client = await connect(nats_url(args))
+        client = await connect(nats_url(args), user_credentials=credentials(args))
         try:
             return await fn(client)
         finally:
@@ -58,6 +71,11 @@ def common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--nats", metavar="URL", help=f"NATS server URL (default: ${ENV_URL}, else the embedded server)"
+    )
+    common.add_argument(
+        "--creds",
+        metavar="FILE",
+        help="credentials file of a role (runledger up --secure writes them; default: $RUNLEDGER_CREDS)",
     )
     return common
 

@@ -49,7 +49,7 @@ class LedgerClient:
 async def connect(
     url: str,
     *,
-    ensure: bool = True,
+    ensure: bool | None = None,
     settings: StreamSettings | None = None,
     connect_timeout: float = 3.0,
     user_credentials: str | None = None,
@@ -60,6 +60,11 @@ async def connect(
     After the first connection succeeds the client reconnects forever in the
     background; publishers bound their own waiting (see ``ledger.publish``).
     Raises ConnectionFailedError naming the URL when no server answers.
+
+    ``user_credentials`` (or $RUNLEDGER_CREDS) is either a runledger role credentials file
+    (``*.json``, written by ``runledger up --secure``: user, password and inbox prefix, see
+    ``ledger.roles``) or a NATS ``.creds`` file. ``ensure`` defaults to True except for a
+    role other than admin, which may not create streams.
     """
     holder: dict[str, LedgerClient] = {}
 
@@ -70,6 +75,15 @@ async def connect(
             holder["c"].slow_consumer_errors += 1
 
     creds = user_credentials or os.environ.get("RUNLEDGER_CREDS") or None
+    role: str | None = None
+    if creds is not None and creds.endswith(".json"):
+        from ledger.roles import RoleCredentials
+
+        login = RoleCredentials.read(creds)
+        role, creds = login.role, None
+        options = {"user": login.user, "password": login.password, "inbox_prefix": login.inbox_prefix, **options}
+    if ensure is None:
+        ensure = role in (None, "admin")
     await _probe(url, connect_timeout)
     try:
         # With unlimited reconnects nats-py retries the *first* connect forever too: bound it.

@@ -39,18 +39,29 @@ def _print_json(value: Any) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     server = EmbeddedServer()
     already = server.state()
+    if already is not None and args.secure and not already.creds_dir:
+        raise ConfigurationError("the embedded server is running without --secure: `runledger down` first")
     state = server.start(
-        data_dir=Path(args.data_dir) if args.data_dir else None, port=args.port, sync_always=not args.no_fsync
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        port=args.port,
+        sync_always=not args.no_fsync,
+        secure_agents=list(args.agent or []) if args.secure else None,
     )
+    admin = str(Path(state.creds_dir) / "admin.json") if state.creds_dir else None
 
     async def streams() -> None:
-        client = await connect(state.url)
+        client = await connect(state.url, user_credentials=admin)
         await client.close()
 
     run_async(streams())
     print(("already running" if already else "started") + f": {state.url}  (pid {state.pid}, data {state.data_dir})")
     print(f"streams {LEDGER_STREAM}, {CMD_STREAM} and object store {BLOB_BUCKET} are ready; log: {state.log}")
     print(f"use it from other shells with: export RUNLEDGER_NATS_URL={state.url}")
+    if state.creds_dir:
+        print(f"secure: logins required; role credentials files (mode 0600) are in {state.creds_dir}:")
+        for path in sorted(Path(state.creds_dir).glob("*.json")):
+            print(f"  {path}")
+        print("connect with: export RUNLEDGER_CREDS=<file>  (or --creds FILE; the CLI defaults to admin.json)")
     if args.foreground:
         print("staying attached; Ctrl-C stops the server")
         try:
@@ -331,6 +342,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-fsync", action="store_true", help="ack before fsync (faster; an acked event can be lost on power failure)"
     )
+    p.add_argument(
+        "--secure", action="store_true", help="require logins: generate users and permissions for the roles"
+    )
+    p.add_argument("--agent", action="append", metavar="NAME", help="with --secure: an agent user (repeatable)")
     p.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the embedded nats-server").set_defaults(func=cmd_down)
     sub.add_parser("status", parents=[common], help="server and stream status").set_defaults(func=cmd_status)

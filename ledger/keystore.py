@@ -208,5 +208,8 @@ async def ensure_key_bucket(js: JetStreamContext, *, replicas: int = 1, max_age_
                 storage=StorageType.FILE,
                 replicas=replicas,
                 ttl=max_age_s,
+                # Direct gets by subject ($JS.API.DIRECT.GET.KV_LEDGER_KEYS.$KV.LEDGER_KEYS.<kid>)
+                # can be permitted per agent; the STREAM.MSG.GET form cannot (ledger.roles).
+                direct=True,
             )
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from ledger.errors import EventDecodeError, LedgerError, RunNotFoundError
 from ledger.events import Event, decode
 from ledger.records import Quarantined, RawRecord, Recorded
 from ledger.streams import LEDGER_STREAM
-from ledger.subjects import any_agent_run_subject, parse_run_subject
+from ledger.subjects import any_agent_run_subject, parse_run_subject, run_subject
 
 
 @dataclass
@@ -66,18 +67,28 @@ async def read_raw(
             done.set()
 
     config = ConsumerConfig(
+        # A named consumer is created through $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>,
+        # where a role's permissions can restrict the filter (ledger.roles); the unnamed form
+        # cannot be restricted.
+        name=f"rl{uuid.uuid4().hex}",
         deliver_policy=DeliverPolicy.ALL if start_seq <= 1 else DeliverPolicy.BY_START_SEQUENCE,
         opt_start_seq=start_seq if start_seq > 1 else None,
     )
-    sub = await client.js.subscribe(
-        subject_filter,
-        stream=LEDGER_STREAM,
-        config=config,
-        cb=on_msg,
-        ordered_consumer=True,
-        pending_msgs_limit=1_000_000,
-        pending_bytes_limit=1024 * 1024 * 1024,
-    )
+    try:
+        sub = await client.js.subscribe(
+            subject_filter,
+            stream=LEDGER_STREAM,
+            config=config,
+            cb=on_msg,
+            ordered_consumer=True,
+            pending_msgs_limit=1_000_000,
+            pending_bytes_limit=1024 * 1024 * 1024,
+        )
+    except (TimeoutError, nats.errors.Error) as exc:
+        raise LedgerError(
+            f"cannot read {subject_filter} ({type(exc).__name__}): the server did not answer, or these "
+            "credentials may not read it (a refused JetStream request looks like a timeout)"
+        ) from exc
     try:
         await asyncio.wait_for(done.wait(), timeout=timeout)
     except TimeoutError as exc:
@@ -103,7 +114,9 @@ def decode_records(raws: list[RawRecord]) -> tuple[list[Recorded], list[Quaranti
     return good, bad
 
 
-async def load_run(client: LedgerClient, run_id: str, *, open_content: bool = True, fetch: bool = False) -> RunLog:
+async def load_run(
+    client: LedgerClient, run_id: str, *, agent: str | None = None, open_content: bool = True, fetch: bool = False
+) -> RunLog:
     """All events of one run (quarantining what does not decode). Raises RunNotFoundError.
 
     With ``open_content`` (the default) sealed content is opened with the run's key where
@@ -111,8 +124,11 @@ async def load_run(client: LedgerClient, run_id: str, *, open_content: bool = Tr
     stays sealed. Blob references stay references unless ``fetch``: a checkpoint folded
     from the log keeps its size bounded. Events are returned for reading: their ``hash``
     is that of the stored (sealed) bytes, which ``verify`` checks.
+
+    Knowing the ``agent`` reads the run's own subject, which an agent role may read; the
+    default finds the run under any agent (roles that may read every run).
     """
-    raws = await read_raw(client, any_agent_run_subject(run_id))
+    raws = await read_raw(client, run_subject(agent, run_id) if agent else any_agent_run_subject(run_id))
     if not raws:
         raise RunNotFoundError(run_id)
     parsed = parse_run_subject(raws[0].subject)

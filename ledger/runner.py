@@ -30,6 +30,7 @@ from ledger.errors import (
     EffectInDoubtError,
     NondeterminismError,
     PublishError,
+    RunNotFoundError,
     SuspendedForApproval,
     VersionMismatchError,
 )
@@ -120,7 +121,11 @@ async def resume_run(
     client: LedgerClient, spec: AgentSpec, run_id: str, *, policy: RetryPolicy = RetryPolicy()
 ) -> RunResult:
     """Resume a crashed or suspended run on the same run id, fenced, replaying its journal."""
-    log = await load_run(client, run_id)
+    try:
+        # The agent's own subject first: the only one an agent role may read (ledger.roles).
+        log = await load_run(client, run_id, agent=spec.name)
+    except RunNotFoundError:
+        log = await load_run(client, run_id)
     cp = fold(log.records)
     if cp.status == "completed":
         return RunResult(run_id, "completed", output=cp.output, nothing_to_do=True)

@@ -67,6 +67,7 @@ class ServerState:
     url: str
     data_dir: str
     log: str
+    creds_dir: str = ""  # set when started with --secure: the role credentials files (ledger.roles)
 
 
 def _check_data_dir(data_dir: Path) -> None:
@@ -82,7 +83,15 @@ def _check_data_dir(data_dir: Path) -> None:
         raise DataDirError(str(data_dir), f"cannot write there ({exc.strerror or exc})") from exc
 
 
-def write_config(path: Path, *, port: int, data_dir: Path, sync_always: bool = True, host: str = "127.0.0.1") -> None:
+def write_config(
+    path: Path,
+    *,
+    port: int,
+    data_dir: Path,
+    sync_always: bool = True,
+    host: str = "127.0.0.1",
+    include: Path | None = None,
+) -> None:
     lines = [
         f"listen: {host}:{port}",
         "max_payload: 1MB",
@@ -91,6 +100,8 @@ def write_config(path: Path, *, port: int, data_dir: Path, sync_always: bool = T
         # fsync before every ack: an acknowledged event survives power loss.
         "  sync_interval: always" if sync_always else "",
         "}",
+        # Users and subject permissions of the roles (runledger up --secure, ledger.roles).
+        f'include "{include}"' if include is not None else "",
     ]
     path.write_text("\n".join(line for line in lines if line) + "\n")
 
@@ -121,11 +132,16 @@ class EmbeddedServer:
         port: int | None = None,
         sync_always: bool = True,
         timeout: float = 15.0,
+        secure_agents: list[str] | None = None,
     ) -> ServerState:
         """Start nats-server in the background and return once it accepts connections.
 
         Returns the running server's state when one is already up. Raises
         PortInUseError, DataDirError or ServerError (with the log's last lines).
+
+        With ``secure_agents`` (a list, possibly empty) the server requires a login: users
+        and permissions for the roles are generated into ``<home>/secure`` (ledger.roles),
+        with an agent user for each name given (kept across restarts).
         """
         running = self.state()
         if running is not None:
@@ -138,7 +154,20 @@ class EmbeddedServer:
         elif not port_is_free(port):
             raise PortInUseError(port)
         config = self.home / "nats-server.conf"
-        write_config(config, port=port, data_dir=data_dir, sync_always=sync_always)
+        creds_dir: Path | None = None
+        if secure_agents is not None:
+            from ledger.roles import generate
+
+            creds_dir = self.home / "secure"
+            generate(creds_dir, secure_agents, url=f"nats://127.0.0.1:{port}")
+        write_config(
+            config,
+            port=port,
+            data_dir=data_dir,
+            sync_always=sync_always,
+            # nats-server resolves an include relative to the including file.
+            include=None if creds_dir is None else Path(os.path.relpath(creds_dir / "auth.conf", config.parent)),
+        )
         log = self.home / "nats-server.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(
@@ -149,7 +178,12 @@ class EmbeddedServer:
                 start_new_session=True,  # outlives the CLI that started it
             )
         state = ServerState(
-            pid=proc.pid, port=port, url=f"nats://127.0.0.1:{port}", data_dir=str(data_dir), log=str(log)
+            pid=proc.pid,
+            port=port,
+            url=f"nats://127.0.0.1:{port}",
+            data_dir=str(data_dir),
+            log=str(log),
+            creds_dir="" if creds_dir is None else str(creds_dir),
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,0 +1,213 @@
+"""Roles against a real server started with --secure: each forbidden action refused, each allowed one working.
+
+A JetStream permission violation surfaces in nats-py as a timeout (PITFALLS), so every
+refusal is also checked in the server's log, where nats-server names the violation:
+a refusal is a refusal, not a slow server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from ledger import AgentSpec, Run, ScriptedModel
+from ledger.capture import DataPolicy
+from ledger.cli import main
+from ledger.client import LedgerClient, connect
+from ledger.errors import LedgerError, PublishError
+from ledger.keystore import KEY_BUCKET
+from ledger.operator import approve
+from ledger.publish import RetryPolicy
+from ledger.reader import load_run
+from ledger.roles import RoleCredentials
+from ledger.runner import resume_run, start_run
+from ledger.server import EmbeddedServer, ServerState
+from ledger.streams import CMD_STREAM, LEDGER_STREAM
+from ledger.verify import verify_runs
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+FAST = RetryPolicy(deadline_s=1.5, ack_timeout_s=0.5)
+
+
+@pytest.fixture
+def secure_server(tmp_path: Path) -> Iterator[ServerState]:
+    server = EmbeddedServer(home=tmp_path / "home")
+    state = server.start(data_dir=tmp_path / "data", secure_agents=["alpha", "beta"])
+    try:
+        yield state
+    finally:
+        server.stop()
+
+
+def creds(state: ServerState, user: str) -> str:
+    return str(Path(state.creds_dir) / f"{user}.json")
+
+
+@pytest.fixture
+async def admin(secure_server: ServerState) -> AsyncIterator[LedgerClient]:
+    c = await connect(secure_server.url, user_credentials=creds(secure_server, "admin"))  # creates the streams
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def login(state: ServerState, user: str) -> LedgerClient:
+    return await connect(state.url, user_credentials=creds(state, user))
+
+
+def violations(state: ServerState) -> str:
+    return Path(state.log).read_text(errors="replace")
+
+
+async def refused(state: ServerState, action: Any, subject: str) -> None:
+    """``action`` fails (as a timeout or a translated error) and the server logs a violation on ``subject``."""
+    with pytest.raises((TimeoutError, nats.errors.Error, LedgerError)):
+        await action
+    for _ in range(50):
+        if subject in violations(state):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no permissions violation for {subject} in the server log")
+
+
+def agent_spec(name: str) -> AgentSpec:
+    async def agent(run: Run) -> Any:
+        doc = await run.tool("read", {"id": 1}, fn=lambda a: "z" * 5000)  # a blob (threshold below)
+        await run.effect("charge", {"amount": 5}, key=f"charge:{run.run_id}", fn=lambda a: {"ok": True})
+        await run.approval("ship", {"n": len(doc)})
+        return "shipped"
+
+    return AgentSpec(name, agent, ScriptedModel([]), agent_version="v1", data_policy=DataPolicy(blob_threshold=1024))
+
+
+def test_secure_up_writes_credentials_files_with_tight_modes(secure_server: ServerState) -> None:
+    files = sorted(p.name for p in Path(secure_server.creds_dir).iterdir())
+    assert files == [
+        "admin.json",
+        "agent-alpha.json",
+        "agent-beta.json",
+        "analyst.json",
+        "auth.conf",
+        "operator.json",
+        "worker.json",
+    ]
+    for path in Path(secure_server.creds_dir).iterdir():
+        assert path.stat().st_mode & 0o077 == 0, path
+    alpha = RoleCredentials.read(creds(secure_server, "agent-alpha"))
+    assert alpha.role == "agent" and alpha.agent == "alpha" and alpha.inbox_prefix == "_INBOX_agent_alpha"
+    assert alpha.url == secure_server.url
+
+
+async def test_no_login_no_access(secure_server: ServerState) -> None:
+    with pytest.raises(LedgerError, match=r"no NATS server reachable|[Aa]uthorization"):
+        await connect(secure_server.url)
+
+
+async def test_an_agent_works_on_its_own_runs_and_nothing_else(admin: LedgerClient, secure_server: ServerState) -> None:
+    beta = await login(secure_server, "agent-beta")
+    alpha = await login(secure_server, "agent-alpha")
+    operator = await login(secure_server, "operator")
+    try:
+        # Allowed: record a run (events, an effect claim, a blob, its key), be approved, resume it.
+        await start_run(beta, agent_spec("beta"), None, run_id="beta-run")
+        first = await start_run(alpha, agent_spec("alpha"), None, run_id="alpha-run")
+        assert first.status == "suspended"
+        await approve(operator, "alpha-run", first.pending[0], by="op")
+        resumed = await resume_run(alpha, agent_spec("alpha"), "alpha-run")
+        assert resumed.status == "completed" and resumed.output == "shipped"
+        assert (await load_run(alpha, "alpha-run", agent="alpha")).records[-1].event.type == "run.completed"
+
+        short = alpha.nc.jetstream(timeout=1.0)
+        # Forbidden: publishing into another agent's run.
+        await refused(secure_server, short.publish("ledger.run.beta.beta-run", b"{}", timeout=1.0), "ledger.run.beta")
+        with pytest.raises(LedgerError, match=r"cannot create the keys of beta\.as-beta"):
+            await start_run(alpha, agent_spec("beta"), None, run_id="as-beta", policy=FAST)
+        plain = DataPolicy("full", encrypt=False)
+        no_keys = AgentSpec("beta", agent_spec("beta").fn, ScriptedModel([]), data_policy=plain)
+        with pytest.raises(PublishError):
+            await start_run(alpha, no_keys, None, run_id="as-beta", policy=FAST)
+        # Forbidden: reading another agent's run (consumer, direct get, its key).
+        await refused(secure_server, load_run(alpha, "beta-run", agent="beta"), "$JS.API.CONSUMER.CREATE.LEDGER")
+        await refused(secure_server, load_run(alpha, "beta-run"), "ledger.run.*.beta-run")
+        await refused(
+            secure_server,
+            short.get_last_msg(LEDGER_STREAM, "ledger.run.beta.beta-run", direct=True),
+            "$JS.API.DIRECT.GET.LEDGER.ledger.run.beta.beta-run",
+        )
+        await refused(secure_server, short.get_msg(LEDGER_STREAM, seq=1), "$JS.API.STREAM.MSG.GET.LEDGER")
+        kv = await short.key_value(KEY_BUCKET)
+        await refused(secure_server, kv.get("beta.beta-run"), f"$KV.{KEY_BUCKET}.beta.beta-run")
+        # Forbidden: deleting or purging the stream, publishing a re-run command.
+        await refused(secure_server, short.delete_stream(LEDGER_STREAM), "$JS.API.STREAM.DELETE.LEDGER")
+        await refused(secure_server, short.purge_stream(LEDGER_STREAM), "$JS.API.STREAM.PURGE.LEDGER")
+        await refused(secure_server, short.publish("ledger.cmd.rerun", b"{}", timeout=1.0), "ledger.cmd.rerun")
+        # Forbidden: listening on another user's inbox.
+        sub = await alpha.nc.subscribe("_INBOX_agent_beta.>")
+        await asyncio.sleep(0.2)
+        assert "_INBOX_agent_beta.>" in violations(secure_server)
+        await sub.unsubscribe()
+    finally:
+        for c in (alpha, beta, operator):
+            await c.close()
+
+
+async def test_an_analyst_reads_everything_and_publishes_nothing(
+    admin: LedgerClient, secure_server: ServerState, capsys: pytest.CaptureFixture[str]
+) -> None:
+    beta = await login(secure_server, "agent-beta")
+    await start_run(beta, agent_spec("beta"), None, run_id="beta-run")
+    await beta.close()
+    analyst = await login(secure_server, "analyst")
+    try:
+        log = await load_run(analyst, "beta-run")
+        assert log.records[0].event.type == "run.started"
+        tool = next(r.event.payload for r in log.records if r.event.type == "tool.called")
+        assert tool["output"]["$ref"] == "blob"  # content opened with the run's key, body by reference
+        assert all(r.ok for r in await verify_runs(analyst))
+        short = analyst.nc.jetstream(timeout=1.0)
+        await refused(secure_server, short.publish("ledger.run.beta.x", b"{}", timeout=1.0), "ledger.run.beta.x")
+        await refused(secure_server, short.publish("ledger.cmd.rerun", b"{}", timeout=1.0), "ledger.cmd.rerun")
+        await refused(secure_server, short.publish("ledger.effect.abc", b"{}", timeout=1.0), "ledger.effect.abc")
+        kv = await short.key_value(KEY_BUCKET)
+        await refused(secure_server, kv.put("beta.x", b"k"), f"$KV.{KEY_BUCKET}.beta.x")
+        await refused(secure_server, short.delete_stream(LEDGER_STREAM), "$JS.API.STREAM.DELETE.LEDGER")
+    finally:
+        await analyst.close()
+    # The CLI connects with a credentials file.
+    code = await asyncio.to_thread(
+        main, ["show", "beta-run", "--nats", secure_server.url, "--creds", creds(secure_server, "analyst")]
+    )
+    assert code == 0 and "tool.called" in capsys.readouterr().out
+
+
+async def test_operator_and_worker(admin: LedgerClient, secure_server: ServerState) -> None:
+    operator = await login(secure_server, "operator")
+    worker = await login(secure_server, "worker")
+    try:
+        # Operator: re-run commands are allowed; deleting the stream is not.
+        ack = await operator.js.publish("ledger.cmd.rerun", json.dumps({"parent": "x"}).encode())
+        assert ack.stream == CMD_STREAM
+        await refused(
+            secure_server, operator.nc.jetstream(timeout=1.0).delete_stream(LEDGER_STREAM), "STREAM.DELETE.LEDGER"
+        )
+        # Worker: consumes commands, publishes branch runs, may not issue commands.
+        sub = await worker.js.pull_subscribe("ledger.cmd.rerun", durable="workers", stream=CMD_STREAM)
+        [msg] = await sub.fetch(1, timeout=5)
+        assert json.loads(msg.data) == {"parent": "x"}
+        await msg.ack_sync()
+        branch = await start_run(worker, agent_spec("alpha"), None, run_id="branch-1")
+        assert branch.status == "suspended"
+        short = worker.nc.jetstream(timeout=1.0)
+        await refused(secure_server, short.publish("ledger.cmd.rerun", b"{}", timeout=1.0), "ledger.cmd.rerun")
+        await refused(secure_server, short.purge_stream(LEDGER_STREAM), "$JS.API.STREAM.PURGE.LEDGER")
+    finally:
+        await operator.close()
+        await worker.close()

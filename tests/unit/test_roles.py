@@ -1,0 +1,36 @@
+"""Role permissions as data (the server-side refusals are tested in tests/integration/test_ledger_roles.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger.errors import ConfigurationError
+from ledger.roles import RoleCredentials, generate, permissions
+
+
+def test_an_agent_may_publish_only_its_own_runs_and_no_commands() -> None:
+    allow = permissions("agent", "alpha")["publish"]["allow"]
+    assert "ledger.run.alpha.>" in allow and not any(s.startswith("ledger.run.beta") for s in allow)
+    assert not any(s.startswith("ledger.cmd") or ".STREAM.DELETE." in s or ".STREAM.PURGE." in s for s in allow)
+    assert "$JS.API.CONSUMER.CREATE.LEDGER" not in allow  # the unnamed (unscopable) form
+    assert permissions("agent", "alpha")["subscribe"]["allow"] == ["_INBOX_agent_alpha.>"]
+    with pytest.raises(ConfigurationError):
+        permissions("agent", "bad.name")
+
+
+def test_an_analyst_publishes_nothing_to_the_ledger() -> None:
+    publish = permissions("analyst")["publish"]
+    assert {"ledger.>", "$KV.>", "$O.>"} <= set(publish["deny"])
+    assert not any(s.startswith(("ledger.", "$KV.", "$O.")) for s in publish["allow"])
+
+
+def test_generate_keeps_existing_passwords_and_adds_agents(tmp_path: Path) -> None:
+    first = generate(tmp_path, ["alpha"])
+    password = RoleCredentials.read(first["agent-alpha"]).password
+    second = generate(tmp_path, ["beta"], url="nats://127.0.0.1:1")
+    assert set(second) == {"admin", "analyst", "operator", "worker", "agent-alpha", "agent-beta"}
+    assert RoleCredentials.read(second["agent-alpha"]).password == password
+    conf = (tmp_path / "auth.conf").read_text()
+    assert conf.count("user:") == 6 and '"ledger.run.beta.>"' in conf

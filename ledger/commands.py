@@ -282,6 +282,26 @@ def cmd_approve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_erase(args: argparse.Namespace) -> int:
+    from ledger.erasure import erase_run
+
+    by = args.by or os.environ.get("USER") or ""
+    result = with_client(args, lambda c: erase_run(c, args.run, reason=args.reason, by=by))
+    print(
+        f"erased run {result.run_id}: key {result.kid} "
+        f"{'destroyed' if result.keys_destroyed else 'already gone'}, {result.blobs_deleted} blob(s) deleted"
+        + ("; run.erased recorded" if result.recorded else "; run.erased was already recorded")
+    )
+    print("its content is unreadable through every reader; its structure stays queryable and `verify` still passes")
+    print("re-project (runledger project --rebuild) to drop content derived before the erasure")
+    if result.plaintext_events:
+        print(
+            f"WARNING: {result.plaintext_events} event(s) of this run were recorded unsealed (encrypt=False): "
+            "their content stays in the stream until its retention window expires"
+        )
+    return 0
+
+
 def cmd_effects_resolve(args: argparse.Namespace) -> int:
     from ledger.effects import resolve_key
 
@@ -398,6 +418,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--deny", action="store_true")
     p.add_argument("--reason")
     p.set_defaults(func=cmd_approve)
+
+    p = sub.add_parser(
+        "erase", parents=[common], help="erase a run's content (destroy its key, delete its blobs); structure stays"
+    )
+    p.add_argument("run")
+    p.add_argument("--reason", required=True, help="why (recorded in the run)")
+    p.add_argument("--by", help="who erases (default: $USER)")
+    p.set_defaults(func=cmd_erase)
 
     effects = sub.add_parser("effects", help="inspect and resolve side effects").add_subparsers(metavar="ACTION")
     p = effects.add_parser("resolve", parents=[common], help="settle an in-doubt effect")

@@ -230,6 +230,19 @@ class BudgetGranted(Payload):
     reason: str = ""
 
 
+class RunErased(Payload):
+    """A run's content was erased: its data key destroyed (content sealed under it is unreadable
+    everywhere) and its blobs deleted. The events themselves stay, so the hash chain verifies."""
+
+    TYPE = "run.erased"
+    reason: str
+    by: str
+    kid: str
+    keys_destroyed: bool = True
+    blobs_deleted: int = 0
+    plaintext_events: int = 0  # events whose content was recorded unsealed: erasure cannot reach them
+
+
 PAYLOADS: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -251,6 +264,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         ApprovalRequested,
         ApprovalResolved,
         BudgetGranted,
+        RunErased,
     )
 }
 

@@ -70,6 +70,7 @@ class Checkpoint:
     attempts: int = 1
     started_at: str | None = None
     ended_at: str | None = None
+    erased: dict[str, Any] | None = None  # run.erased: by, reason, ts (content is gone, structure stays)
     # Live-segment accounting for the seconds budget.
     segment_start: str | None = None
     seconds_closed: float = 0.0
@@ -314,6 +315,11 @@ def _budget_granted(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
         cp.status = "running"  # a grant re-opens a run stopped by its budget; resume continues it
 
 
+def _run_erased(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.erased = {"by": p["by"], "reason": p["reason"], "ts": ev.ts}
+    cp.segment_start = None  # an operator's act, possibly long after the run: not the run's time
+
+
 _HANDLERS: dict[str, Any] = {
     "run.started": _run_started,
     "run.forked": _run_forked,
@@ -332,4 +338,5 @@ _HANDLERS: dict[str, Any] = {
     "approval.requested": _approval_requested,
     "approval.resolved": _approval_resolved,
     "budget.granted": _budget_granted,
+    "run.erased": _run_erased,
 }

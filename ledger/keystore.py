@@ -35,8 +35,8 @@ import nats
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
 from ledger.errors import LedgerError
 
@@ -44,6 +44,7 @@ KEY_BUCKET = "LEDGER_KEYS"
 KEY_STREAM = f"KV_{KEY_BUCKET}"
 ALG = "A256GCM"
 _NONCE = 12
+DELETE_DENIED = 10057
 
 
 class KeyStoreError(LedgerError):
@@ -189,27 +190,48 @@ class KVKeyStore:
                 break
             existed = True
             assert entry.revision is not None
-            await self._js.delete_msg(KEY_STREAM, entry.revision)
+            try:
+                await self._js.delete_msg(KEY_STREAM, entry.revision)
+            except APIError as exc:
+                if exc.err_code != DELETE_DENIED:
+                    raise KeyStoreError(f"cannot delete the keys of {kid}: {exc.description}") from exc
+                break  # a bucket made with deny_delete: the purge below removes it, without overwriting
         with contextlib.suppress(KeyNotFoundError):
             await kv.purge(kid)
         return existed
 
 
 async def ensure_key_bucket(js: JetStreamContext, *, replicas: int = 1, max_age_s: float | None = None) -> None:
-    """Create the LEDGER_KEYS bucket when missing (idempotent)."""
+    """Create the LEDGER_KEYS bucket when missing (idempotent).
+
+    Created as the stream a KV bucket is (nats-py's ``create_key_value`` config) except for
+    two settings: ``deny_delete`` off, so ``destroy`` can securely delete a key message
+    (a KV made by ``create_key_value`` denies it, and that can never be turned off), and
+    ``allow_direct`` on, so reads go through ``$JS.API.DIRECT.GET.KV_LEDGER_KEYS.<subject>``,
+    which a permission can scope per agent (the STREAM.MSG.GET form cannot; ledger.roles).
+    """
     try:
-        await js.key_value(KEY_BUCKET)
-    except (BucketNotFoundError, NotFoundError):
-        await js.create_key_value(
-            KeyValueConfig(
-                bucket=KEY_BUCKET,
-                description="runledger: per-run data and token keys (deleting one erases a run's content)",
-                history=1,
-                storage=StorageType.FILE,
-                replicas=replicas,
-                ttl=max_age_s,
-                # Direct gets by subject ($JS.API.DIRECT.GET.KV_LEDGER_KEYS.$KV.LEDGER_KEYS.<kid>)
-                # can be permitted per agent; the STREAM.MSG.GET form cannot (ledger.roles).
-                direct=True,
-            )
+        await js.stream_info(KEY_STREAM)
+        return
+    except NotFoundError:
+        pass
+    window = 120.0 if not max_age_s else min(120.0, max_age_s)
+    await js.add_stream(
+        StreamConfig(
+            name=KEY_STREAM,
+            description="runledger: per-run data and token keys (deleting one erases a run's content)",
+            subjects=[f"$KV.{KEY_BUCKET}.>"],
+            allow_direct=True,
+            allow_rollup_hdrs=True,
+            deny_delete=False,
+            deny_purge=False,
+            discard=DiscardPolicy.NEW,
+            duplicate_window=window,
+            max_age=max_age_s,
+            max_consumers=-1,
+            max_msgs=-1,
+            max_msgs_per_subject=1,
+            num_replicas=replicas,
+            storage=StorageType.FILE,
         )
+    )

@@ -131,7 +131,7 @@ async def _all_stored_messages(client: LedgerClient) -> bytes:
 
 @pytest.mark.parametrize("encrypt", [True, False], ids=["sealed", "redaction-only"])
 async def test_planted_secrets_reach_no_stored_byte(
-    client: LedgerClient, nats_server: ServerState, monkeypatch: pytest.MonkeyPatch, encrypt: bool
+    client: LedgerClient, nats_server: ServerState, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, encrypt: bool
 ) -> None:
     monkeypatch.setenv("RUNLEDGER_SECRET_PAYMENTS_KEY", RESOLVED)
     steps = 1000
@@ -160,9 +160,40 @@ async def test_planted_secrets_reach_no_stored_byte(
     assert "note-big-2999" in opened and '"customer": "ann"' in opened
     if not encrypt:
         assert b"note-999" in stored and b"note-big-1" in stored  # redaction alone keeps content readable
+    # The DuckDB projection and its Parquet export (what analysts read).
+    dump = await _projection_dump(client, tmp_path)
+    _assert_clean(dump.encode(), "the DuckDB projection and its Parquet export")
+    if not encrypt:
+        missing = [i for i in range(steps) if f"note-{i}" not in dump]
+        assert not missing, (missing[:20], len(missing))  # non-secret content intact there too
     # The same secret gives the same token everywhere in the run (analysts can join on it).
     tokens = {t for t in _tokens(opened) if ":card_number:" in t}
     assert len(tokens) == 2  # the spaced and the unspaced form of the card are different strings
+
+
+async def _projection_dump(client: LedgerClient, tmp_path: Path) -> str:
+    """Every value of every table of a fresh projection and of its Parquet export, as text, plus the raw file bytes."""
+    import duckdb
+
+    from projections import export_parquet, project
+
+    db = tmp_path / "ledger.duckdb"
+    await project(client, db)
+    con = duckdb.connect(str(db))
+    try:
+        export_parquet(con, tmp_path / "parquet")
+        tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        parts = [repr(con.execute(f'SELECT * FROM "{t}"').fetchall()) for t in tables]
+        for directory in sorted(p for p in (tmp_path / "parquet").iterdir() if p.is_dir()):
+            files = sorted(directory.rglob("*.parquet"))
+            if files:
+                listed = ", ".join(f"'{f}'" for f in files)
+                query = f"SELECT * FROM read_parquet([{listed}], union_by_name=true)"
+                parts.append(repr(con.execute(query).fetchall()))
+    finally:
+        con.close()
+    raw = [db.read_bytes(), *(f.read_bytes() for f in (tmp_path / "parquet").rglob("*") if f.is_file())]
+    return "\n".join(parts) + b"\n".join(raw).decode("utf-8", "replace")
 
 
 def _tokens(text: str) -> list[str]:

@@ -20,6 +20,7 @@ from ledger import AgentSpec, Run, ScriptedModel
 from ledger.capture import DataPolicy
 from ledger.cli import main
 from ledger.client import LedgerClient, connect
+from ledger.erasure import erase_run
 from ledger.errors import LedgerError, PublishError
 from ledger.keystore import KEY_BUCKET
 from ledger.operator import approve
@@ -208,6 +209,14 @@ async def test_operator_and_worker(admin: LedgerClient, secure_server: ServerSta
         short = worker.nc.jetstream(timeout=1.0)
         await refused(secure_server, short.publish("ledger.cmd.rerun", b"{}", timeout=1.0), "ledger.cmd.rerun")
         await refused(secure_server, short.purge_stream(LEDGER_STREAM), "$JS.API.STREAM.PURGE.LEDGER")
+        # Erasure is the operator's: the key is destroyed, a blob deleted, the fact recorded.
+        erased = await erase_run(operator, "branch-1", reason="test", by="op")
+        assert erased.keys_destroyed and erased.blobs_deleted == 1 and erased.recorded
+        await refused(
+            secure_server,
+            worker.nc.jetstream(timeout=1.0).delete_msg("KV_LEDGER_KEYS", 1),
+            "$JS.API.STREAM.MSG.DELETE.KV_LEDGER_KEYS",
+        )
     finally:
         await operator.close()
         await worker.close()

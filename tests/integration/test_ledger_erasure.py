@@ -1,0 +1,148 @@
+"""Erasure: a run's content becomes unreadable through every reader, its structure stays, verify passes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import AgentSpec, ModelResponse, Run, ScriptedModel
+from ledger.blobs import BlobMissingError, BlobStore, is_blob_ref
+from ledger.capture import DataPolicy, PayloadUnavailableError, client_opener
+from ledger.cli import main
+from ledger.client import LedgerClient
+from ledger.effects import read_key
+from ledger.erasure import erase_run
+from ledger.errors import LedgerError
+from ledger.fold import fold
+from ledger.keystore import KVKeyStore
+from ledger.operator import approve
+from ledger.reader import load_run, read_raw
+from ledger.runner import resume_run, start_run
+from ledger.server import ServerState
+from ledger.verify import verify_runs
+
+pytestmark = pytest.mark.integration
+
+PERSONAL = ["Ann Example", "ann@example.com", "DE89 3704 0044 0532 0130 00", "Flat 3, 12 High Street"]
+
+
+def _spec(encrypt: bool = True) -> AgentSpec:
+    async def agent(run: Run) -> Any:
+        profile = await run.tool("lookup_customer", {"email": PERSONAL[1]}, fn=lambda a: {"name": PERSONAL[0]})
+        letter = await run.tool("draft", {"to": PERSONAL[3]}, fn=lambda a: f"Dear {PERSONAL[0]},\n" + "." * 5000)
+        await run.model([{"role": "user", "content": f"Summarise for {profile['name']}: {letter[:40]}"}])
+        await run.effect("refund", {"iban": PERSONAL[2]}, key=f"refund:{run.run_id}", fn=lambda a: {"to": a["iban"]})
+        await run.approval("send", {"to": PERSONAL[1]})
+        return {"sent_to": PERSONAL[1]}
+
+    reply = ModelResponse(content=f"Summary for {PERSONAL[0]}", input_tokens=7, output_tokens=3)
+    model = ScriptedModel(lambda m: reply)
+    policy = DataPolicy(encrypt=encrypt, blob_threshold=2048)
+    return AgentSpec("erasable", agent, model, agent_version="v1", data_policy=policy)
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _no_personal_data(text: str, where: str) -> None:
+    for item in PERSONAL:
+        assert item not in text, f"{item!r} still readable in {where}"
+
+
+async def test_erase_makes_content_unreadable_everywhere_and_keeps_structure(
+    client: LedgerClient, nats_server: ServerState, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = await start_run(client, _spec(), {"customer": PERSONAL[0]}, run_id="erase-me")
+    assert first.status == "suspended"
+    keys = await KVKeyStore(client.js).get("erasable.erase-me")
+    assert keys is not None
+    key_b64 = base64.b64encode(keys.data_key)
+    before = await load_run(client, "erase-me", fetch=True)
+    assert PERSONAL[0] in _text([r.event.payload for r in before.records])  # readable with the key
+    refs = [v for r in before.records for v in r.event.payload.values() if is_blob_ref(v)]
+    raw_refs = [
+        v for r in (await load_run(client, "erase-me", open_content=False)).records
+        for v in r.event.payload.values() if is_blob_ref(v)
+    ]  # fmt: skip
+    assert not refs and raw_refs  # fetch=True opened the blob; the stored event carries the reference
+
+    result = await erase_run(client, "erase-me", reason="GDPR art. 17 request #42", by="dpo")
+    assert result.keys_destroyed and result.blobs_deleted == len(raw_refs) and result.plaintext_events == 0
+
+    # Every reader: the log opened with keys and blobs fetched, the fold, the effect's key subject,
+    # the object store, the key store, the CLI.
+    after = await load_run(client, "erase-me", fetch=True)
+    _no_personal_data(_text([r.event.payload for r in after.records]), "the opened log")
+    cp = fold(after.records)
+    _no_personal_data(_text(cp.to_dict()), "the checkpoint")
+    key_state = await read_key(client, "refund:erase-me")
+    assert key_state.status == "committed"
+    with pytest.raises(PayloadUnavailableError, match="erased"):
+        await client_opener(client).open_value(key_state.result)
+    for ref in raw_refs:
+        with pytest.raises(BlobMissingError):
+            await BlobStore(client).fetch(ref)
+    assert await KVKeyStore(client.js).get("erasable.erase-me") is None
+    # The key was securely deleted: its bytes are nowhere in the server's store files.
+    for path in Path(nats_server.data_dir).rglob("*"):
+        if path.is_file():
+            assert key_b64 not in path.read_bytes(), path
+    raw = b"".join(r.data for r in await read_raw(client, "ledger.>"))
+    _no_personal_data(raw.decode("utf-8", "replace"), "the raw stream")
+    code = await asyncio.to_thread(main, ["show", "erase-me", "--nats", client.url, "--step", "1", "--fetch"])
+    shown = capsys.readouterr().out
+    assert code == 0 and ('"$enc"' in shown or '"$ref"' in shown)
+    _no_personal_data(shown, "runledger show --fetch")
+
+    # Structure stays: steps, names, statuses, token usage, the erasure itself; the chain verifies.
+    assert [(s.kind, s.name, s.status) for s in cp.steps.values()] == [
+        ("tool", "lookup_customer", "ok"),
+        ("tool", "draft", "ok"),
+        ("model", "scripted-1", "ok"),
+        ("effect", "refund", "committed"),
+        ("approval", "send", "pending"),
+    ]
+    assert cp.spent["tokens"] == 10 and cp.status == "suspended"
+    assert cp.erased is not None and cp.erased["by"] == "dpo" and cp.erased["reason"] == "GDPR art. 17 request #42"
+    assert all(r.ok for r in await verify_runs(client, "erase-me"))
+    code = await asyncio.to_thread(main, ["verify", "erase-me", "--nats", client.url])
+    assert code == 0 and "1 of 1 runs verified" in capsys.readouterr().out
+
+    # The run cannot be continued (its content cannot be replayed, its key cannot be re-created).
+    await approve(client, "erase-me", first.pending[0], by="op")
+    with pytest.raises(LedgerError, match="erased"):
+        await resume_run(client, _spec(), "erase-me")
+
+    # Erasing again is a no-op that says so.
+    again = await erase_run(client, "erase-me", reason="again", by="dpo")
+    assert not again.keys_destroyed and not again.recorded
+    assert all(r.ok for r in await verify_runs(client, "erase-me"))
+
+
+async def test_other_runs_are_untouched(client: LedgerClient) -> None:
+    await start_run(client, _spec(), None, run_id="keep-me")
+    await start_run(client, _spec(), None, run_id="drop-me")
+    await erase_run(client, "drop-me", reason="test", by="t")
+    kept = await load_run(client, "keep-me", fetch=True)
+    assert PERSONAL[0] in _text([r.event.payload for r in kept.records])
+
+
+async def test_erasing_an_unsealed_run_says_what_it_cannot_reach(
+    client: LedgerClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await start_run(client, _spec(encrypt=False), None, run_id="plain-run")
+    code = await asyncio.to_thread(
+        main, ["erase", "plain-run", "--nats", client.url, "--reason", "request", "--by", "dpo"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "erased run plain-run" in out and "WARNING" in out and "recorded unsealed" in out
+    log = await load_run(client, "plain-run")
+    assert log.records[-1].event.type == "run.erased" and log.records[-1].event.payload["plaintext_events"] > 0
+    # Its blobs (plain JSON) are deleted all the same.
+    assert log.records[-1].event.payload["blobs_deleted"] >= 1

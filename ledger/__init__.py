@@ -1,6 +1,7 @@
 """runledger's ledger: events on NATS JetStream, the agent SDK, resume and the effect ledger."""
 
 from ledger.agent import AgentSpec, load_agent
+from ledger.capture import DataPolicy, PayloadUnavailableError
 from ledger.client import LedgerClient, connect
 from ledger.errors import (
     ApprovalDeniedError,
@@ -18,6 +19,7 @@ from ledger.errors import (
 from ledger.events import Budgets, Event, VersionTuple
 from ledger.fold import Checkpoint, fold
 from ledger.models import ModelResponse, OpenAIChatModel, ScriptedModel
+from ledger.redaction import RedactionPolicy, SecretResolver
 from ledger.run import Run
 from ledger.runner import RunResult, resume_run, start_run
 from ledger.tools import NOT_FOUND, Tool, tool
@@ -29,6 +31,7 @@ __all__ = [
     "BudgetExhaustedError",
     "Budgets",
     "Checkpoint",
+    "DataPolicy",
     "EffectFailedError",
     "EffectInDoubtError",
     "Event",
@@ -38,10 +41,13 @@ __all__ = [
     "ModelResponse",
     "NondeterminismError",
     "OpenAIChatModel",
+    "PayloadUnavailableError",
     "PublishError",
+    "RedactionPolicy",
     "Run",
     "RunResult",
     "ScriptedModel",
+    "SecretResolver",
     "SuspendedForApproval",
     "Tool",
     "ToolFailedError",

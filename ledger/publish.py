@@ -92,7 +92,7 @@ async def publish_fenced(
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, policy.max_backoff_s)
             continue
-        if ack.duplicate and not await _same_bytes(js, ack.seq, data):
+        if ack.duplicate and not await _same_bytes(js, ack.seq, data, subject):
             raise FencedError(subject, msg_id, expected_last_seq, ack.seq)
         return int(ack.seq)
 
@@ -123,7 +123,15 @@ async def _stored_as(js: JetStreamContext, subject: str, msg_id: str, data: byte
     return None
 
 
-async def _same_bytes(js: JetStreamContext, seq: int, data: bytes) -> bool:
+async def _same_bytes(js: JetStreamContext, seq: int, data: bytes, subject: str) -> bool:
+    # The subject's last message first: a direct get by subject is what an agent role may do
+    # (ledger.roles); a get by sequence could read any subject, so it is the fallback.
+    try:
+        last = await js.get_last_msg(LEDGER_STREAM, subject, direct=True)
+    except NotFoundError:
+        return False
+    if last.seq == seq:
+        return last.data == data
     msg = await js.get_msg(LEDGER_STREAM, seq=seq, direct=True)
     return msg.data == data
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ledger.capture import client_opener
 from ledger.client import LedgerClient
 from ledger.fold import Checkpoint, fold
 from ledger.reader import RunLog, decode_records, read_raw
@@ -61,8 +62,12 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
         if parse_run_subject(rec.subject):
             by_run[rec.event.run_id].append(rec)
     out = []
+    opener = client_opener(client)
     for records in by_run.values():
         summary = summarize(fold(records, check_chain=False))
+        if summary.error is not None:
+            # Error messages are content (sealed per run): open the one this listing shows.
+            summary.error = await opener.open_text(summary.error, strict=False)
         if status is None or summary.status == status:
             out.append(summary)
     return sorted(out, key=lambda s: (s.started_at or "", s.run_id))

@@ -25,6 +25,7 @@ from ledger.reader import load_run, read_raw
 from ledger.redaction import SecretResolver
 from ledger.runner import resume_run, start_run
 from ledger.server import ServerState
+from ledger.trace import list_runs
 
 pytestmark = pytest.mark.integration
 
@@ -160,6 +161,9 @@ async def test_planted_secrets_reach_no_stored_byte(
     assert "note-big-2999" in opened and '"customer": "ann"' in opened
     if not encrypt:
         assert b"note-999" in stored and b"note-big-1" in stored  # redaction alone keeps content readable
+    # `runledger runs` shows the (redacted) error of the failed run, opened with its key.
+    [summary] = [r for r in await list_runs(client) if r.run_id == result.run_id]
+    assert (summary.error or "").startswith("agent crashed holding «redacted:openai_key:")
     # The DuckDB projection and its Parquet export (what analysts read).
     dump = await _projection_dump(client, tmp_path)
     _assert_clean(dump.encode(), "the DuckDB projection and its Parquet export")

@@ -288,7 +288,8 @@ class Redactor:
                 if _normalize_key(key) in self._keys and v is not None and v != "":
                     out[key] = self._whole(f"field:{_normalize_key(key)}", v)
                 else:
-                    out[key] = self.redact(v, (*path, key))
+                    # Keys are scanned too (a token used as a dict key); the path keeps the original.
+                    out[self.redact_text(key) if len(key) >= 8 else key] = self.redact(v, (*path, key))
             return out
         if isinstance(value, list):
             return [self.redact(v, (*path, str(i))) for i, v in enumerate(value)]

@@ -136,6 +136,8 @@ def test_credential_named_keys_and_field_paths_replace_whole_values() -> None:
     assert is_token(out["messages"][0]["content"]) and out["messages"][0]["role"] == "user"
     assert is_token(out["deep"]["a"][0]["ssn"]) and is_token(out["password"])
     assert out["token"] is None and out["usage"] == {"input_tokens": 3}
+    keyed = r.redact({"AKIAIOSFODNN7EXAMPLE": "user"})
+    assert list(keyed.values()) == ["user"] and is_token(next(iter(keyed)))
     assert r.redact(out) == out
 
 

@@ -119,7 +119,7 @@ class EmbeddedServer:
             state = ServerState(**json.loads(self.state_file.read_text()))
         except (OSError, ValueError, TypeError):
             return None
-        if not _alive(state.pid):
+        if not pid_alive(state.pid):
             with contextlib.suppress(OSError):
                 self.state_file.unlink()
             return None
@@ -206,16 +206,17 @@ class EmbeddedServer:
             return False
         os.kill(state.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _alive(state.pid):
+        while time.monotonic() < deadline and pid_alive(state.pid):
             time.sleep(0.05)
-        if _alive(state.pid):
+        if pid_alive(state.pid):
             os.kill(state.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self.state_file.unlink()
         return True
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (a zombie counts as dead)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ledger.server import pid_alive
 from sandbox.channel import MAX_LINE, read_message
 from sandbox.errors import SandboxError, SandboxViolation
 
@@ -114,7 +115,7 @@ class SandboxPool:
         for container in self.docker.containers.list(all=True, filters={"label": LABEL}):
             owner = container.labels.get(f"{LABEL}.owner", "")
             owner_host, _, pid = owner.partition(":")
-            if owner_host == host and pid.isdigit() and _pid_alive(int(pid)):
+            if owner_host == host and pid.isdigit() and pid_alive(int(pid)):
                 continue
             with contextlib.suppress(Exception):
                 container.remove(force=True)
@@ -264,13 +265,3 @@ class SandboxPool:
 
     def __len__(self) -> int:
         return len(self._all)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -115,6 +115,16 @@ def is_sealed_text(value: Any) -> bool:
     return isinstance(value, str) and value.startswith("«sealed:") and bool(_SEALED_TEXT.match(value))
 
 
+def content_values(event: Event) -> list[Any]:
+    """The content of ``event`` as recorded: its content fields and error texts (non-null)."""
+    p = event.payload
+    values = [p.get(f) for f in CONTENT_FIELDS.get(event.type, ()) if p.get(f) is not None]
+    err = p.get("error") if event.type in ERROR_TYPES else None
+    if isinstance(err, dict):
+        values += [err.get(f) for f in ERROR_TEXT_FIELDS if isinstance(err.get(f), str)]
+    return values
+
+
 def is_marker(value: Any) -> bool:
     """True for any stand-in this module writes in place of content."""
     return is_sealed(value) or is_blob_ref(value) or is_hashed(value) or is_sealed_text(value)

@@ -195,7 +195,7 @@ async def _fetch_bodies(client: LedgerClient, log: Any, step: int | None) -> Non
 def cmd_verify(args: argparse.Namespace) -> int:
     from ledger.verify import verify_runs
 
-    results = with_client(args, lambda c: verify_runs(c, args.run))
+    results = with_client(args, lambda c: verify_runs(c, args.run, deep=args.deep))
     if args.run and not results:
         raise LedgerError(f"no run {args.run!r} in the ledger: list runs with `runledger runs`")
     bad = [r for r in results if not r.ok]
@@ -391,6 +391,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("verify", parents=[common], help="check hash chains and sequences")
     p.add_argument("run", nargs="?")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also check content: sealed values authenticate under the run's key, blobs match their hashes",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.blobs import BlobStore, is_blob_ref
-from ledger.capture import CONTENT_FIELDS, ERROR_TEXT_FIELDS, ERROR_TYPES, is_marker, is_sealed, is_sealed_text
+from ledger.capture import content_values, is_marker, is_sealed, is_sealed_text
 from ledger.client import LedgerClient
 from ledger.errors import ConfigurationError
-from ledger.events import Event, RunErased
+from ledger.events import RunErased
 from ledger.fold import fold
 from ledger.keystore import KVKeyStore, run_kid
 from ledger.operator import append_to_run
@@ -46,15 +46,6 @@ class ErasureResult:
     blobs_deleted: int
     plaintext_events: int
     recorded: bool  # False when an earlier erasure had already recorded run.erased
-
-
-def _content(event: Event) -> list[Any]:
-    p = event.payload
-    values = [p.get(f) for f in CONTENT_FIELDS.get(event.type, ()) if p.get(f) is not None]
-    err = p.get("error") if event.type in ERROR_TYPES else None
-    if isinstance(err, dict):
-        values += [err.get(f) for f in ERROR_TEXT_FIELDS if isinstance(err.get(f), str)]
-    return values
 
 
 def _plain(value: Any) -> bool:
@@ -78,7 +69,7 @@ async def erase_run(client: LedgerClient, run_id: str, *, reason: str, by: str) 
     shas: set[str] = set()
     plaintext = 0
     for rec in log.records:
-        values = _content(rec.event)
+        values = content_values(rec.event)
         shas.update(v["sha256"] for v in values if is_blob_ref(v))
         plaintext += any(_plain(v) for v in values)
     destroyed = await KVKeyStore(client.js).destroy(kid)

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
+from ledger.blobs import is_blob_ref
+from ledger.capture import (
+    PayloadOpener,
+    PayloadUnavailableError,
+    client_opener,
+    content_values,
+    is_marker,
+    is_sealed,
+    is_sealed_text,
+)
 from ledger.client import LedgerClient
 from ledger.errors import EventDecodeError
 from ledger.events import GENESIS, decode
+from ledger.keystore import KeyStoreError
 from ledger.reader import read_raw
 from ledger.records import RawRecord
 from ledger.subjects import any_agent_run_subject, parse_run_subject
@@ -57,10 +69,66 @@ def verify_subject(subject: str, raws: list[RawRecord]) -> VerifyResult:
     return result
 
 
-async def verify_runs(client: LedgerClient, run_id: str | None = None) -> list[VerifyResult]:
-    """Verify one run, or every run in the ledger."""
+async def verify_runs(client: LedgerClient, run_id: str | None = None, *, deep: bool = False) -> list[VerifyResult]:
+    """Verify one run, or every run in the ledger; ``deep`` also checks content (verify_content)."""
     raws = await read_raw(client, any_agent_run_subject(run_id) if run_id else "ledger.run.>")
     by_subject: dict[str, list[RawRecord]] = defaultdict(list)
     for raw in raws:
         by_subject[raw.subject].append(raw)
-    return [verify_subject(subject, items) for subject, items in sorted(by_subject.items())]
+    results = [verify_subject(subject, items) for subject, items in sorted(by_subject.items())]
+    if deep:
+        opener = client_opener(client)
+        for result in results:
+            await verify_content(opener, result, by_subject[result.subject])
+    return results
+
+
+def _flag(result: VerifyResult, stream_seq: int, seq: int, problem: str) -> None:
+    result.problems.append(f"stream seq {stream_seq}: {problem}")
+    if result.ok:
+        result.ok, result.first_bad_stream_seq, result.first_bad_seq, result.reason = False, stream_seq, seq, problem
+
+
+async def verify_content(opener: PayloadOpener, result: VerifyResult, raws: list[RawRecord]) -> None:
+    """Content checks a hash chain cannot make (``verify --deep``).
+
+    The chain proves the events are the ones that were written, in order, but anyone who may
+    publish on the subject can append a well-formed event. Sealed content can only be written
+    by a holder of the run's key: every sealed value must authenticate under it (AES-GCM), a
+    run whose content is sealed may not carry unsealed content (a forged event by a writer
+    without the key), and every blob must be in the object store under its own hash. An
+    erased run is expected to have no key and no blobs.
+    """
+    events = []
+    for raw in raws:
+        try:
+            events.append((raw, decode(raw.data)))
+        except EventDecodeError:
+            continue  # already reported by the chain check
+    erased = any(ev.type == "run.erased" for _, ev in events)
+    sealed = any(_is_sealed(v) for _, ev in events for v in content_values(ev))
+    for raw, ev in events:
+        for value in content_values(ev):
+            problem: str | None = None
+            if sealed and not is_marker(value):
+                problem = f"{ev.type} carries unsealed content in a sealed run (written without the run's key: forged?)"
+            else:
+                try:
+                    if isinstance(value, str):
+                        await opener.open_text(value, strict=True)
+                    else:
+                        await opener.open_value(value, strict=True, fetch=True)
+                except KeyStoreError:
+                    problem = f"{ev.type} content fails authentication under the run's key (altered or forged)"
+                except PayloadUnavailableError as exc:
+                    expected = erased and ("erased" in exc.reason or "object store" in exc.reason)
+                    if expected or "hash-only" in exc.reason:
+                        continue
+                    problem = f"{ev.type} content is unreadable: {exc.reason}"
+            if problem is not None:
+                _flag(result, raw.stream_seq, ev.seq, problem)
+                break
+
+
+def _is_sealed(value: Any) -> bool:
+    return is_sealed(value) or is_sealed_text(value) or (is_blob_ref(value) and bool(value.get("enc")))

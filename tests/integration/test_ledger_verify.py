@@ -123,3 +123,84 @@ async def test_the_cli_names_the_first_bad_sequence(client: LedgerClient, capsys
     assert code == 1
     assert f"BAD  clibad  first bad event at stream seq {stream_seqs[2]} (event seq 2)" in out
     assert "ok   cligood" in out and "1 of 2 runs verified" in out
+
+
+# -- verify --deep: what the chain alone cannot see ---------------------------------------------------------
+
+
+async def _sealed_run(client: LedgerClient, run_id: str) -> None:
+    from ledger import AgentSpec, Run, ScriptedModel
+    from ledger.capture import DataPolicy
+    from ledger.runner import start_run
+
+    async def agent(run: Run) -> object:
+        await run.tool("read", {"q": 1}, fn=lambda a: "d" * 3000)
+        return "done"
+
+    spec = AgentSpec("deep", agent, ScriptedModel([]), agent_version="v1", data_policy=DataPolicy(blob_threshold=1024))
+    await start_run(client, spec, {"in": 1}, run_id=run_id)
+
+
+async def _append_forged(client: LedgerClient, run_id: str, body: object) -> int:
+    from ledger.events import Payload
+    from ledger.reader import load_run
+
+    assert isinstance(body, Payload)
+    log = await load_run(client, run_id, open_content=False)
+    last = log.records[-1].event
+    forger = Chain(run_id, "deep")
+    forger.events = [r.event for r in log.records]
+    forger.add(body)
+    assert forger.events[-1].prev_hash == last.hash  # a perfectly linked event
+    ack = await client.js.publish(run_subject("deep", run_id), forger.raw[-1])
+    return int(ack.seq)
+
+
+async def test_deep_verify_passes_a_genuine_sealed_run(client: LedgerClient) -> None:
+    await _sealed_run(client, "deep-ok")
+    [result] = await verify_runs(client, "deep-ok", deep=True)
+    assert result.ok, result.problems
+
+
+async def test_a_linked_forgery_at_the_tail_passes_the_chain_but_not_deep_verify(client: LedgerClient) -> None:
+    from ledger.events import RunCompleted
+
+    await _sealed_run(client, "deep-forged")
+    stream_seq = await _append_forged(client, "deep-forged", RunCompleted(output={"refund": 10_000}))
+    [chain_only] = await verify_runs(client, "deep-forged")
+    assert chain_only.ok  # the limit of a hash chain: anyone who may publish can append
+    [deep] = await verify_runs(client, "deep-forged", deep=True)
+    assert not deep.ok and deep.first_bad_stream_seq == stream_seq and "unsealed content" in deep.reason
+
+
+async def test_content_sealed_under_another_key_fails_authentication(client: LedgerClient) -> None:
+    from ledger.capture import DataPolicy, PayloadProtector
+    from ledger.events import RunCompleted
+    from ledger.keystore import RunKeys
+
+    await _sealed_run(client, "deep-key")
+    impostor = PayloadProtector(DataPolicy(), RunKeys.generate("deep.deep-key"))  # same kid, wrong key
+    stream_seq = await _append_forged(client, "deep-key", await impostor.protect(RunCompleted(output="forged")))
+    [deep] = await verify_runs(client, "deep-key", deep=True)
+    assert not deep.ok and deep.first_bad_stream_seq == stream_seq and "fails authentication" in deep.reason
+
+
+async def test_a_swapped_blob_is_caught_and_an_erased_run_still_verifies(client: LedgerClient) -> None:
+    from ledger.blobs import is_blob_ref
+    from ledger.erasure import erase_run
+    from ledger.reader import load_run
+    from ledger.streams import BLOB_BUCKET
+
+    await _sealed_run(client, "deep-blob")
+    log = await load_run(client, "deep-blob", open_content=False)
+    ref = next(v for r in log.records for v in r.event.payload.values() if is_blob_ref(v))
+    store = await client.js.object_store(BLOB_BUCKET)
+    await store.delete(ref["sha256"])
+    await store.put(ref["sha256"], b"swapped body")
+    [deep] = await verify_runs(client, "deep-blob", deep=True)
+    assert not deep.ok and "does not match its hash" in deep.reason
+
+    await _sealed_run(client, "deep-erased")
+    await erase_run(client, "deep-erased", reason="test", by="t")
+    [erased] = await verify_runs(client, "deep-erased", deep=True)
+    assert erased.ok, erased.problems

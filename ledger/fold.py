@@ -150,10 +150,28 @@ def _run_forked(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.parent = dict(p)
 
 
+def _close_segment(cp: Checkpoint, at: str | None = None) -> None:
+    """End the live segment, at ``at`` (the run's own closing event) or at its last event so far."""
+    if cp.segment_start is not None:
+        if at is not None:
+            cp.spent["seconds"] = cp.seconds_closed + _seconds_between(cp.segment_start, at)
+        cp.seconds_closed = cp.spent["seconds"]
+        cp.segment_start = None
+
+
+def _operator_event(handler: Any) -> Any:
+    """Wrap the handler of an event an operator records (possibly hours later): it is not the run's time."""
+
+    def handle(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+        _close_segment(cp)
+        handler(cp, ev, p)
+
+    return handle
+
+
 def _run_resumed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     # Close the previous live segment at its last event: downtime is not spend.
-    if cp.segment_start is not None:
-        cp.seconds_closed = cp.spent["seconds"]
+    _close_segment(cp)
     cp.segment_start = ev.ts
     cp.attempts = p["attempt"]
     cp.status = "running"
@@ -161,14 +179,17 @@ def _run_resumed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
 
 def _run_suspended(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.status = "suspended"
+    _close_segment(cp, ev.ts)  # waiting for an operator is not the run's time
 
 
 def _run_completed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.status, cp.output, cp.ended_at = "completed", p.get("output"), ev.ts
+    _close_segment(cp, ev.ts)
 
 
 def _run_failed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.status, cp.error, cp.failure_reason, cp.ended_at = "failed", p["error"], p["reason"], ev.ts
+    _close_segment(cp, ev.ts)
 
 
 def _model_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
@@ -317,7 +338,6 @@ def _budget_granted(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
 
 def _run_erased(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.erased = {"by": p["by"], "reason": p["reason"], "ts": ev.ts}
-    cp.segment_start = None  # an operator's act, possibly long after the run: not the run's time
 
 
 _HANDLERS: dict[str, Any] = {
@@ -336,7 +356,7 @@ _HANDLERS: dict[str, Any] = {
     "effect.failed": _effect_outcome("failed"),
     "effect.simulated": _effect_simulated,
     "approval.requested": _approval_requested,
-    "approval.resolved": _approval_resolved,
-    "budget.granted": _budget_granted,
-    "run.erased": _run_erased,
+    "approval.resolved": _operator_event(_approval_resolved),
+    "budget.granted": _operator_event(_budget_granted),
+    "run.erased": _operator_event(_run_erased),
 }

@@ -108,7 +108,7 @@ class BranchRun(Run):
         if rec is None:
             raise self._unanswerable(step, f"model (args {args_digest[:12]})")
         self._next_step += 1
-        output = dict(rec.output or {})
+        output = dict(await self._open_model_output(rec.output) or {})
         usage = Usage(**(output.pop("usage", None) or {}))
         await self._append(
             ModelCalled(
@@ -138,19 +138,20 @@ class BranchRun(Run):
         if rec is None:
             raise self._unanswerable(step, f"tool {name!r} (args {args_digest[:12]})")
         self._next_step += 1
+        output = await self._open(rec.output)  # unsealed and fetched: the branch seals it anew
         await self._append(
             ToolCalled(
                 step=step,
                 name=name,
                 args=args,
                 args_digest=args_digest,
-                output=rec.output,
+                output=output,
                 error=ErrorInfo(**rec.error) if rec.error else None,
             )
         )
         if rec.error:
             raise ToolFailedError(name, step, rec.error["type"], rec.error["message"])
-        return rec.output
+        return output
 
     # -- effects -------------------------------------------------------------------------------------
 
@@ -168,16 +169,18 @@ class BranchRun(Run):
             if rec is None or rec.key != key or rec.status not in ("committed", "simulated"):
                 raise self._unanswerable(step, f"effect {name!r} key {key!r}")
             self._next_step += 1
+            result = await self._open(rec.output)
             await self._append(EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest))
-            await self._append(EffectCommitted(step=step, key=key, result=rec.output, via="record"))
-            return rec.output
+            await self._append(EffectCommitted(step=step, key=key, result=result, via="record"))
+            return result
         # Live re-execution: the dry-run stub checks the key against the ledger first.
         state = await read_key(self._client, key)
         if state.status == "committed":
             self._next_step += 1
             await self._append(EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest))
-            await self._append(EffectCommitted(step=step, key=key, result=state.result, via="record"))
-            return state.result
+            result = await self._open(state.result)
+            await self._append(EffectCommitted(step=step, key=key, result=result, via="record"))
+            return result
         if self.allow_effects:
             declared = self._spec.tool_map.get(name)
             real_fn = fn if fn is not None else (declared.fn if declared else None)
@@ -193,7 +196,7 @@ class BranchRun(Run):
         rec = self._cp.steps[self._next_step]
         if rec.status == "simulated":
             self._next_step += 1
-            return rec.output
+            return await self._open(rec.output)
         if rec.status == "committed":
             return await super().effect(name, args, key=key, fn=fn or _never, reconcile=reconcile)
         raise self._unanswerable(self._next_step, f"effect {name!r} key {key!r} (in doubt in the branch)")

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ledger.agent import AgentSpec, load_agent
+from ledger.capture import PayloadProtector, client_opener, run_protector
 from ledger.client import LedgerClient
 from ledger.errors import RunNotFoundError, VersionMismatchError
 from ledger.events import RunForked, RunResumed, RunStarted, VersionTuple
@@ -151,7 +152,9 @@ class Rerunner:
             raise RerunRequestError(f"--at-step must be within 0..{parent.last_step + 1} for run {parent.run_id}")
         mode = request.base_mode if request.mode == "counterfactual" else request.mode
         branch_id = request.branch_run_id
-        cp, writer = await self._open_branch(spec, parent, request, fork_step, changed, before, after)
+        cp, writer, protector, run_input = await self._open_branch(
+            spec, parent, request, fork_step, changed, before, after
+        )
         common: dict[str, Any] = {
             "parent_run_id": parent.run_id,
             "fork_step": fork_step,
@@ -163,9 +166,10 @@ class Rerunner:
                                error=(cp.error or {}).get("message"), nothing_to_do=True, **common)  # fmt: skip
         run = BranchRun(
             self.client, spec, writer, cp, policy=self.policy, parent=parent, fork_step=fork_step,
-            mode=mode, allow_effects=request.allow_effects,
+            mode=mode, allow_effects=request.allow_effects, protector=protector,
             live_tools=frozenset(request.live_tools) if request.live_tools is not None else None,
         )  # fmt: skip
+        run._input = run_input
         code_root, package = code_location(spec)
         warm_before = self.pool.warm_hits
         sandbox = await self.pool.acquire(code_root, package)
@@ -173,7 +177,7 @@ class Rerunner:
         reader, channel_writer = await sandbox.channel(5.0)
         start = {
             "agent": ref, "agent_version": spec.version().agent_version, "run_id": branch_id,
-            "agent_name": spec.name, "input": cp.input, "prompt": spec.prompt,
+            "agent_name": spec.name, "input": run_input, "prompt": spec.prompt,
         }  # fmt: skip
         broker = Broker(reader, channel_writer, start, deadline=time.monotonic() + request.timeout_s)
         clean_exit = False
@@ -199,16 +203,24 @@ class Rerunner:
     async def _open_branch(
         self, spec: AgentSpec, parent: Checkpoint, request: RerunRequest, fork_step: int,
         changed: str | None, before: Any, after: Any,
-    ) -> tuple[Checkpoint, SubjectWriter]:  # fmt: skip
+    ) -> tuple[Checkpoint, SubjectWriter, PayloadProtector, Any]:  # fmt: skip
+        """The branch's checkpoint, writer, content protector and (opened) input: created on the
+        first delivery of a request, resumed (fenced) on a redelivery."""
         branch_id = request.branch_run_id
+        opener = client_opener(self.client)
+        protector = await run_protector(self.client, spec.name, branch_id, spec.data_policy)
         try:
             log = await load_run(self.client, branch_id)
         except RunNotFoundError:
+            log = None
+        if log is None:
             cp = Checkpoint()
             writer = SubjectWriter(self.client.js, run_subject(spec.name, branch_id), run_id=branch_id,
-                                   agent=spec.name, msg_id_prefix=branch_id, policy=self.policy)  # fmt: skip
+                                   agent=spec.name, msg_id_prefix=branch_id, policy=self.policy,
+                                   transform=protector.protect)  # fmt: skip
+            run_input = await opener.open_value(parent.input, strict=False)
             for body in (
-                RunStarted(agent=spec.name, version=spec.version(), input=parent.input,
+                RunStarted(agent=spec.name, version=spec.version(), input=run_input, capture=spec.data_policy.capture,
                            budgets=dict(parent.limits),  # type: ignore[arg-type]
                            labels={"parent_run_id": parent.run_id, "request_id": request.request_id}),
                 RunForked(parent_run_id=parent.run_id, fork_step=fork_step, mode=request.mode, changed=changed,
@@ -216,13 +228,13 @@ class Rerunner:
             ):  # fmt: skip
                 event = await writer.append(body)
                 apply(cp, Recorded(event, writer.last_stream_seq))
-            return cp, writer
+            return cp, writer, protector, run_input
         cp = fold(log.records)
         last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
         writer = SubjectWriter(self.client.js, log.subject, run_id=branch_id, agent=log.agent,
                                msg_id_prefix=branch_id, next_seq=cp.next_seq, prev_hash=cp.last_hash,
-                               last_stream_seq=last, policy=self.policy)  # fmt: skip
+                               last_stream_seq=last, policy=self.policy, transform=protector.protect)  # fmt: skip
         if cp.status not in ("completed", "failed"):
             event = await writer.append(RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker="rerun"))
             apply(cp, Recorded(event, writer.last_stream_seq))
-        return cp, writer
+        return cp, writer, protector, await opener.open_value(cp.input, strict=False)

@@ -15,6 +15,7 @@ from ledger.events import (
     RunCompleted,
     RunFailed,
     RunResumed,
+    RunSuspended,
     ToolCalled,
     Usage,
 )
@@ -137,3 +138,21 @@ def test_gap_and_broken_link_are_chain_errors() -> None:
     other.add(_model(0, 9, 9))
     with pytest.raises(ChainError, match="prev_hash"):
         fold([c.events[0], other.events[1]])
+
+
+def test_waiting_for_an_operator_is_not_spend() -> None:
+    c = Chain()
+    c.start(ts="2026-01-01T00:00:00.000000Z", budgets=Budgets(seconds=120))
+    c.add(_model(0, 1, 1), ts="2026-01-01T00:00:05.000000Z")
+    c.add(ApprovalRequested(step=1, request_id="r1", action="refund", args={}, digest="d"),
+          ts="2026-01-01T00:00:06.000000Z")  # fmt: skip
+    c.add(RunSuspended(step=1, request_id="r1"), ts="2026-01-01T00:00:07.000000Z")
+    c.add(ApprovalResolved(request_id="r1", digest="d", approved=True, by="op"), ts="2026-01-01T01:00:00.000000Z")
+    c.add(BudgetGranted(seconds=60, by="op"), ts="2026-01-01T01:30:00.000000Z")
+    assert fold(c.events).spent["seconds"] == pytest.approx(7.0)
+    c.add(RunResumed(attempt=2, from_step=1), ts="2026-01-01T02:00:00.000000Z")
+    c.add(_model(2, 1, 1), ts="2026-01-01T02:00:03.000000Z")
+    c.add(RunCompleted(output=None), ts="2026-01-01T02:00:04.000000Z")
+    cp = fold(c.events)
+    assert cp.spent["seconds"] == pytest.approx(11.0)
+    assert cp.limits["seconds"] == 180

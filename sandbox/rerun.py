@@ -138,7 +138,8 @@ class Rerunner:
     async def rerun(self, request: RerunRequest) -> RerunResult:
         if request.mode == "replay":
             raise RerunRequestError("trace replay executes nothing: use `runledger show RUN`")
-        parent_log = await load_run(self.client, request.parent_run_id)
+        # Content stays sealed here: the branch opens each parent value only when it serves it.
+        parent_log = await load_run(self.client, request.parent_run_id, open_content=False)
         parent = fold(parent_log.records, check_chain=False)
         if parent.version is None:
             raise RerunRequestError(f"run {request.parent_run_id} has no run.started event")
@@ -210,7 +211,7 @@ class Rerunner:
         opener = client_opener(self.client)
         protector = await run_protector(self.client, spec.name, branch_id, spec.data_policy)
         try:
-            log = await load_run(self.client, branch_id)
+            log = await load_run(self.client, branch_id, open_content=False)
         except RunNotFoundError:
             log = None
         if log is None:

@@ -53,11 +53,15 @@ def cmd_project(args: argparse.Namespace) -> int:
 
     async def go(client: LedgerClient) -> int:
         if args.rebuild:
-            result = await rebuild(client, path, progress=progress, batch_size=args.batch, reader=args.reader)
+            result = await rebuild(
+                client, path, progress=progress, batch_size=args.batch, reader=args.reader, workers=args.workers
+            )
             progress.done(_summary(result))
         if not args.follow:
             if not args.rebuild:
-                result = await project(client, path, progress=progress, batch_size=args.batch, reader=args.reader)
+                result = await project(
+                    client, path, progress=progress, batch_size=args.batch, reader=args.reader, workers=args.workers
+                )
                 progress.done(_summary(result))
             return 0
         stop = asyncio.Event()
@@ -67,8 +71,9 @@ def cmd_project(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, stop.set)
         print(f"following the stream into {path}; Ctrl-C stops after the batch in hand", file=sys.stderr)
         result = await project(
-            client, path, follow=True, stop=stop, progress=progress, batch_size=args.batch, reader=args.reader
-        )
+            client, path, follow=True, stop=stop, progress=progress, batch_size=args.batch, reader=args.reader,
+            workers=args.workers,
+        )  # fmt: skip
         progress.done(_summary(result))
         return 0
 
@@ -129,6 +134,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--follow", action="store_true", help="keep projecting new events until Ctrl-C")
     p.add_argument("--rebuild", action="store_true", help="project from the first event into a fresh file, then swap")
     p.add_argument("--batch", type=_positive, default=20_000, help="events a transaction (default 20000)")
+    p.add_argument(
+        "--workers", type=int, default=None, metavar="N",
+        help="processes that decode and fold, for backlogs of 50,000 events or more (default: one per core, max 4)",
+    )  # fmt: skip
     p.add_argument("--reader", choices=["auto", "pull", "ordered"], default="auto", help=argparse.SUPPRESS)
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_project)

@@ -56,24 +56,23 @@ def route_key(subject: str) -> str | None:
     return None
 
 
-class _Routes:
+class RouteCache:
     """``route_key`` memoised: a run's subject repeats for every one of its events."""
 
     def __init__(self, limit: int = 200_000) -> None:
-        self._known: dict[str, tuple[str, str] | None] = {}
+        self._known: dict[str, str | None] = {}
         self._limit = limit
 
-    def __call__(self, subject: str) -> tuple[str, str] | None:
+    def __call__(self, subject: str) -> str | None:
         try:
             return self._known[subject]
         except KeyError:
             pass
         route = route_key(subject)
-        value = None if route is None else (route[:3], route[4:])
         if len(self._known) >= self._limit:
             self._known.clear()
-        self._known[subject] = value
-        return value
+        self._known[subject] = route
+        return route
 
 
 @dataclass
@@ -109,24 +108,9 @@ class PartitionProjector:
     def __init__(self) -> None:
         self.runs: dict[str, RunFold] = {}
         self.keys: dict[str, KeyState] = {}
-        self._route = _Routes()
+        self._route = RouteCache()
 
     # -- state the caller manages -------------------------------------------------------------------
-
-    def missing(self, records: Iterable[RawRecord]) -> tuple[set[str], set[str]]:
-        """Run ids and key subjects that ``records`` touch and this projector does not hold."""
-        runs: set[str] = set()
-        keys: set[str] = set()
-        for rec in records:
-            route = self._route(rec.subject)
-            if route is None:
-                continue
-            kind, name = route
-            if kind == "run" and name not in self.runs:
-                runs.add(name)
-            elif kind == "key" and name not in self.keys:
-                keys.add(name)
-        return runs, keys
 
     def preload(self, runs: dict[str, RunFold], keys: dict[str, KeyState]) -> None:
         self.runs.update(runs)
@@ -156,8 +140,8 @@ class PartitionProjector:
             route = route_of(rec.subject)
             if route is None:
                 continue  # not a subject of the ledger's layout: kept in events, folded nowhere
-            kind, run_id = route
-            if kind == "key":
+            run_id = route[4:]
+            if route[0] == "k":
                 self._fold_key(rec, ev)
                 touched_keys.add(rec.subject)
                 continue

@@ -68,9 +68,10 @@ def _check_next(expected: int, got: int) -> None:
 
 def parse_ack_subject(reply: bytes) -> tuple[int, int]:
     """(stream sequence, pending) from a JetStream delivery's reply subject (v1 or v2 form)."""
+    if reply.count(b".") == 8:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+        _, sseq, _, _, pending = reply.rsplit(b".", 4)
+        return int(sseq), int(pending)
     tokens = reply.split(b".")
-    if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
-        return int(tokens[5]), int(tokens[8])
     if len(tokens) >= 12:  # $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<tok>
         return int(tokens[7]), int(tokens[10])
     raise StreamReadError(f"not a JetStream delivery: reply subject {reply[:120]!r}")
@@ -155,6 +156,7 @@ class PullReader:
         self._request_open = False
         self._request_left = 0
         self._items: deque[tuple[Any, ...]] = deque()
+        self._subjects: dict[bytes, str] = {}  # decoded once: a run's subject repeats for each event
 
     async def start(self, start_seq: int) -> None:
         nc = self.client.nc
@@ -250,15 +252,22 @@ class PullReader:
         out: list[RawRecord] = []
         deadline = time.monotonic() + wait
         current = f"{self._inbox}.{self._request}".encode()
+        subjects = self._subjects
         while len(out) < max_records:
             while self._items and len(out) < max_records:
                 item = self._items.popleft()
                 kind = item[0]
                 if kind == "msg":
                     seq, self.pending = parse_ack_subject(item[2])
-                    _check_next(self._next_seq, seq)
+                    if seq != self._next_seq:
+                        raise SequenceGapError(self._next_seq, seq)
                     self._next_seq = seq + 1
-                    out.append(RawRecord(seq, item[1].decode("utf-8", "replace"), item[3]))
+                    subject = subjects.get(item[1])
+                    if subject is None:
+                        if len(subjects) > 100_000:
+                            subjects.clear()
+                        subject = subjects[item[1]] = item[1].decode("utf-8", "replace")
+                    out.append(RawRecord(seq, subject, item[3]))
                     self._request_left -= 1
                     if self._request_left <= 0:
                         self._request_open = False

@@ -118,6 +118,7 @@ class ProjectionStore:
         self.path = Path(path)
         self.writer = writer
         self._lock: IO[str] | None = None
+        self._reads: Any = None
         if writer:
             self._lock = _take_lock(self.path)
         try:
@@ -134,6 +135,9 @@ class ProjectionStore:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self._reads is not None:
+            self._reads.close()
+            self._reads = None
         con = getattr(self, "con", None)
         if con is not None:
             with contextlib.suppress(duckdb.Error):
@@ -192,14 +196,25 @@ class ProjectionStore:
 
     # -- state the projector needs back ----------------------------------------------------------------
 
+    def _reader(self) -> Any:
+        # Reads on a connection of their own: they may run while another thread commits, and see
+        # committed data only (the projector never needs the batch in flight, see Projector).
+        if self._reads is None:
+            self._reads = self.con.cursor()
+        return self._reads
+
     def load_runs(self, run_ids: set[str]) -> dict[str, RunFold]:
         if not run_ids:
             return {}
-        rows = self.con.execute(
-            "SELECT c.run_id, r.subject, c.first_stream_seq, c.fold_error, c.checkpoint FROM checkpoints c "
-            "JOIN runs r USING (run_id) WHERE c.run_id IN (SELECT unnest(?::VARCHAR[]))",
-            [sorted(run_ids)],
-        ).fetchall()
+        rows = (
+            self._reader()
+            .execute(
+                "SELECT c.run_id, r.subject, c.first_stream_seq, c.fold_error, c.checkpoint FROM checkpoints c "
+                "JOIN runs r USING (run_id) WHERE c.run_id IN (SELECT unnest(?::VARCHAR[]))",
+                [sorted(run_ids)],
+            )
+            .fetchall()
+        )
         return {
             run_id: RunFold(subject, checkpoint_from_json(text), first, error)
             for run_id, subject, first, error, text in rows
@@ -208,11 +223,15 @@ class ProjectionStore:
     def load_keys(self, subjects: set[str]) -> dict[str, KeyState]:
         if not subjects:
             return {}
-        rows = self.con.execute(
-            "SELECT subject, key, status, run_id, step, result, error, via, events, last_hash, last_stream_seq "
-            "FROM effect_keys WHERE subject IN (SELECT unnest(?::VARCHAR[]))",
-            [sorted(subjects)],
-        ).fetchall()
+        rows = (
+            self._reader()
+            .execute(
+                "SELECT subject, key, status, run_id, step, result, error, via, events, last_hash, last_stream_seq "
+                "FROM effect_keys WHERE subject IN (SELECT unnest(?::VARCHAR[]))",
+                [sorted(subjects)],
+            )
+            .fetchall()
+        )
         return {row[0]: key_state_from_row(row) for row in rows}
 
     # -- the batch -----------------------------------------------------------------------------------

@@ -365,3 +365,55 @@ async def test_follow_keeps_up_and_stops_cleanly_on_sigterm(client: LedgerClient
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*), max(stream_seq) FROM events").fetchall() == [(total, total)]
     con.close()
+
+
+async def test_worker_processes_fold_the_same_and_exit(
+    client: LedgerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import projections.projector as projector_module
+
+    monkeypatch.setattr(projector_module, "WORKERS_FROM", 1)  # use the workers for a small backlog too
+    runs = await build_ledger(client, tmp_path, load_events=4000)
+    await project(client, tmp_path / "here.duckdb", workers=0, batch_size=900)
+    await project(client, tmp_path / "workers.duckdb", workers=3, batch_size=900)
+    assert snapshot(tmp_path / "here.duckdb") == snapshot(tmp_path / "workers.duckdb")
+    await publish_raw(client, workload(2000, start=50_000))
+    await project(client, tmp_path / "workers.duckdb", workers=2, batch_size=700)  # reloads state into workers
+    await project(client, tmp_path / "here.duckdb", workers=0, batch_size=700)
+    assert snapshot(tmp_path / "here.duckdb") == snapshot(tmp_path / "workers.duckdb")
+    await assert_checkpoints_equal_resume_fold(client, tmp_path / "workers.duckdb", list(runs.values()))
+    assert worker_processes() == []
+
+
+def worker_processes() -> list[int]:
+    """Pids of live projection workers (any left behind would show up here)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                status = (entry / "stat").read_text().split(")")[-1].split()[0]
+            except OSError:
+                continue
+            if b"_worker_main" in cmdline and status != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+async def test_export_writes_partitioned_parquet_that_reads_back(client: LedgerClient, tmp_path: Path) -> None:
+    await build_ledger(client, tmp_path, load_events=1500)
+    db, lake = tmp_path / "ledger.duckdb", tmp_path / "lake"
+    for _ in range(2):  # a second export replaces the first
+        out = runledger(client.url, "export", "--parquet", str(lake), "--db", str(db))
+        assert out.returncode == 0, out.stderr
+    agents = sorted(p.name for p in (lake / "events").iterdir())
+    assert "agent=refund-agent" in agents and "agent=agent-0" in agents
+    assert all(p.name.startswith("date=") for p in (lake / "events" / "agent=refund-agent").iterdir())
+    con = duckdb.connect(str(db), read_only=True)
+    for table in ("events", "runs", "steps", "effects", "approvals", "checkpoints", "effect_keys", "quarantine"):
+        expected = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+        got = duckdb.sql(
+            f"SELECT count(*) FROM read_parquet('{lake / table}/**/*.parquet', hive_partitioning = true)"
+        ).fetchall()[0][0]
+        assert got == expected, table
+    con.close()

@@ -17,6 +17,7 @@ from typing import Any
 
 from ledger.cli import with_client
 from ledger.client import LedgerClient
+from projections.errors import StreamReadError
 from projections.progress import ProgressLine
 from projections.projector import ProjectResult, default_db_path, project, rebuild
 from projections.queries import FORMATS, export_parquet, format_result, quarantined, run_sql
@@ -52,17 +53,12 @@ def cmd_project(args: argparse.Namespace) -> int:
     progress = ProgressLine(enabled=not args.quiet)
 
     async def go(client: LedgerClient) -> int:
+        options: dict[str, Any] = {"batch_size": args.batch, "reader": args.reader, "workers": args.workers}
         if args.rebuild:
-            result = await rebuild(
-                client, path, progress=progress, batch_size=args.batch, reader=args.reader, workers=args.workers
-            )
-            progress.done(_summary(result))
+            progress.done(_summary(await rebuild(client, path, progress=progress, **options)))
         if not args.follow:
             if not args.rebuild:
-                result = await project(
-                    client, path, progress=progress, batch_size=args.batch, reader=args.reader, workers=args.workers
-                )
-                progress.done(_summary(result))
+                progress.done(_summary(await project(client, path, progress=progress, **options)))
             return 0
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -70,11 +66,20 @@ def cmd_project(args: argparse.Namespace) -> int:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
         print(f"following the stream into {path}; Ctrl-C stops after the batch in hand", file=sys.stderr)
-        result = await project(
-            client, path, follow=True, stop=stop, progress=progress, batch_size=args.batch, reader=args.reader,
-            workers=args.workers,
-        )  # fmt: skip
-        progress.done(_summary(result))
+        result: ProjectResult | None = None
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                result = await project(client, path, follow=True, stop=stop, progress=progress, **options)
+            except StreamReadError as exc:
+                # The server went away or the read broke off: everything up to the last batch is
+                # committed, so start again from there once the server answers.
+                print(f"runledger: {exc}; following again in {backoff:g}s", file=sys.stderr)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=backoff)
+                backoff = min(backoff * 2, 30.0)
+        if result is not None:
+            progress.done(_summary(result))
         return 0
 
     return with_client(args, go)

@@ -49,7 +49,7 @@ from projections.errors import EventsExpiredError, ProjectionError, StreamReadEr
 from projections.partition import BatchRows, RouteCache
 from projections.progress import ProgressLine
 from projections.reader import PULL_BATCH, StreamReader, open_reader
-from projections.store import ProjectionStore, StreamIdentity, _take_lock, fold_fingerprint, lock_path, replace_file
+from projections.store import ProjectionStore, StreamIdentity, fold_fingerprint, lock_path, replace_file, take_lock
 from projections.workers import LocalPartitions, Partitions, PartitionWork, ProcessPartitions, partition_of
 
 DB_NAME = "ledger.duckdb"
@@ -98,7 +98,7 @@ async def stream_status(client: LedgerClient, stream: str = LEDGER_STREAM) -> St
         msg = await client.nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5.0)
         info = json.loads(msg.data)
     except (TimeoutError, nats.errors.Error, ValueError) as exc:
-        raise ProjectionError(f"could not read the state of stream {stream}: {exc}; is the server up?") from exc
+        raise StreamReadError(f"could not read the state of stream {stream}: {exc!r}; is the server up?") from exc
     if "error" in info:
         error = info["error"]
         if error.get("code") == 404:
@@ -368,7 +368,7 @@ async def rebuild(
     ``model_prices`` (analyst input, not derived from the stream) is carried over.
     """
     path = Path(path)
-    lock = _take_lock(path)
+    lock = take_lock(path)
     fresh = rebuild_path(path)
     try:
         for leftover in (fresh, fresh.with_name(fresh.name + ".wal")):

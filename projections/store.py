@@ -120,7 +120,7 @@ class ProjectionStore:
         self._lock: IO[str] | None = None
         self._reads: Any = None
         if writer:
-            self._lock = _take_lock(self.path)
+            self._lock = take_lock(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not writer and not self.path.exists():
@@ -310,7 +310,11 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def _take_lock(path: Path) -> IO[str]:
+def take_lock(path: Path) -> IO[str]:
+    """An exclusive, non-blocking ``flock`` on ``<path>.lock``, held until the handle is closed.
+
+    Raises ProjectionLockedError naming the holder's pid.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(lock_path(path), "a+")  # noqa: SIM115 - held for the store's lifetime
     try:

@@ -417,3 +417,41 @@ async def test_export_writes_partitioned_parquet_that_reads_back(client: LedgerC
         ).fetchall()[0][0]
         assert got == expected, table
     con.close()
+
+
+async def test_follow_survives_a_server_restart(tmp_path: Path) -> None:
+    server = EmbeddedServer(home=tmp_path / "home")
+    state = server.start(data_dir=tmp_path / "data")
+    db = tmp_path / "ledger.duckdb"
+    follower: subprocess.Popen[str] | None = None
+    try:
+        client = await connect(state.url)
+        await publish_raw(client, workload(500))
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "ledger.cli", "project", "--follow", "--db", str(db)],
+            cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": state.url},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(follower.stderr or []), daemon=True).start()
+        first = await stream_messages(client)
+        await eventually(lambda: any(f"position {first:,}, lag 0" in line for line in lines), timeout=60)
+        await client.close()
+        server.stop()
+        state = server.start(data_dir=tmp_path / "data", port=state.port)  # same store, same stream
+        client = await connect(state.url)
+        await publish_raw(client, workload(700, start=9000))
+        total = await stream_messages(client)
+        await eventually(lambda: any(f"position {total:,}, lag 0" in line for line in lines), timeout=90)
+        await client.close()
+        follower.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(follower.wait, 60) == 0, "".join(lines)
+    finally:
+        if follower is not None and follower.poll() is None:
+            follower.kill()
+            follower.wait()
+        server.stop()
+    assert any("following again" in line for line in lines)
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*), max(stream_seq) FROM events").fetchall() == [(total, total)]
+    con.close()

@@ -48,7 +48,7 @@ from projections import crashpoints
 from projections.errors import EventsExpiredError, ProjectionError, StreamReadError
 from projections.partition import BatchRows, RouteCache
 from projections.progress import ProgressLine
-from projections.reader import PULL_BATCH, StreamReader, open_reader
+from projections.reader import PULL_BATCH, PullReader, StreamReader, open_reader
 from projections.store import ProjectionStore, StreamIdentity, fold_fingerprint, lock_path, replace_file, take_lock
 from projections.workers import LocalPartitions, Partitions, PartitionWork, ProcessPartitions, partition_of
 
@@ -132,6 +132,7 @@ class ProjectResult:
     stream_last_seq: int
     seconds: float
     rebuilt: bool = False
+    reader: str = ""  # "pull" (the fast reader) or "ordered" (nats-py's), "" when nothing was read
 
     @property
     def rate(self) -> float:
@@ -256,7 +257,7 @@ class Projector:
             await reader.close()
         return ProjectResult(
             str(self.store.path), totals[0], totals[1], totals[2], position, max(target, position),
-            time.monotonic() - started,
+            time.monotonic() - started, reader="pull" if isinstance(reader, PullReader) else "ordered",
         )  # fmt: skip
 
     async def _read(self, reader: StreamReader, follow: bool) -> list[RawRecord]:

@@ -149,7 +149,7 @@ class PullReader:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._parser = ProtocolParser()
-        self._inbox = "_INBOX.rlproj." + os.urandom(8).hex()
+        self._inbox = "_INBOX.rlproj" + os.urandom(8).hex()
         self._consumer: str | None = None
         self._next_seq = 0
         self._request = 0
@@ -170,15 +170,23 @@ class PullReader:
             or options.get("user_credentials")
             or options.get("nkeys_seed")
         ):
-            raise ReaderUnavailable("TLS or credentials")
+            raise ReaderUnavailable("TLS, a .creds file or an nkey: use nats-py's reader")
         connect: dict[str, Any] = {
             "verbose": False, "pedantic": False, "tls_required": False, "name": "runledger-projector",
             "lang": "python", "version": "runledger", "protocol": 1, "headers": True, "no_responders": True,
         }  # fmt: skip
-        if url.username and url.password is not None:
+        # The same login as the client's: a role's user and password (ledger.roles), or the URL's.
+        if options.get("user") and options.get("password") is not None:
+            connect["user"], connect["pass"] = options["user"], options["password"]
+        elif options.get("token"):
+            connect["auth_token"] = options["token"]
+        elif url.username and url.password is not None:
             connect["user"], connect["pass"] = unquote(url.username), unquote(url.password)
         elif url.username:
             connect["auth_token"] = unquote(url.username)
+        # A role may subscribe only under its own inbox prefix (ledger.roles): the client's.
+        prefix = bytes(getattr(nc, "_inbox_prefix", b"_INBOX")).decode("ascii", "replace") or "_INBOX"
+        self._inbox = prefix + ".rlproj" + os.urandom(8).hex()
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(url.hostname or "127.0.0.1", url.port or 4222, limit=READ_CHUNK * 4),
@@ -197,17 +205,9 @@ class PullReader:
             ):
                 raise ReaderUnavailable("the server wants TLS or nkey authentication")
             writer.write(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
-            await writer.drain()
-            while True:
-                line = await asyncio.wait_for(reader.readline(), timeout=5)
-                if not line:
-                    raise ReaderUnavailable("the server closed the connection")
-                if line.startswith(b"-ERR"):
-                    raise ReaderUnavailable(line.decode("utf-8", "replace").strip())
-                if line.startswith(b"PONG"):
-                    break
-            writer.write(f"SUB {self._inbox}.* 1\r\n".encode())
-            await writer.drain()
+            await self._until_pong()  # logged in
+            writer.write(f"SUB {self._inbox}.* 1\r\nPING\r\n".encode())
+            await self._until_pong()  # allowed to listen on the inbox (a violation arrives before PONG)
         except (OSError, TimeoutError, ValueError) as exc:
             await self._close_socket()
             raise ReaderUnavailable(str(exc)) from exc
@@ -231,6 +231,18 @@ class PullReader:
             raise StreamReadError(f"could not create a consumer on {self.stream}: {exc}") from exc
         self._consumer = info.name
         self._next_seq = max(1, start_seq)
+
+    async def _until_pong(self) -> None:
+        assert self._reader is not None and self._writer is not None
+        await self._writer.drain()
+        while True:
+            line = await asyncio.wait_for(self._reader.readline(), timeout=5)
+            if not line:
+                raise ReaderUnavailable("the server closed the connection")
+            if line.startswith(b"-ERR"):
+                raise ReaderUnavailable(line.decode("utf-8", "replace").strip())
+            if line.startswith(b"PONG"):
+                return
 
     def _send_request(self, expires: float) -> None:
         assert self._writer is not None and self._consumer is not None

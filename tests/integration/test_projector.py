@@ -455,3 +455,25 @@ async def test_follow_survives_a_server_restart(tmp_path: Path) -> None:
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*), max(stream_seq) FROM events").fetchall() == [(total, total)]
     con.close()
+
+
+async def test_an_analyst_role_projects_with_the_fast_reader(tmp_path: Path) -> None:
+    """On a server started with --secure: the analyst's login and inbox prefix, read-only."""
+    server = EmbeddedServer(home=tmp_path / "home")
+    state = server.start(data_dir=tmp_path / "data", secure_agents=["alpha"])
+    try:
+        admin = await connect(state.url, user_credentials=str(Path(state.creds_dir) / "admin.json"))
+        await publish_raw(admin, workload(1500))
+        total = await stream_messages(admin)
+        await admin.close()
+        analyst = await connect(state.url, user_credentials=str(Path(state.creds_dir) / "analyst.json"))
+        try:
+            fast = await project(analyst, tmp_path / "fast.duckdb")
+            slow = await project(analyst, tmp_path / "slow.duckdb", reader="ordered")
+        finally:
+            await analyst.close()
+    finally:
+        server.stop()
+    assert (fast.reader, fast.events, slow.reader, slow.events) == ("pull", total, "ordered", total)
+    assert snapshot(tmp_path / "fast.duckdb") == snapshot(tmp_path / "slow.duckdb")
+    assert "Permissions Violation" not in Path(state.log).read_text(errors="replace")

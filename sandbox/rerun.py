@@ -106,8 +106,7 @@ def branch_spec(host: AgentSpec, request: RerunRequest) -> tuple[AgentSpec, str,
     else:
         spec, ref = load_agent(value), value
     after = spec.version()
-    field = {"agent": "agent_version"}.get(what, what)
-    field = "prompt_hash" if what == "prompt" else field
+    field = {"agent": "agent_version", "prompt": "prompt_hash"}.get(what, what)
     differs = [k for k in VersionTuple.model_fields if getattr(before, k) != getattr(after, k)]
     if differs != [field]:
         raise RerunRequestError(

@@ -5,7 +5,8 @@ quarantines what does not decode, appends every event to the ``events`` rows, an
 
 - events on a run subject (``ledger.run.<agent>.<run_id>``) with ``ledger.fold.apply`` into
   that run's checkpoint, grouped by the subject's run id exactly as ``load_run`` groups
-  them for resume (so the checkpoint here is the one resume builds);
+  them for resume (so the checkpoint here is the one resume builds, except that resume
+  opens sealed content first and the projection never does: ``ledger.capture``);
 - events on an idempotency-key subject (``ledger.effect.<digest>``) with
   ``ledger.effects.apply_key`` into that key's state.
 
@@ -21,7 +22,7 @@ length), and folding in SQL (a second copy of the fold, which the design forbids
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -84,7 +85,6 @@ class BatchRows:
     quarantined: int = 0
     first_seq: int = 0
     last_seq: int = 0
-    touched: list[str] = field(default_factory=list)
 
 
 def _snapshot(cp: Checkpoint) -> dict[int, tuple[object, ...]]:
@@ -169,7 +169,6 @@ class PartitionProjector:
             quarantined=len(quarantine),
             first_seq=records[0].stream_seq if records else 0,
             last_seq=records[-1].stream_seq if records else 0,
-            touched=[f"run:{r}" for r in before] + [f"key:{k}" for k in touched_keys],
         )
 
     @staticmethod

@@ -98,7 +98,7 @@ def _decode(data: bytes) -> Event | tuple[str, str]:
         return decode(data)
     except EventDecodeError as exc:
         return exc.reason, type(exc).__name__
-    except Exception as exc:
+    except Exception as exc:  # a reader never crashes on bytes (DESIGN): decode can raise others (NaN)
         return f"the decoder raised {type(exc).__name__}: {exc}", type(exc).__name__
 
 
@@ -177,7 +177,7 @@ class PartitionProjector:
             apply(rf.checkpoint, Recorded(ev, rec.stream_seq, rec.subject))
         except ChainError as exc:
             rf.fold_error = str(exc)
-        except Exception as exc:
+        except Exception as exc:  # e.g. a ts that is not RFC 3339: resume fails on it the same way
             rf.fold_error = f"event {ev.seq} (stream sequence {rec.stream_seq}): {type(exc).__name__}: {exc}"
 
     def _fold_key(self, rec: RawRecord, ev: Event) -> None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import nats
 
 from ledger.client import LedgerClient
@@ -400,7 +401,7 @@ def _carry_over_prices(store: ProjectionStore, old: Path) -> None:
             store.con.execute("INSERT INTO model_prices SELECT * FROM previous.model_prices")
         finally:
             store.con.execute("DETACH previous")
-    except Exception as exc:
+    except duckdb.Error as exc:  # an unreadable old file must not stop its own rebuild
         print(f"runledger: warning: model_prices not carried over from {old}: {exc}", file=sys.stderr)
 
 

@@ -129,7 +129,7 @@ def _worker_main(conn: Connection) -> None:  # pragma: no cover - runs in the wo
             return
         try:
             conn.send(("rows", _run_remote(projector, message)))
-        except Exception:
+        except Exception:  # reported to the projector, which stops without committing the batch
             conn.send(("error", traceback.format_exc()))
 
 

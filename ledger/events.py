@@ -28,6 +28,9 @@ from ledger.errors import EventDecodeError, UnknownSchemaVersionError
 from ledger.ids import new_id
 
 GENESIS = "0" * 64
+MAX_INT64 = 2**63 - 1
+# Every ts is RFC 3339 with a time zone: what the fold parses and DuckDB stores.
+RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
 
 # -- payloads -------------------------------------------------------------------------------------------
 
@@ -309,10 +312,10 @@ class Event(BaseModel):
     id: str
     run_id: str
     agent: str
-    seq: int = Field(ge=0)
+    seq: int = Field(ge=0, le=MAX_INT64)
     type: str
     schema_version: int = Field(ge=1)
-    ts: str
+    ts: str = Field(pattern=RFC3339)
     payload: dict[str, Any]
     prev_hash: str
     hash: str
@@ -393,10 +396,14 @@ def decode(raw: bytes) -> Event:
         raise UnknownSchemaVersionError(event.type, event.schema_version, cls.VERSION, raw)
     try:
         event.body  # noqa: B018 - validates the payload
-    except (ValidationError, EventDecodeError) as exc:
+    except (ValidationError, EventDecodeError, ValueError) as exc:
         reason = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
         raise EventDecodeError(f"invalid {event.type} payload: {reason}", raw) from exc
-    if not _hash_matches(raw, event):
+    try:
+        matches = _hash_matches(raw, event)
+    except ValueError as exc:  # e.g. NaN or infinity in a payload: no canonical JSON exists for it
+        raise EventDecodeError(f"event {event.run_id}/{event.seq}: not canonical JSON ({exc})", raw) from exc
+    if not matches:
         raise EventDecodeError(f"event {event.run_id}/{event.seq}: hash does not match its content", raw)
     return event
 

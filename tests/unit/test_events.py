@@ -106,3 +106,25 @@ def test_json_schema_covers_every_event_type() -> None:
     for name in started.get("$defs", {}):
         assert f"#/$defs/{name}" in refs
     assert "$defs" not in started["properties"]["payload"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"ts": "yesterday"}, "not an event envelope: ts"),
+        ({"seq": 2**70}, "not an event envelope: seq"),
+    ],
+)
+def test_envelope_bounds_are_checked(change: dict[str, object], reason: str) -> None:
+    chain = Chain()
+    chain.start()
+    with pytest.raises(EventDecodeError, match=reason):
+        decode(_mutate(chain.raw[0], **change))
+
+
+def test_nan_in_a_payload_is_a_decode_error_not_a_crash() -> None:
+    chain = Chain()
+    chain.add(ToolCalled(step=0, name="t", args=None, args_digest="d", output=1.5))
+    raw = chain.raw[0].replace(b'"output":1.5', b'"output":NaN')
+    with pytest.raises(EventDecodeError):
+        decode(raw)

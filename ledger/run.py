@@ -276,22 +276,13 @@ class Run:
             return await self._open(rec.output)
         await self._check_budgets(step, model_call=False)
         started = time.perf_counter()
+        output: Any = None
+        failure: Exception | None = None
         try:
             output = jsonable(await call_maybe_async(declared.fn, self._resolve(args)))
         except Exception as exc:
-            info = error_info(exc, False)
-            await self._append(
-                ToolCalled(
-                    step=step,
-                    name=declared.name,
-                    args=args,
-                    args_digest=args_digest,
-                    error=info,
-                    duration_ms=(time.perf_counter() - started) * 1000,
-                )
-            )
-            self._after_step(step)
-            raise ToolFailedError(declared.name, step, info.type, info.message) from exc
+            failure = exc
+        info = None if failure is None else error_info(failure, False)
         await self._append(
             ToolCalled(
                 step=step,
@@ -299,10 +290,13 @@ class Run:
                 args=args,
                 args_digest=args_digest,
                 output=output,
+                error=info,
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
         )
         self._after_step(step)
+        if info is not None:
+            raise ToolFailedError(declared.name, step, info.type, info.message) from failure
         return output
 
     # -- effects -------------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ def test_poison_is_quarantined_and_the_rest_projected(tmp_path: Path) -> None:
     stream.put(subject, json.dumps(tampered).encode())
     middle = full_run(stream, "good-2")  # a valid run after the garbage
     stream.put(subject, b"")
-    # NaN parses but cannot be re-encoded canonically: ledger's decode raises a bare ValueError.
+    # NaN parses but has no canonical JSON: ledger's decode refuses it like any other poison.
     stream.put(subject, stream.records[0].data.replace(b'"input":{', b'"input":{"x":NaN,'))
     records = stream.records
     store = _project(tmp_path / "q.duckdb", records, [5, 5, 5, 100])
@@ -182,7 +182,7 @@ def test_poison_is_quarantined_and_the_rest_projected(tmp_path: Path) -> None:
     assert "invalid run.started payload" in reasons[3][2]
     assert reasons[4][1] == "UnknownSchemaVersionError" and "99" in reasons[4][2]
     assert "hash does not match" in reasons[5][2]
-    assert reasons[7][1] == "ValueError" and "the decoder raised ValueError" in reasons[7][2]
+    assert reasons[7][1] == "EventDecodeError" and "not canonical JSON" in reasons[7][2]
     raw = store.con.execute("SELECT raw FROM quarantine WHERE stream_seq = 9").fetchall()[0][0]
     assert raw == b"\xff\xfe not even utf-8"
     assert store.con.execute("SELECT count(*) FROM events").fetchall()[0][0] == len(records) - 8
@@ -214,13 +214,14 @@ def test_a_broken_chain_freezes_the_checkpoint_where_the_fold_stops(tmp_path: Pa
     store.close()
 
 
-def test_a_timestamp_the_fold_cannot_read_is_a_fold_error_not_a_crash(tmp_path: Path) -> None:
+def test_a_timestamp_that_is_not_rfc3339_is_quarantined(tmp_path: Path) -> None:
     stream = Stream()
     run = run_chain(stream, "r1")
     run.add(RunStarted(agent="support", version=VERSION), ts="yesterday")
     store = _project(tmp_path / "t.duckdb", stream.records, [10])
-    assert store.con.execute("SELECT ts, ts_text FROM events").fetchall() == [(None, "yesterday")]
-    assert "yesterday" in store.con.execute("SELECT fold_error FROM runs").fetchall()[0][0]
+    assert store.con.execute("SELECT count(*) FROM events").fetchall() == [(0,)]
+    (reason,) = store.con.execute("SELECT reason FROM quarantine").fetchall()[0]
+    assert "ts" in reason
     store.close()
 
 

@@ -87,6 +87,6 @@ async def erase_run(client: LedgerClient, run_id: str, *, reason: str, by: str) 
             blobs_deleted=deleted,
             plaintext_events=plaintext,
         )
-        await append_to_run(client, run_id, body)
+        await append_to_run(client, run_id, body, log=log)
         recorded = True
     return ErasureResult(run_id, kid, destroyed, deleted, plaintext, recorded)

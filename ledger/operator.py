@@ -12,15 +12,16 @@ from ledger.errors import ConfigurationError, LedgerError
 from ledger.events import ApprovalResolved, BudgetGranted, Event, Payload
 from ledger.fold import Checkpoint, fold
 from ledger.publish import RetryPolicy, SubjectWriter
-from ledger.reader import load_run
+from ledger.reader import RunLog, load_run
 
 
 async def append_to_run(
-    client: LedgerClient, run_id: str, body: Payload, policy: RetryPolicy = RetryPolicy()
+    client: LedgerClient, run_id: str, body: Payload, policy: RetryPolicy = RetryPolicy(), *, log: RunLog | None = None
 ) -> tuple[Event, Checkpoint]:
-    log = await load_run(client, run_id)
+    """Append ``body`` to the run, fenced on its last event. Pass ``log`` when the caller has
+    just read the run (the fence still rejects the append if anything was written since)."""
+    log = log or await load_run(client, run_id, open_content=False)
     cp = fold(log.records)
-    last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
     writer = SubjectWriter(
         client.js,
         log.subject,
@@ -29,7 +30,7 @@ async def append_to_run(
         msg_id_prefix=run_id,
         next_seq=cp.next_seq,
         prev_hash=cp.last_hash,
-        last_stream_seq=last,
+        last_stream_seq=log.last_stream_seq,
         policy=policy,
     )
     return await writer.append(body), cp
@@ -41,13 +42,14 @@ async def approve(
     """Record a decision on a pending approval (bound to the digest that was requested)."""
     if not by:
         raise ConfigurationError("say who decides: --by NAME")
-    cp = fold((await load_run(client, run_id)).records)
+    log = await load_run(client, run_id, open_content=False)
+    cp = fold(log.records)
     pending = cp.pending_approvals.get(request_id)
     if pending is None:
         known = ", ".join(sorted(cp.pending_approvals)) or "none"
         raise LedgerError(f"run {run_id} has no pending approval {request_id!r} (pending: {known})")
     body = ApprovalResolved(request_id=request_id, digest=pending["digest"], approved=approved, by=by, reason=reason)
-    event, _ = await append_to_run(client, run_id, body)
+    event, _ = await append_to_run(client, run_id, body, log=log)
     return event
 
 

@@ -39,6 +39,12 @@ class RunLog:
     def events(self) -> list[Event]:
         return [r.event for r in self.records]
 
+    @property
+    def last_stream_seq(self) -> int:
+        """The subject's last stream sequence: what a writer fences on. Garbage published onto
+        the subject is not part of the chain but still moves it, so quarantined bytes count."""
+        return max([r.stream_seq for r in self.records] + [q.stream_seq for q in self.quarantined], default=0)
+
 
 async def subject_counts(client: LedgerClient, subject_filter: str) -> dict[str, int]:
     """Messages per subject matching ``subject_filter`` (from the stream's own state)."""

@@ -144,10 +144,7 @@ async def resume_run(
         return RunResult(
             run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
         )
-    # Garbage published onto the subject is not part of the chain but still moves the
-    # subject's last sequence: fence on what the server has, not on the last good event.
-    raw_last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
-    cp.last_stream_seq = raw_last
+    cp.last_stream_seq = log.last_stream_seq  # fence on what the server has, garbage included
     pause_point("resume:loaded")
     # The run keeps the capture mode it was started with, whatever the code now says.
     data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]

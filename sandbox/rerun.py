@@ -230,10 +230,10 @@ class Rerunner:
                 apply(cp, Recorded(event, writer.last_stream_seq))
             return cp, writer, protector, run_input
         cp = fold(log.records)
-        last = max([r.stream_seq for r in log.records] + [q.stream_seq for q in log.quarantined])
         writer = SubjectWriter(self.client.js, log.subject, run_id=branch_id, agent=log.agent,
                                msg_id_prefix=branch_id, next_seq=cp.next_seq, prev_hash=cp.last_hash,
-                               last_stream_seq=last, policy=self.policy, transform=protector.protect)  # fmt: skip
+                               last_stream_seq=log.last_stream_seq, policy=self.policy,
+                               transform=protector.protect)  # fmt: skip
         if cp.status not in ("completed", "failed"):
             event = await writer.append(RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker="rerun"))
             apply(cp, Recorded(event, writer.last_stream_seq))

@@ -16,6 +16,7 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from ledger.client import ENV_URL, LedgerClient, connect
+from ledger.cluster import LocalCluster
 from ledger.errors import LedgerError
 from ledger.server import EmbeddedServer
 
@@ -23,10 +24,13 @@ T = TypeVar("T")
 
 
 def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
-    """--nats, else RUNLEDGER_NATS_URL, else the embedded server (started when not running)."""
+    """--nats, else RUNLEDGER_NATS_URL, else the local cluster, else the embedded server (started if need be)."""
     url: str | None = getattr(args, "nats", None) or os.environ.get(ENV_URL)
     if url:
         return url
+    cluster = LocalCluster().state()
+    if cluster is not None:
+        return cluster.url
     server = EmbeddedServer()
     state = server.state()
     if state is None:

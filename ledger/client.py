@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -12,11 +13,15 @@ from urllib.parse import urlparse
 import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from nats.js.errors import APIError, ServiceUnavailableError
 
 from ledger.errors import ConnectionFailedError
 from ledger.streams import StreamSettings, ensure_streams
 
 ENV_URL = "RUNLEDGER_NATS_URL"
+# JetStream error codes of a cluster that is not ready yet: "JetStream system temporarily
+# unavailable" and "insufficient resources" (peers still joining).
+_NOT_READY = {10008, 10023}
 
 
 @dataclass
@@ -26,6 +31,7 @@ class LedgerClient:
     nc: NATS
     js: JetStreamContext
     url: str
+    clustered: bool = False  # the server is a node of a JetStream cluster (new streams get 3 replicas)
     slow_consumer_errors: int = 0
 
     async def close(self) -> None:
@@ -53,6 +59,7 @@ async def connect(
     settings: StreamSettings | None = None,
     connect_timeout: float = 3.0,
     user_credentials: str | None = None,
+    ready_timeout: float = 20.0,
     **options: Any,
 ) -> LedgerClient:
     """Connect to ``url`` and (by default) create or update the runledger streams.
@@ -89,7 +96,7 @@ async def connect(
         # With unlimited reconnects nats-py retries the *first* connect forever too: bound it.
         nc = await asyncio.wait_for(
             nats.connect(
-                url,
+                servers(url),
                 connect_timeout=int(max(1, connect_timeout)),
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.25,
@@ -102,21 +109,47 @@ async def connect(
         )
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         raise ConnectionFailedError(url, _reason(exc)) from exc
-    client = LedgerClient(nc=nc, js=nc.jetstream(timeout=5.0), url=url)
+    client = LedgerClient(nc=nc, js=nc.jetstream(timeout=5.0), url=url, clustered=bool(nc._server_info.get("cluster")))
     holder["c"] = client
     if ensure:
         try:
-            await ensure_streams(client.js, settings)
+            await _ensure_when_ready(client, settings, ready_timeout)
         except (TimeoutError, nats.errors.Error) as exc:
             await client.close()
             raise ConnectionFailedError(url, f"JetStream not available ({_reason(exc)})") from exc
     return client
 
 
+async def _ensure_when_ready(client: LedgerClient, settings: StreamSettings | None, timeout: float) -> None:
+    """Create the streams, waiting out a cluster that is still electing its JetStream leaders.
+
+    A fresh or recovering cluster answers 503 / "JetStream system temporarily unavailable"
+    (10008) or not at all for a few seconds; anything else is a real error."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await ensure_streams(client.js, settings, clustered=client.clustered)
+            return
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError) as exc:
+            last: Exception = exc
+        except APIError as exc:
+            if exc.err_code not in _NOT_READY:
+                raise
+            last = exc
+        if time.monotonic() > deadline:
+            raise last
+        await asyncio.sleep(0.25)
+
+
+def servers(url: str) -> list[str]:
+    """The server URLs of a comma-separated URL (a cluster: every node; the client fails over)."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
 async def _probe(url: str, timeout: float) -> None:
     """Fail fast, naming the URL, when nothing listens at any of its servers."""
     last: BaseException | None = None
-    for server in url.split(","):
+    for server in servers(url):
         parsed = urlparse(server if "://" in server else f"nats://{server}")
         try:
             _, writer = await asyncio.wait_for(

@@ -7,17 +7,19 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ledger.cli import nats_url, run_async, with_client
 from ledger.client import ENV_URL, LedgerClient, connect
+from ledger.cluster import LocalCluster
 from ledger.errors import ConfigurationError, LedgerError
 from ledger.events import json_schemas
 from ledger.fold import fold
 from ledger.reader import load_run
-from ledger.server import EmbeddedServer
-from ledger.streams import BLOB_BUCKET, CMD_STREAM, LEDGER_STREAM
+from ledger.server import EmbeddedServer, pid_alive
+from ledger.streams import BLOB_BUCKET, CMD_STREAM, LEDGER_STREAM, StreamSettings
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -37,6 +39,10 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return _up_cluster(args)
+    if LocalCluster().state() is not None:
+        raise ConfigurationError("a local cluster is running: `runledger down` first, or use it")
     server = EmbeddedServer()
     already = server.state()
     if already is not None and args.secure and not already.creds_dir:
@@ -72,19 +78,56 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _up_cluster(args: argparse.Namespace) -> int:
+    if args.secure or args.port:
+        raise ConfigurationError("--cluster takes neither --secure nor --port (see deploy/nats/cluster/ for both)")
+    if EmbeddedServer().state() is not None:
+        raise ConfigurationError("the one-node embedded server is running: `runledger down` first")
+    cluster = LocalCluster()
+    already = cluster.state()
+    state = cluster.start(
+        size=args.cluster, data_dir=Path(args.data_dir) if args.data_dir else None, sync_always=not args.no_fsync
+    )
+
+    async def streams() -> None:
+        # New streams get as many replicas as there are nodes, up to 3.
+        settings = StreamSettings.from_env()
+        if settings.replicas is None:
+            settings = replace(settings, replicas=min(3, args.cluster))
+        client = await connect(state.url, settings=settings, ready_timeout=60)
+        await client.close()
+
+    run_async(streams())
+    print(("already running" if already else "started") + f": a {len(state.nodes)}-node JetStream cluster")
+    for node in state.nodes:
+        print(f"  {node.name}: {node.url}  (pid {node.pid}, data {node.data_dir}, log {node.log})")
+    replicas = min(3, args.cluster)
+    print(f"streams {LEDGER_STREAM}, {CMD_STREAM} and object store {BLOB_BUCKET} are ready, {replicas} replicas")
+    print(f"use it from other shells with: export RUNLEDGER_NATS_URL={state.url}")
+    return 0
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     stopped = EmbeddedServer().stop()
     print("stopped the embedded nats-server" if stopped else "no embedded nats-server was running")
+    if LocalCluster().stop():
+        print("stopped the local cluster")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     state = EmbeddedServer().state()
-    if state is None and not (args.nats or os.environ.get(ENV_URL)):
+    cluster = LocalCluster().state()
+    if state is None and cluster is None and not (args.nats or os.environ.get(ENV_URL)):
         print("embedded nats-server: not running (start it with `runledger up`)")
         return 1
     if state is not None:
         print(f"embedded nats-server: running at {state.url} (pid {state.pid}, data {state.data_dir})")
+    if cluster is not None:
+        print(f"local cluster: {cluster.url}")
+        for node in cluster.nodes:
+            health = "running" if pid_alive(node.pid) else "DOWN"
+            print(f"  {node.name}: {health} (pid {node.pid}, data {node.data_dir})")
 
     async def info(client: LedgerClient) -> None:
         for name in (LEDGER_STREAM, CMD_STREAM):
@@ -97,6 +140,11 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"max age {'none' if not c.max_age else f'{c.max_age / 86400:g} days'}, "
                 f"deny delete {c.deny_delete}, deny purge {c.deny_purge}"
             )
+            if si.cluster is not None and si.cluster.leader:
+                peers = ", ".join(
+                    f"{r.name} ({'current' if r.current else 'catching up'})" for r in si.cluster.replicas or []
+                )
+                print(f"  leader {si.cluster.leader}; replicas {peers}")
 
     with_client(args, info)
     return 0
@@ -362,10 +410,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-fsync", action="store_true", help="ack before fsync (faster; an acked event can be lost on power failure)"
     )
-    p.add_argument(
-        "--secure", action="store_true", help="require logins: generate users and permissions for the roles"
-    )
+    p.add_argument("--secure", action="store_true", help="require logins: generate users and permissions for the roles")
     p.add_argument("--agent", action="append", metavar="NAME", help="with --secure: an agent user (repeatable)")
+    p.add_argument(
+        "--cluster", type=int, metavar="N", help="start N nodes on loopback as a JetStream cluster (3: replicas 3)"
+    )
     p.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the embedded nats-server").set_defaults(func=cmd_down)
     sub.add_parser("status", parents=[common], help="server and stream status").set_defaults(func=cmd_status)

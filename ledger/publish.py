@@ -11,24 +11,35 @@ fence, so a zombie re-using a msg id would be told "duplicate" for someone else'
 event: the stored bytes are compared instead). A 10071 during a retry may be our
 own earlier publish whose ack was lost (the fence is checked before dedup on a
 single node): the subject's last message is read and its msg id compared.
+
+On a cluster (replicated stream) a publish can also meet a leader election: 503 / no
+responders / "JetStream system temporarily unavailable" for a few seconds. Those are
+retried with the same msg id and fence until the policy's deadline, so a step is stored
+exactly once, and a run never goes past a step that was not acknowledged. Direct gets may
+be answered by a replica that lags the leader: a read that must see a given sequence asks
+again until it does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import nats
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from ledger.errors import FencedError, PublishError
 from ledger.events import GENESIS, Event, Payload, make_event
 from ledger.streams import LEDGER_STREAM
 
 WRONG_LAST_SEQUENCE = 10071
+# JetStream errors of a cluster between leaders: temporarily unavailable, not the leader,
+# stream offline, no quorum. The publish is retried (same msg id, same fence).
+CLUSTER_TRANSIENT = frozenset({10008, 10009, 10118, 10158})
 # What a payload becomes before it is recorded (redaction, sealing, blobs: ledger.capture).
 PayloadTransform = Callable[[Payload], Awaitable[Payload]]
 _RETRYABLE = (
@@ -41,6 +52,10 @@ _RETRYABLE = (
     nats.errors.StaleConnectionError,
     nats.js.errors.NoStreamResponseError,
 )
+
+# A direct get may be served by a replica that lags the leader by a few milliseconds.
+_REPLICA_READS = 40
+_REPLICA_WAIT_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -77,24 +92,44 @@ async def publish_fenced(
         try:
             ack = await js.publish(subject, data, timeout=policy.ack_timeout_s, headers=headers)
         except APIError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                actual = _actual_last_seq(exc)
+                seq = await _stored_as(js, subject, msg_id, data, actual)
+                if seq is not None:
+                    return seq
+                actual = actual or await last_subject_seq(js, subject)
+                raise FencedError(subject, msg_id, expected_last_seq, actual) from exc
+            if not _transient(exc):
                 raise PublishError(subject, msg_id, f"server rejected it: {exc.description}") from exc
-            seq = await _stored_as(js, subject, msg_id, data)
-            if seq is not None:
-                return seq
-            actual = await last_subject_seq(js, subject)
-            raise FencedError(subject, msg_id, expected_last_seq, actual) from exc
+            failure: BaseException = exc
         except _RETRYABLE as exc:
-            if time.monotonic() + backoff > deadline:
-                raise PublishError(
-                    subject, msg_id, f"no acknowledgement after {attempt} attempts ({type(exc).__name__})"
-                ) from exc
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, policy.max_backoff_s)
-            continue
-        if ack.duplicate and not await _same_bytes(js, ack.seq, data, subject):
-            raise FencedError(subject, msg_id, expected_last_seq, ack.seq)
-        return int(ack.seq)
+            failure = exc
+        else:
+            if ack.duplicate and not await _same_bytes(js, ack.seq, data, subject):
+                raise FencedError(subject, msg_id, expected_last_seq, ack.seq)
+            return int(ack.seq)
+        if time.monotonic() + backoff > deadline:
+            raise PublishError(
+                subject, msg_id, f"no acknowledgement after {attempt} attempts ({_describe(failure)})"
+            ) from failure
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, policy.max_backoff_s)
+
+
+def _transient(exc: APIError) -> bool:
+    return isinstance(exc, ServiceUnavailableError) or (exc.code or 0) >= 500 or exc.err_code in CLUSTER_TRANSIENT
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, APIError):
+        return f"{type(exc).__name__} {exc.err_code or exc.code}: {exc.description}"
+    return type(exc).__name__
+
+
+def _actual_last_seq(exc: APIError) -> int:
+    """The subject's last sequence on the leader, from "wrong last sequence: N" (0 if absent)."""
+    match = re.search(r"wrong last sequence: (\d+)", exc.description or "")
+    return int(match.group(1)) if match else 0
 
 
 async def last_subject_seq(js: JetStreamContext, subject: str) -> int:
@@ -106,15 +141,24 @@ async def last_subject_seq(js: JetStreamContext, subject: str) -> int:
     return int(msg.seq or 0)
 
 
-async def _stored_as(js: JetStreamContext, subject: str, msg_id: str, data: bytes) -> int | None:
-    """The stream sequence under which our message was stored by an earlier attempt, if it was."""
-    for _ in range(3):
+async def _stored_as(js: JetStreamContext, subject: str, msg_id: str, data: bytes, at_least: int) -> int | None:
+    """The stream sequence under which our message was stored by an earlier attempt, if it was.
+
+    ``at_least`` is the subject's last sequence as the leader reported it: a direct get answered
+    by a replica that has not caught up yet is asked again rather than believed."""
+    for _ in range(_REPLICA_READS):
         try:
             last = await js.get_last_msg(LEDGER_STREAM, subject, direct=True)
         except NotFoundError:
-            return None
+            if at_least == 0:
+                return None
+            await asyncio.sleep(_REPLICA_WAIT_S)
+            continue
         except _RETRYABLE:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(_REPLICA_WAIT_S)
+            continue
+        if (last.seq or 0) < at_least:
+            await asyncio.sleep(_REPLICA_WAIT_S)
             continue
         headers = last.headers or {}
         if headers.get("Nats-Msg-Id") == msg_id and last.data == data:
@@ -126,14 +170,22 @@ async def _stored_as(js: JetStreamContext, subject: str, msg_id: str, data: byte
 async def _same_bytes(js: JetStreamContext, seq: int, data: bytes, subject: str) -> bool:
     # The subject's last message first: a direct get by subject is what an agent role may do
     # (ledger.roles); a get by sequence could read any subject, so it is the fallback.
-    try:
-        last = await js.get_last_msg(LEDGER_STREAM, subject, direct=True)
-    except NotFoundError:
-        return False
-    if last.seq == seq:
-        return last.data == data
-    msg = await js.get_msg(LEDGER_STREAM, seq=seq, direct=True)
-    return msg.data == data
+    for _ in range(_REPLICA_READS):
+        try:
+            last = await js.get_last_msg(LEDGER_STREAM, subject, direct=True)
+        except NotFoundError:
+            last = None
+        if last is not None and last.seq == seq:
+            return last.data == data
+        if last is not None and (last.seq or 0) > seq:
+            try:
+                msg = await js.get_msg(LEDGER_STREAM, seq=seq, direct=True)
+            except NotFoundError:
+                return False
+            return msg.data == data
+        # No message yet, or an older one: a replica behind the leader answered. Ask again.
+        await asyncio.sleep(_REPLICA_WAIT_S)
+    return False
 
 
 class SubjectWriter:

@@ -8,7 +8,9 @@ Settings of the LEDGER stream (run events and effect claims) and why:
   Nats-Msg-Id is a no-op.
 - deny_delete and deny_purge: events are immutable (these can never be turned off again).
 - max_age 90 days (RUNLEDGER_RETENTION_DAYS, 0 keeps forever): the retention window, on purpose.
-- replicas 1 on one node, 3 on a cluster (RUNLEDGER_REPLICAS).
+- replicas 1 on one node, 3 on a cluster (RUNLEDGER_REPLICAS overrides). A stream that
+  exists keeps its replica count unless RUNLEDGER_REPLICAS asks for another: an agent
+  connecting to one node of a cluster must never scale the log down by accident.
 - allow_direct: fast reads of a subject's last message, for fencing checks.
 
 LEDGER_CMD is a work queue (each re-run request consumed once); LEDGER_BLOBS an
@@ -26,7 +28,7 @@ before that is ``runledger erase RUN`` (``ledger.erasure``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
@@ -45,15 +47,23 @@ DAY = 86_400.0
 class StreamSettings:
     duplicate_window_s: float = 120.0
     retention_days: float = 90.0
-    replicas: int = 1
+    # None: 3 on a cluster and 1 on one node for a new stream; an existing stream keeps its own.
+    replicas: int | None = None
 
     @classmethod
     def from_env(cls) -> StreamSettings:
+        replicas = os.environ.get("RUNLEDGER_REPLICAS")
         return cls(
             duplicate_window_s=float(os.environ.get("RUNLEDGER_DUPLICATE_WINDOW", 120.0)),
             retention_days=float(os.environ.get("RUNLEDGER_RETENTION_DAYS", 90.0)),
-            replicas=int(os.environ.get("RUNLEDGER_REPLICAS", 1)),
+            replicas=int(replicas) if replicas else None,
         )
+
+    def resolved(self, clustered: bool) -> StreamSettings:
+        """These settings with the replica count decided: as set, else 3 on a cluster, 1 alone."""
+        if self.replicas is not None:
+            return self
+        return replace(self, replicas=3 if clustered else 1)
 
     def ledger_config(self) -> StreamConfig:
         return StreamConfig(
@@ -64,7 +74,7 @@ class StreamSettings:
             retention=RetentionPolicy.LIMITS,
             duplicate_window=self.duplicate_window_s,
             max_age=self.retention_days * DAY if self.retention_days > 0 else None,
-            num_replicas=self.replicas,
+            num_replicas=self.replicas or 1,
             deny_delete=True,
             deny_purge=True,
             allow_direct=True,
@@ -79,20 +89,29 @@ class StreamSettings:
             storage=StorageType.FILE,
             retention=RetentionPolicy.WORK_QUEUE,
             duplicate_window=self.duplicate_window_s,
-            num_replicas=self.replicas,
+            num_replicas=self.replicas or 1,
         )
 
 
-async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None) -> None:
-    """Create or update LEDGER, LEDGER_CMD and the blob store. Safe to call any number of times."""
-    settings = settings or StreamSettings.from_env()
+async def ensure_streams(
+    js: JetStreamContext, settings: StreamSettings | None = None, *, clustered: bool = False
+) -> None:
+    """Create or update LEDGER, LEDGER_CMD and the blob store. Safe to call any number of times.
+
+    ``clustered``: the server is part of a JetStream cluster (new streams get 3 replicas
+    unless the settings say otherwise)."""
+    base = settings or StreamSettings.from_env()
+    explicit = base.replicas is not None
+    settings = base.resolved(clustered)
     for config in (settings.ledger_config(), settings.cmd_config()):
         assert config.name is not None
         try:
-            await js.stream_info(config.name)
+            info = await js.stream_info(config.name)
         except NotFoundError:
             await js.add_stream(config)
         else:
+            if not explicit:
+                config.num_replicas = info.config.num_replicas
             await js.update_stream(config)
     max_age = settings.retention_days * DAY if settings.retention_days > 0 else None
     try:
@@ -104,8 +123,8 @@ async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None =
                 bucket=BLOB_BUCKET,
                 description="runledger: payloads by reference, named by sha256",
                 storage=StorageType.FILE,
-                replicas=settings.replicas,
+                replicas=settings.replicas or 1,
                 ttl=max_age,
             ),
         )
-    await ensure_key_bucket(js, replicas=settings.replicas, max_age_s=None if max_age is None else max_age + DAY)
+    await ensure_key_bucket(js, replicas=settings.replicas or 1, max_age_s=None if max_age is None else max_age + DAY)

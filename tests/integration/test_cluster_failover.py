@@ -1,0 +1,189 @@
+"""A 3-node JetStream cluster on loopback losing its stream leader, then another node, under load.
+
+20 agents record runs concurrently (model calls, read tools and a non-idempotent refund
+every tenth step) while the test SIGKILLs the LEDGER stream's leader, brings it back, then
+SIGKILLs the new leader and brings that back too. Afterwards:
+
+- every run completed, or failed cleanly with PublishError and completed when resumed;
+- every step the SDK acknowledged to an agent is in the log exactly once (counted per
+  step number over the raw events) and every run's hash chain verifies;
+- every refund reached the payments service exactly once (its own log counts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from examples.refund_agent.agent import refund
+from examples.refund_agent.payments import PaymentsService
+from ledger import AgentSpec, ModelResponse, Run, ScriptedModel
+from ledger.client import LedgerClient, connect
+from ledger.cluster import ClusterState, LocalCluster
+from ledger.errors import PublishError
+from ledger.ids import new_id
+from ledger.reader import load_run
+from ledger.runner import RunResult, resume_run, start_run
+from ledger.streams import LEDGER_STREAM
+from ledger.verify import verify_runs
+from tests.conftest import eventually
+
+pytestmark = pytest.mark.integration
+
+AGENTS = 20
+MIN_STEPS = 30
+THINK_S = 0.05
+STEP_TYPES = {"model.called", "tool.called", "effect.intended", "effect.committed", "effect.failed"}
+
+
+class Load:
+    """What the agents share with the test: acknowledged steps, and when to stop."""
+
+    def __init__(self) -> None:
+        self.acked: set[tuple[str, int]] = set()
+        self.stop = asyncio.Event()
+
+
+LOAD = Load()
+
+
+async def busy(run: Run) -> dict[str, Any]:
+    """Steps until told to stop (at least MIN_STEPS); a refund every tenth step."""
+    history: list[dict[str, Any]] = [{"role": "system", "content": run.prompt}]
+    i = 0
+    while i < MIN_STEPS or not LOAD.stop.is_set():
+        if i % 10 == 9:
+            await run.tool("refund", {"order": f"{run.input['name']}-{i}", "amount": 1.0})
+        elif i % 2 == 0:
+            history.append({"role": "user", "content": f"step {i} " + "x" * 500})
+            await run.model(history[-3:])
+        else:
+            await run.tool("lookup", {"i": i}, fn=lambda a: {"i": a["i"], "rows": "r" * 200})
+        # The step returned: its event was acknowledged by a quorum of the cluster.
+        LOAD.acked.add((run.run_id, run.checkpoint.last_step))
+        i += 1
+        await asyncio.sleep(THINK_S)
+    return {"steps": i}
+
+
+def busy_spec() -> AgentSpec:
+    reply = ModelResponse(content="next", input_tokens=200, output_tokens=5)
+    return AgentSpec(
+        "busy", busy, ScriptedModel(lambda m: reply, name="fixed"), tools=[refund], prompt="be busy", agent_version="v1"
+    )
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ClusterState]]:
+    local = LocalCluster(home=tmp_path / "home")
+    state = local.start(size=3, data_dir=tmp_path / "data")
+    try:
+        yield local, state
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def payments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PaymentsService]:
+    service = PaymentsService(tmp_path / "payments.log").start()
+    monkeypatch.setenv("REFUND_PAYMENTS_URL", service.url)
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+async def stream_leader(client: LedgerClient) -> str:
+    async def leader() -> str | None:
+        try:
+            info = await client.js.stream_info(LEDGER_STREAM)
+        except (TimeoutError, nats.errors.Error):  # between leaders: a timeout or a 503, ask again
+            return None
+        return info.cluster.leader if info.cluster is not None else None
+
+    found: str = await eventually(leader, timeout=30, interval=0.2)
+    return found
+
+
+async def agent(url: str, spec: AgentSpec, name: str) -> tuple[RunResult, bool]:
+    """One agent process: start a run; if the cluster stays unreachable past the SDK's bound
+    (PublishError: a clean failure, nothing unacknowledged was taken for done), resume it."""
+    client = await connect(url)
+    run_id = new_id()
+    try:
+        try:
+            return await start_run(client, spec, {"name": name}, run_id=run_id), False
+        except PublishError:
+            pass  # the cluster stayed unreachable past the SDK's bound: the run stops where it was
+        return await resume_run(client, spec, run_id), True
+    finally:
+        await client.close()
+
+
+async def wait_progress(steps: int, timeout: float = 60) -> None:
+    target = len(LOAD.acked) + steps
+    await eventually(lambda: len(LOAD.acked) >= target, timeout=timeout, interval=0.1)
+
+
+async def test_runs_survive_losing_the_leader_then_another_node(
+    cluster: tuple[LocalCluster, ClusterState], payments: PaymentsService
+) -> None:
+    local, state = cluster
+    global LOAD
+    LOAD = Load()
+    admin = await connect(state.url)
+    spec = busy_spec()
+    agents = [asyncio.create_task(agent(state.url, spec, f"a{i}")) for i in range(AGENTS)]
+
+    await wait_progress(AGENTS * 3)
+    first = await stream_leader(admin)
+    local.kill(first)  # SIGKILL the stream leader mid-run
+    killed_at = time.monotonic()
+    await wait_progress(AGENTS * 2)  # a new leader took over and acks resumed
+    failover_s = time.monotonic() - killed_at
+    local.restart(first)
+    await asyncio.to_thread(local.wait_healthy, 60)
+
+    second = await stream_leader(admin)
+    local.kill(second)  # and later a second node: the new leader
+    await wait_progress(AGENTS * 2)
+    local.restart(second)
+    await asyncio.to_thread(local.wait_healthy, 60)
+    await wait_progress(AGENTS)
+    LOAD.stop.set()
+
+    outcomes = await asyncio.wait_for(asyncio.gather(*agents), timeout=180)
+    assert [r.status for r, _ in outcomes] == ["completed"] * AGENTS, [(r.status, r.error) for r, _ in outcomes]
+    print(f"failover after SIGKILL of {first}: acks resumed in {failover_s:.1f}s; then killed {second}")
+    print(f"runs resumed after PublishError: {sum(resumed for _, resumed in outcomes)} of {AGENTS}")
+
+    # Every acknowledged step is in the log exactly once; every chain verifies.
+    results = await verify_runs(admin)
+    assert len(results) == AGENTS and all(r.ok for r in results), [r.reason for r in results if not r.ok]
+    by_run: dict[str, Counter[tuple[int, str]]] = {}
+    for result, _ in outcomes:
+        log = await load_run(admin, result.run_id, agent="busy", open_content=False)
+        by_run[result.run_id] = Counter(
+            (int(r.event.payload["step"]), r.event.type) for r in log.records if r.event.type in STEP_TYPES
+        )
+        dupes = [k for k, n in by_run[result.run_id].items() if n > 1]
+        assert not dupes, f"run {result.run_id}: events stored twice: {dupes}"
+        steps = sorted({s for s, _ in by_run[result.run_id]})
+        assert steps == list(range(steps[0], steps[0] + len(steps))), f"run {result.run_id}: steps not contiguous"
+    assert LOAD.acked, "no step was acknowledged"
+    missing = [(rid, s) for rid, s in LOAD.acked if not any(step == s for step, _ in by_run[rid])]
+    assert not missing, f"acknowledged steps missing from the log: {missing[:5]}"
+
+    # Effects exactly once: every refund the runs committed hit the payments service once.
+    calls = Counter(c["order"] for c in payments.calls())
+    assert calls and max(calls.values()) == 1, [o for o, n in calls.items() if n > 1]
+    committed = sum(1 for counts in by_run.values() for (_, t) in counts if t == "effect.committed")
+    assert committed == len(calls), f"{committed} refunds committed in the log, {len(calls)} made"
+    await admin.close()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ledger.server import EmbeddedServer, ServerState
@@ -22,12 +23,23 @@ def server(sync_always: bool = True) -> Iterator[ServerState]:
             srv.stop()
 
 
-def pct(values: list[float], q: float) -> float:
+def jetstream_sync(state: ServerState) -> str:
+    """The ``sync_interval`` line of the server's config (absent: nats-server's default, 2 minutes)."""
+    config = Path(state.log).parent / "nats-server.conf"
+    for line in config.read_text().splitlines():
+        if "sync_interval" in line:
+            return line.strip()
+    return "sync_interval: 2m (default)"
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile by nearest rank (p99 of 100 samples is the 99th smallest)."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def summary(values: list[float]) -> dict[str, float]:
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """median, p99, min, max and n of a list of samples."""
     return {
         "p50": statistics.median(values),
         "p99": pct(values, 0.99),

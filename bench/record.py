@@ -1,105 +1,302 @@
-"""Recording one step: the SDK against a raw nats-py ``js.publish`` of the same bytes.
+"""Recording one step: the SDK against a raw ``js.publish`` of the same bytes, and against peers.
 
-Workload: one run of N steps, alternating a model call (request carrying a 2 KiB message
-history delta, a short scripted reply) and a read-tool call (a 200-byte argument, a 200-byte
-result). Each SDK step is timed from the call to its return (event built, hashed, published
-with msg id and fence, acknowledged). The raw baseline publishes the very bytes the SDK
-stored, to a fresh subject, with ``js.publish`` and no headers, one at a time. SDK and raw
-steps are interleaved in blocks so both see the same machine noise. Both servers fsync
-before acking (``sync_interval: always``) unless ``--no-fsync``; ``--compare-fsync`` also
-measures the raw publish against a server with the default 2-minute sync interval, which
-is what durability costs.
+Workload: rounds of one agent run each; a run has S steps cycling model call, read-tool call,
+effect (S/3 of each). The model call sends a 2 KiB message history delta (one user message of
+2,048 bytes plus a short one) and gets a short scripted reply with token usage; the tool call
+has a ~200-byte argument and a ~200-byte result; the effect (an idempotency key unique to the
+run and step) has a ~100-byte argument and result. Each system does the same durable work per
+step, and every step is timed from the call to its return:
 
-    python -m bench.record [--steps 2000] [--compare-fsync]
+- **SDK**: ``run.model`` / ``run.tool`` / ``run.effect`` with the default data policy
+  (redacted, sealed): the event is built, hashed, published with msg id and fence and acked.
+  An effect is four publishes and a read: claim on the run, read the key's subject, claim on
+  the key (fenced: first claim wins), outcome on the key, outcome on the run.
+- **raw js.publish**: the very bytes the SDK stored for that step, published one message at a
+  time with ``js.publish`` and no headers (1 message for a model or tool step, 4 for an
+  effect step), to a fresh subject of the same stream.
+- **LangGraph SqliteSaver** and **eventsourcing SQLite**: see ``bench.peers`` (one checkpoint
+  ``put`` / one event saved per step; the LangGraph checkpoint carries the growing message list).
+
+Inside a round the systems run one after the other (the SDK first, the rest in an order
+rotated every round), so all see the same machine noise; ratios are computed round by round.
+The embedded nats-server fsyncs before acking (``sync_interval: always``) unless
+``--no-fsync``; ``--compare-fsync`` also measures a raw publish against a server with the
+default 2-minute sync interval, which is what durability costs.
+
+    python -m bench.record [--rounds 30] [--steps 60] [--no-peers] [--compare-fsync]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import tempfile
 import time
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
-from bench.common import server, summary, table
+from bench.common import jetstream_sync, server, summary, table
+from bench.peers import MISSING, EventSourcingPeer, LangGraphPeer, Step
+from bench.report import (
+    STAT_COLUMNS,
+    Goal,
+    Section,
+    SuiteOptions,
+    Table,
+    ratio_cell,
+    ratio_stats,
+    stat_cells,
+)
 from ledger.agent import AgentSpec
 from ledger.client import LedgerClient, connect
 from ledger.models import ModelResponse, ScriptedModel
 from ledger.reader import read_raw
 from ledger.run import Run
 from ledger.runner import start_run
-from ledger.subjects import run_subject
+from ledger.subjects import effect_subject, run_subject
 
+KINDS = ("model", "tool", "effect")
 HISTORY = [{"role": "user", "content": "x" * 2048}]
 ARGS = {"query": "y" * 200}
 RESULT = {"rows": "z" * 200}
+EFFECT_ARGS = {"order": "order-8891", "amount": 42.5, "note": "n" * 60}
+EFFECT_RESULT = {"refund_id": "rf-8891", "amount": 42.5, "status": "done", "note": "m" * 40}
 REPLY = ModelResponse(content="ok, next step", input_tokens=512, output_tokens=4)
+AGENT = "bench"
+SDK, RAW, LANGGRAPH, EVENTSOURCING = "SDK", "raw js.publish", "LangGraph SqliteSaver", "eventsourcing SQLite"
 
 
-async def sdk_steps(client: LedgerClient, steps: int, block: int, gate: asyncio.Queue[int]) -> list[float]:
+def kind_of(i: int) -> str:
+    return KINDS[i % len(KINDS)]
+
+
+def step_of(i: int, run_id: str) -> Step:
+    """Step ``i`` of a run as the peers record it (the same content the SDK records)."""
+    kind = kind_of(i)
+    if kind == "model":
+        reply = {"content": REPLY.content, "usage": {"input_tokens": 512, "output_tokens": 4}}
+        return Step("model", "scripted", [*HISTORY, {"role": "user", "content": f"step {i}"}], reply)
+    if kind == "tool":
+        return Step("tool", "read", {**ARGS, "i": i}, RESULT)
+    return Step("effect", "refund", {**EFFECT_ARGS, "i": i}, EFFECT_RESULT, key=f"refund:{run_id}:{i}")
+
+
+async def sdk_run(client: LedgerClient, run_id: str, steps: int) -> list[float]:
+    """One SDK run of ``steps`` steps; the time of each step in ms."""
     timings: list[float] = []
 
     async def agent(run: Run) -> None:
         for i in range(steps):
-            if i % block == 0:
-                await gate.get()  # let the raw publisher take its turn
+            step = step_of(i, run_id)
             t0 = time.perf_counter()
-            if i % 2 == 0:
-                await run.model([*HISTORY, {"role": "user", "content": f"step {i}"}])
+            if step.kind == "model":
+                await run.model(step.args)
+            elif step.kind == "tool":
+                await run.tool("read", step.args, fn=lambda a: RESULT)
             else:
-                await run.tool("read", {**ARGS, "i": i}, fn=lambda a: RESULT)
+                assert step.key is not None
+                await run.effect("refund", step.args, key=step.key, fn=lambda a: EFFECT_RESULT)
             timings.append((time.perf_counter() - t0) * 1000)
 
-    spec = AgentSpec("bench", agent, ScriptedModel(lambda m: REPLY), agent_version="bench")
-    await start_run(client, spec, run_id="bench-record")
+    spec = AgentSpec(AGENT, agent, ScriptedModel(lambda m: REPLY), agent_version="bench")
+    await start_run(client, spec, run_id=run_id)
     return timings
 
 
-async def raw_publish(client: LedgerClient, payloads: list[bytes], subject: str) -> list[float]:
+async def stored_steps(client: LedgerClient, run_id: str, steps: int) -> list[list[bytes]]:
+    """The bytes the SDK stored for each step, in publish order (run subject and key subjects)."""
+    run_records = [r.data for r in await read_raw(client, run_subject(AGENT, run_id))]
+    out: list[list[bytes]] = []
+    pos = 1  # run.started
+    for i in range(steps):
+        step = step_of(i, run_id)
+        if step.kind != "effect":
+            out.append([run_records[pos]])
+            pos += 1
+            continue
+        assert step.key is not None
+        key_records = [r.data for r in await read_raw(client, effect_subject(step.key))]
+        intended, committed = run_records[pos], run_records[pos + 1]
+        pos += 2
+        out.append([intended, key_records[0], key_records[1], committed])
+    for messages in out:  # the grouping above follows the SDK's write order; check it
+        types = [json.loads(m)["type"] for m in messages]
+        assert types[0] in ("model.called", "tool.called", "effect.intended"), types
+    return out
+
+
+async def raw_run(client: LedgerClient, steps: list[list[bytes]], subject: str) -> list[float]:
     timings = []
-    for data in payloads:
+    for messages in steps:
         t0 = time.perf_counter()
-        await client.js.publish(subject, data)
+        for data in messages:
+            await client.js.publish(subject, data)
         timings.append((time.perf_counter() - t0) * 1000)
     return timings
 
 
-async def measure(url: str, steps: int, block: int) -> tuple[list[float], list[float]]:
+def langgraph_run(peer: LangGraphPeer, run_id: str, steps: int) -> list[float]:
+    thread = peer.thread(run_id)
+    timings = []
+    for i in range(steps):
+        new = thread.messages_for(step_of(i, run_id))  # what the LLM wrapper / ToolNode hand the graph
+        t0 = time.perf_counter()
+        thread.record(new)
+        timings.append((time.perf_counter() - t0) * 1000)
+    return timings
+
+
+def eventsourcing_run(peer: EventSourcingPeer, run_id: str, steps: int) -> list[float]:
+    run = peer.run()
+    timings = []
+    for i in range(steps):
+        step = step_of(i, run_id)
+        t0 = time.perf_counter()
+        run.record(step)
+        timings.append((time.perf_counter() - t0) * 1000)
+    return timings
+
+
+async def measure(url: str, rounds: int, steps: int, peers: bool, work: Path) -> dict[str, Any]:
+    """``rounds`` rounds of one run per system. Returns per-system, per-round step timings and pragmas."""
     client = await connect(url)
+    lg = LangGraphPeer(work / "langgraph.sqlite") if peers else None
+    es = EventSourcingPeer(work / "eventsourcing.sqlite") if peers else None
+    # timings[system][round] = ms per step, in step order
+    timings: dict[str, list[list[float]]] = defaultdict(list)
     try:
-        # Warm up both paths (connections, stream lookups, page cache).
-        await raw_publish(client, [b"warm"] * 200, "ledger.run.warm.up")
-        gate: asyncio.Queue[int] = asyncio.Queue()
-        gate.put_nowait(0)
-        sdk_task = asyncio.create_task(sdk_steps(client, steps, block, gate))
-        raw: list[float] = []
-        # The raw baseline replays the bytes the SDK stored, block by block, interleaved.
-        stored: list[bytes] = []
-        done_blocks = 0
-        while not sdk_task.done():
-            await asyncio.sleep(0)
-            if gate.empty() and len(stored) < steps:
-                records = await read_raw(client, run_subject("bench", "bench-record"))
-                new = [r.data for r in records[1 + len(stored) :]]
-                stored.extend(new)
-                if new:
-                    raw += await raw_publish(client, new, f"ledger.run.raw.b{done_blocks}")
-                    done_blocks += 1
-                gate.put_nowait(0)
-        sdk = await sdk_task
-        records = await read_raw(client, run_subject("bench", "bench-record"))
-        rest = [r.data for r in records[1 + len(stored) : 1 + steps]]
-        raw += await raw_publish(client, rest, "ledger.run.raw.tail")
-        return sdk, raw
+        # Warm up every path (connections, stream lookups, sqlite files, imports, page cache).
+        warm = await sdk_run(client, "bench-record-warm", 6)
+        await raw_run(client, await stored_steps(client, "bench-record-warm", len(warm)), "ledger.run.raw.warm")
+        if lg is not None and es is not None:
+            langgraph_run(lg, "warm", 6)
+            eventsourcing_run(es, "warm", 6)
+        for r in range(rounds):
+            run_id = f"bench-record-{r}"
+            timings[SDK].append(await sdk_run(client, run_id, steps))
+            stored = await stored_steps(client, run_id, steps)
+            others: list[str] = [RAW] + ([LANGGRAPH, EVENTSOURCING] if peers else [])
+            shift = r % len(others)
+            for system in others[shift:] + others[:shift]:
+                if system == RAW:
+                    timings[RAW].append(await raw_run(client, stored, f"ledger.run.raw.r{r}"))
+                elif system == LANGGRAPH and lg is not None:
+                    timings[LANGGRAPH].append(langgraph_run(lg, run_id, steps))
+                elif system == EVENTSOURCING and es is not None:
+                    timings[EVENTSOURCING].append(eventsourcing_run(es, run_id, steps))
+        pragmas = {LANGGRAPH: lg.pragmas(), EVENTSOURCING: es.pragmas()} if lg and es else {}
+        return {"timings": dict(timings), "pragmas": pragmas, "steps": steps, "rounds": rounds}
     finally:
         await client.close()
+        if lg is not None:
+            lg.close()
+        if es is not None:
+            es.close()
+
+
+def analyse(raw: dict[str, Any]) -> dict[str, Any]:
+    """Per system and kind ("all", "model", "tool", "effect"): pooled stats, and SDK/system ratios per round."""
+    timings: dict[str, list[list[float]]] = raw["timings"]
+    steps = raw["steps"]
+    kinds = ["all", *KINDS]
+
+    def pick(values: list[float], kind: str) -> list[float]:
+        return values if kind == "all" else [v for i, v in enumerate(values) if kind_of(i) == kind]
+
+    out: dict[str, Any] = {"stats": {}, "ratios": {}, "steps": steps, "rounds": raw["rounds"]}
+    for system, per_round in timings.items():
+        out["stats"][system] = {k: summary([v for rnd in per_round for v in pick(rnd, k)]) for k in kinds}
+    for system, per_round in timings.items():
+        if system == SDK:
+            continue
+        out["ratios"][system] = {}
+        for k in kinds:
+            pairs = [
+                (summary(pick(sdk, k))["p50"], summary(pick(other, k))["p50"])
+                for sdk, other in zip(timings[SDK], per_round, strict=True)
+            ]
+            out["ratios"][system][k] = ratio_stats(pairs)
+    return out
+
+
+def run_suite(opts: SuiteOptions) -> Section:
+    rounds, steps = (2, 6) if opts.quick else (30, 60)
+    with tempfile.TemporaryDirectory(prefix="runledger-bench-record-") as tmp, server() as state:
+        raw = asyncio.run(measure(state.url, rounds, steps, True, Path(tmp)))
+        sync = jetstream_sync(state)
+    result = analyse(raw)
+    stats, ratios = result["stats"], result["ratios"]
+    section = Section(part="record", title="recording a step", data={**result, "pragmas": raw["pragmas"]})
+    section.workload = (
+        f"{rounds} rounds; each round is one agent run of {steps} steps per system, cycling model call, "
+        "read-tool call, effect (a third each). Model call: a 2 KiB message history delta (one 2,048-byte "
+        "user message and a short one) and a short scripted reply with token usage. Tool call: ~200-byte "
+        "argument, ~200-byte result. Effect: ~100-byte argument and result, a new idempotency key each time. "
+        "Each step is timed from the call to its return. SDK: `run.model` / `run.tool` / `run.effect` with the "
+        "default data policy (redacted, sealed). raw: `js.publish` of the very bytes the SDK stored for the "
+        "step, one message at a time, no headers (1 message a model or tool step, 4 an effect step: the SDK's "
+        "claim and outcome on the run and on the key; the SDK also reads the key's subject). LangGraph: "
+        "`SqliteSaver.put` of the thread's checkpoint per step, carrying the whole message list so far "
+        "(langchain-core messages: human + AI per model step, AI tool call + tool message per tool or effect "
+        "step), as `MessagesState` does; `put_writes` left out (favours LangGraph). eventsourcing: one event "
+        "per step triggered on an `Aggregate`, `app.save(agg)` per step. In each round the SDK runs first, the "
+        "others follow in an order rotated every round."
+    )
+    pr = raw["pragmas"]
+    section.notes.append(
+        f"Durability. runledger: the embedded nats-server's `jetstream {{ {sync} }}` (fsync before every ack). "
+        + "; ".join(f"{name}: sqlite `journal_mode={p['journal_mode']}`, `synchronous={p['synchronous']}`"
+                    for name, p in pr.items())  # fmt: skip
+        + " (read from the peers' own connections; FULL in WAL mode syncs the log at every commit). "
+        "So every system has the step on disk when the call returns. LangGraph and eventsourcing record an "
+        "effect's outcome after the fact (one write); runledger claims the key before acting (at most once "
+        "across processes), which is why an effect step is four publishes and a read."
+    )
+    rows = []
+    for system in (SDK, RAW, LANGGRAPH, EVENTSOURCING):
+        if system not in stats:
+            continue
+        for k in ("all", *KINDS):
+            ratio = "" if system == SDK else ratio_cell(ratios[system][k])
+            rows.append([system, k, *stat_cells(stats[system][k]), ratio])
+    section.tables.append(Table("ms per step (all rounds pooled)", ["system", "step", *STAT_COLUMNS, "SDK / system p50"],
+                                rows))  # fmt: skip
+    raw_ratio = ratios[RAW]["all"]["p50"]
+    section.goals.append(
+        Goal("SDK step p50 within 1.5x of raw js.publish of the same bytes", raw_ratio <= 1.5,
+             f"SDK / raw p50 = {ratio_cell(ratios[RAW]['all'])} over the step mix; per kind: "
+             + ", ".join(f"{k} {ratios[RAW][k]['p50']:.2f}x" for k in KINDS) + ".")  # fmt: skip
+    )
+    for peer in (LANGGRAPH, EVENTSOURCING):
+        r = ratios[peer]["all"]["p50"]
+        speedup = 1 / r
+        section.goals.append(
+            Goal(f"SDK step at least 2x faster than {peer} (p50)", speedup >= 2.0,
+                 f"{peer} / SDK p50 = {speedup:.2f}x over the step mix (SDK / peer {ratio_cell(ratios[peer]['all'])}); "
+                 + "per kind: " + ", ".join(f"{k} {1 / ratios[peer][k]['p50']:.2f}x" for k in KINDS) + ".")  # fmt: skip
+        )
+    from bench.plots import bars, latency_cdf
+
+    series = {s: [v for rnd in raw["timings"][s] for v in rnd] for s in raw["timings"]}
+    section.plots.append(latency_cdf(opts.plot_dir / "record-cdf.png", "ms per recorded step (step mix)", series))
+    section.plots.append(
+        bars(opts.plot_dir / "record-p50.png", "p50 ms per step, by step kind", list(KINDS),
+             {s: [stats[s][k]["p50"] for k in KINDS] for s in stats}, ylabel="ms (p50)")  # fmt: skip
+    )
+    return section
+
+
+# -- the module's own command line --------------------------------------------------------------------------
 
 
 async def raw_only(url: str, n: int) -> list[float]:
     client = await connect(url)
     try:
         data = b"x" * 2400
-        await raw_publish(client, [data] * 100, "ledger.run.warm.x")
-        return await raw_publish(client, [data] * n, "ledger.run.rawonly.x")
+        await raw_run(client, [[data]] * 100, "ledger.run.warm.x")
+        return await raw_run(client, [[data]] * n, "ledger.run.rawonly.x")
     finally:
         await client.close()
 
@@ -110,26 +307,40 @@ def fmt(s: dict[str, float]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--block", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=60, help="steps per run (a multiple of 3 keeps the mix even)")
+    parser.add_argument("--no-peers", action="store_true", help="SDK and raw publish only (no LangGraph/eventsourcing)")
     parser.add_argument("--no-fsync", action="store_true")
     parser.add_argument("--compare-fsync", action="store_true")
     args = parser.parse_args(argv)
-    with server(sync_always=not args.no_fsync) as state:
-        sdk, raw = asyncio.run(measure(state.url, args.steps, args.block))
-    s_sdk, s_raw = summary(sdk), summary(raw)
-    rows = [["path", "p50 ms", "p99 ms", "min ms", "max ms", "n"]]
-    rows += [["SDK step", *fmt(s_sdk)], ["raw js.publish", *fmt(s_raw)]]
-    result: dict[str, Any] = {"sdk": s_sdk, "raw": s_raw, "ratio_p50": s_sdk["p50"] / s_raw["p50"]}
+    peers = not args.no_peers
+    with tempfile.TemporaryDirectory(prefix="runledger-bench-record-") as tmp:
+        with server(sync_always=not args.no_fsync) as state:
+            try:
+                raw = asyncio.run(measure(state.url, args.rounds, args.steps, peers, Path(tmp)))
+            except RuntimeError as exc:
+                if str(exc) != MISSING:
+                    raise
+                print(f"{exc}; measuring the SDK against the raw publish only")
+                raw = asyncio.run(measure(state.url, args.rounds, args.steps, False, Path(tmp)))
+    result = analyse(raw)
+    rows = [["system", "step", "p50 ms", "p99 ms", "min ms", "max ms", "n", "SDK / system p50"]]
+    for system, per_kind in result["stats"].items():
+        for k, s in per_kind.items():
+            ratio = "" if system == SDK else ratio_cell(result["ratios"][system][k])
+            rows.append([system, k, *fmt(s), ratio])
     if args.compare_fsync:
         with server(sync_always=False) as state:
-            lazy = summary(asyncio.run(raw_only(state.url, args.steps)))
+            lazy = summary(asyncio.run(raw_only(state.url, args.rounds * args.steps)))
         with server(sync_always=True) as state:
-            synced = summary(asyncio.run(raw_only(state.url, args.steps)))
-        rows += [["raw, fsync each ack", *fmt(synced)], ["raw, fsync every 2 min", *fmt(lazy)]]
+            synced = summary(asyncio.run(raw_only(state.url, args.rounds * args.steps)))
+        rows += [["raw, fsync each ack", "2.4 KB", *fmt(synced), ""], ["raw, fsync every 2 min", "2.4 KB", *fmt(lazy), ""]]
         result["fsync_cost_p50_ms"] = synced["p50"] - lazy["p50"]
     print(table(rows))
-    print(f"\nSDK p50 / raw p50 = {result['ratio_p50']:.2f}x  (goal: <= 1.5x)")
+    print(f"\nSDK p50 / raw p50 = {result['ratios'][RAW]['all']['p50']:.2f}x  (goal: <= 1.5x)")
+    for peer in (LANGGRAPH, EVENTSOURCING):
+        if peer in result["ratios"]:
+            print(f"{peer} p50 / SDK p50 = {1 / result['ratios'][peer]['all']['p50']:.2f}x  (goal: >= 2x)")
     if "fsync_cost_p50_ms" in result:
         print(f"fsync before ack costs {result['fsync_cost_p50_ms']:.3f} ms at p50")
     return result

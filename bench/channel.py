@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import summary, table
+from bench.report import STAT_COLUMNS, Section, SuiteOptions, Table, not_run, ratio_cell, ratio_stats, stat_cells
 from sandbox.image import build_image, docker_client
 
 ECHO_SOCKET = (
@@ -100,6 +101,50 @@ def stdio(docker: Any, image: str, n: int) -> list[float]:
         return out
     finally:
         c.remove(force=True)
+
+
+def measure(n: int, rounds: int = 5) -> dict[str, list[float]]:
+    """Round trips in ms per channel; the two channels take turns, ``rounds`` times ``n // rounds`` each."""
+    docker = docker_client()
+    image = build_image(log=lambda m: None)
+    out: dict[str, list[float]] = {"unix socket": [], "attached stdio": []}
+    for _ in range(rounds):
+        out["unix socket"] += asyncio.run(unix_socket(docker, image, max(1, n // rounds)))
+        out["attached stdio"] += stdio(docker, image, max(1, n // rounds))
+    return out
+
+
+def run_suite(opts: SuiteOptions) -> Section:
+    title = "the sandbox channel: mounted unix socket against attached stdio"
+    try:
+        docker_client()
+    except Exception as exc:  # DockerUnavailableError, or docker-py missing: the part is reported as not run
+        return not_run("channel", title, f"{exc}")
+    n, rounds = (40, 2) if opts.quick else (2000, 5)
+    samples = measure(n, rounds)
+    section = Section(part="channel", title=title, data={k: summary(v) for k, v in samples.items()})
+    section.workload = (
+        "A container of the sandbox image (hardened: no network, read-only root, no capabilities, non-root) runs "
+        "a Python echo loop; the host sends 200-byte JSON lines one at a time and times each round trip. unix "
+        "socket: over a socket in a directory mounted into the container. attached stdio: the container's stdin "
+        f"and stdout through docker's attach socket and 8-byte frame headers. {rounds} rounds of "
+        f"{n // rounds} round trips per channel, the channels taking turns (a new container each time)."
+    )
+    pairs = [(summary(a)["p50"], summary(b)["p50"])
+             for a, b in zip(_chunks(samples["attached stdio"], rounds), _chunks(samples["unix socket"], rounds),
+                             strict=True)]  # fmt: skip
+    rows = [[name, *stat_cells(summary(v)), "" if name == "unix socket" else ratio_cell(ratio_stats(pairs))]
+            for name, v in samples.items()]  # fmt: skip
+    section.tables.append(Table("round trip (ms)", ["channel", *STAT_COLUMNS, "/ unix socket p50"], rows))
+    from bench.plots import latency_cdf
+
+    section.plots.append(latency_cdf(opts.plot_dir / "channel-cdf.png", "ms per round trip", samples))
+    return section
+
+
+def _chunks(values: list[float], k: int) -> list[list[float]]:
+    size = len(values) // k
+    return [values[i * size : (i + 1) * size] for i in range(k)]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

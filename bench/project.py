@@ -18,7 +18,7 @@ Measured, in one run on one server (fsync off: reads are measured, not writes):
   path (``load_run`` + ``fold``) and the projection path (``projections.queries.checkpoint_at``).
 Raw reads and rebuilds alternate (``--rounds``) so both see the same machine noise.
 
-    python -m bench.project [--events 1000000] [--rounds 2]
+    python -m bench.project [--events 1000000] [--rounds 2] [--queries]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import functools
 import hashlib
 import itertools
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -38,7 +39,8 @@ from typing import Any
 
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bench.common import server, table
+from bench.common import server, summary, table
+from bench.report import STAT_COLUMNS, Goal, Section, SuiteOptions, Table, num, ratio_cell, ratio_stats, stat_cells
 from ledger.canonical import canonical_json, digest
 from ledger.client import LedgerClient, connect
 from ledger.events import GENESIS
@@ -57,6 +59,7 @@ HISTORY = [
     {"role": "user", "content": "TASK classify\nMy blender arrived broken, I want my money back. Order 8891."},
 ]
 Message = tuple[str, bytes, str]  # subject, data, msg id
+DOC_QUERIES = Path(__file__).resolve().parent.parent / "docs" / "queries.md"
 
 
 _ID_PREFIX = new_id()[:10]
@@ -261,12 +264,26 @@ async def projector_reader_only(client: LedgerClient, expected: int) -> float:
     return time.perf_counter() - started
 
 
-async def run_bench(events: int, rounds: int, long_steps: int, work: Path) -> list[list[str]]:
+async def measure(
+    events: int,
+    rounds: int,
+    long_steps: int,
+    work: Path,
+    *,
+    queries: dict[str, str] | None = None,
+    query_repeats: int = 3,
+) -> dict[str, Any]:
+    """Publish the workload, then per round: raw read, the projector's reader alone, a rebuild.
+
+    Then checkpoints at a step of the long run (ledger path and projection path), and, with
+    ``queries`` (name -> SQL), each query run ``query_repeats`` times on the rebuilt file.
+    Returns the numbers; times in seconds unless the key says ms.
+    """
     from projections.projector import rebuild
-    from projections.queries import checkpoint_at
+    from projections.queries import checkpoint_at, run_sql
     from projections.store import ProjectionStore
 
-    rows: list[list[str]] = [["measure", "value", "note"]]
+    out: dict[str, Any] = {"events_requested": events, "rounds": rounds, "long_steps": long_steps}
     with server(sync_always=False) as state:
         client = await connect(state.url)
         try:
@@ -276,8 +293,7 @@ async def run_bench(events: int, rounds: int, long_steps: int, work: Path) -> li
             info = await client.js.stream_info(LEDGER_STREAM)
             total = int(info.state.messages)
             assert total == published, f"stream holds {total} of {published} published messages"
-            rows.append(["events published", f"{total:,}", f"{info.state.bytes / total:.0f} B avg, "
-                         f"{time.perf_counter() - t0:.0f} s to publish"])  # fmt: skip
+            out.update(events=total, stream_bytes=int(info.state.bytes), publish_s=time.perf_counter() - t0)
 
             raw_s, rebuild_s, own_s = [], [], []
             db = work / "bench.duckdb"
@@ -288,18 +304,10 @@ async def run_bench(events: int, rounds: int, long_steps: int, work: Path) -> li
                 result = await rebuild(client, db)
                 rebuild_s.append(time.perf_counter() - started)
                 assert result.events + result.quarantined == total, result
-            raw_rate = total / statistics.median(raw_s)
-            rebuild_rate = total / statistics.median(rebuild_s)
-            rows.append(["raw nats-py read", f"{raw_rate:,.0f} ev/s", "ordered push consumer, counting callback"])
-            rows.append(["projector reader alone", f"{total / statistics.median(own_s):,.0f} ev/s",
-                         "pull consumer parsed from the socket, no decode"])  # fmt: skip
-            rows.append(["rebuild", f"{rebuild_rate:,.0f} ev/s",
-                         f"median of {rounds}: {statistics.median(rebuild_s):.1f} s incl. swap"])  # fmt: skip
-            rows.append(["rebuild / raw read", f"{rebuild_rate / raw_rate:.0%}", "goal: 70% or more"])
-            rows.append(["DuckDB file", f"{db.stat().st_size / 1e6:,.1f} MB",
-                         f"{db.stat().st_size / total:,.0f} B an event"])  # fmt: skip
+            out.update(raw_s=raw_s, reader_s=own_s, rebuild_s=rebuild_s, reader_kind=result.reader,
+                       db_bytes=db.stat().st_size)  # fmt: skip
 
-            ks = random.Random(7).sample(range(long_steps), 21)
+            ks = random.Random(7).sample(range(long_steps), min(21, long_steps))
             ledger_ms, db_ms = [], []
             with ProjectionStore(db, writer=False) as store:
                 for k in ks:
@@ -311,24 +319,170 @@ async def run_bench(events: int, rounds: int, long_steps: int, work: Path) -> li
                     got = checkpoint_at(store.con, "run-long", k)
                     db_ms.append((time.perf_counter() - started) * 1000)
                     assert got.to_dict() == expected.to_dict(), f"checkpoint at step {k} differs"
-            rows.append([f"checkpoint --at-step ({long_steps} steps)", f"{statistics.median(ledger_ms):.1f} ms",
-                         "median, ledger path: read the run from NATS + fold"])  # fmt: skip
-            rows.append(["checkpoint at step (projection)", f"{statistics.median(db_ms):.1f} ms",
-                         "median, read the run from DuckDB + fold; goal: < 50 ms"])  # fmt: skip
+                out.update(checkpoint_ledger_ms=ledger_ms, checkpoint_db_ms=db_ms)
+                query_ms: dict[str, list[float]] = {}
+                query_rows: dict[str, int] = {}
+                for name, sql in (queries or {}).items():
+                    query_ms[name] = []
+                    for _ in range(query_repeats):
+                        started = time.perf_counter()
+                        answer = run_sql(store.con, sql)
+                        query_ms[name].append((time.perf_counter() - started) * 1000)
+                    query_rows[name] = len(answer.rows)
+                out.update(query_ms=query_ms, query_rows=query_rows)
         finally:
             await client.close()
+    return out
+
+
+def rows_of(out: dict[str, Any]) -> list[list[str]]:
+    """The measurements as the module's own table (``python -m bench.project``)."""
+    total, rounds = out["events"], out["rounds"]
+    raw_rate = total / statistics.median(out["raw_s"])
+    rebuild_rate = total / statistics.median(out["rebuild_s"])
+    rows: list[list[str]] = [["measure", "value", "note"]]
+    rows.append(["events published", f"{total:,}", f"{out['stream_bytes'] / total:.0f} B avg, "
+                 f"{out['publish_s']:.0f} s to publish"])  # fmt: skip
+    rows.append(["raw nats-py read", f"{raw_rate:,.0f} ev/s", "ordered push consumer, counting callback"])
+    rows.append(["projector reader alone", f"{total / statistics.median(out['reader_s']):,.0f} ev/s",
+                 "pull consumer parsed from the socket, no decode"])  # fmt: skip
+    rows.append(["rebuild", f"{rebuild_rate:,.0f} ev/s",
+                 f"median of {rounds}: {statistics.median(out['rebuild_s']):.1f} s incl. swap"])  # fmt: skip
+    rows.append(["rebuild / raw read", f"{rebuild_rate / raw_rate:.0%}", "goal: 70% or more"])
+    rows.append(["DuckDB file", f"{out['db_bytes'] / 1e6:,.1f} MB", f"{out['db_bytes'] / total:,.0f} B an event"])
+    rows.append([f"checkpoint --at-step ({out['long_steps']} steps)",
+                 f"{statistics.median(out['checkpoint_ledger_ms']):.1f} ms",
+                 "median, ledger path: read the run from NATS + fold"])  # fmt: skip
+    rows.append(["checkpoint at step (projection)", f"{statistics.median(out['checkpoint_db_ms']):.1f} ms",
+                 "median, read the run from DuckDB + fold; goal: < 50 ms"])  # fmt: skip
+    for name, ms in out.get("query_ms", {}).items():
+        rows.append([f"query {name}", f"{statistics.median(ms):.1f} ms", f"{out['query_rows'][name]} rows"])
     return rows
 
 
-def main() -> None:
+def doc_queries(path: Path = DOC_QUERIES) -> dict[str, str]:
+    """``Q<n>`` -> the first sql block under its heading in docs/queries.md."""
+    out = {}
+    for section in re.split(r"^## ", path.read_text(), flags=re.M)[1:]:
+        number = section.split(".", 1)[0]
+        found = re.search(r"```sql\n(.*?)```", section, flags=re.S)
+        if found:
+            out[number] = found.group(1).strip()
+    return out
+
+
+def run_suite(opts: SuiteOptions) -> Section:
+    events, rounds, long_steps, repeats = (3_000, 1, 100, 1) if opts.quick else (1_000_000, 1, 1000, 3)
+    queries = doc_queries()
+    queries["scan: count(*) FROM events"] = "SELECT count(*) FROM events"
+    with tempfile.TemporaryDirectory(prefix="runledger-bench-project-") as tmp:
+        out = asyncio.run(measure(events, rounds, long_steps, Path(tmp), queries=queries, query_repeats=repeats))
+    total = out["events"]
+    section = Section(part="project", title="projecting the log into DuckDB, and analyst queries", data=out)
+    section.workload = (
+        f"{total:,} events ({out['stream_bytes'] / total:.0f} B on average) of synthetic agent runs, about 10 events "
+        "a run: run.started, two model calls with a ~300-byte history, a tool call, an effect claimed and committed "
+        "on its key subject and mirrored in the run, a clock read, run.completed; every 10th run asks for an "
+        "approval (half of those are resolved and resumed), every 7th fails in a tool; 5 agents. Plus one run of "
+        f"{long_steps:,} steps. Events are built with the ledger's canonical JSON and hash chain and published raw "
+        "with `Nats-Msg-Id` before anything is measured (fsync off: reads are measured, not writes). "
+        f"{rounds} round(s) of: raw read (nats-py's ordered push consumer, a callback that only counts), the "
+        "projector's own reader doing nothing with the messages, `rebuild` in process (read, decode, fold, Arrow, "
+        "DuckDB, one transaction a batch, swap). Then `checkpoint --at-step K` of the long run at "
+        f"{len(out['checkpoint_ledger_ms'])} random K, by the ledger path (`load_run` + `fold`) and the projection "
+        f"path (`projections.queries.checkpoint_at`), alternating; then every query of docs/queries.md, {repeats} "
+        "time(s) each, on the rebuilt file (DuckDB, this process, a warm file)."
+    )
+    raw_rates = [total / s for s in out["raw_s"]]
+    reader_rates = [total / s for s in out["reader_s"]]
+    rebuild_rates = [total / s for s in out["rebuild_s"]]
+    pairs = ratio_stats(list(zip(rebuild_rates, raw_rates, strict=True)))
+    rate_rows = []
+    for name, rates in (("raw nats-py read", raw_rates), ("projector reader alone", reader_rates),
+                        ("rebuild (projector)", rebuild_rates)):  # fmt: skip
+        s = summary(rates)
+        ratio = "" if rates is raw_rates else ratio_cell(ratio_stats(list(zip(rates, raw_rates, strict=True))))
+        rate_rows.append([name, num(s["p50"]), num(s["min"]), num(s["max"]), str(int(s["n"])), ratio])
+    section.tables.append(Table("events per second over the whole stream",
+                                ["reader", "p50 ev/s", "min", "max", "rounds", "/ raw read"], rate_rows))  # fmt: skip
+    section.notes.append(
+        f"Publishing the workload took {out['publish_s']:.0f} s; the DuckDB file is {out['db_bytes'] / 1e6:,.1f} MB "
+        f"({out['db_bytes'] / total:,.0f} B an event); the projector used its `{out['reader_kind']}` reader."
+    )
+    led, dbm = summary(out["checkpoint_ledger_ms"]), summary(out["checkpoint_db_ms"])
+    cp_ratio = ratio_stats(list(zip(out["checkpoint_db_ms"], out["checkpoint_ledger_ms"], strict=True)))
+    section.tables.append(Table(
+        f"checkpoint of the {long_steps:,}-step run at a step (ms)", ["path", *STAT_COLUMNS, "/ ledger path"],
+        [["ledger: load_run + fold", *stat_cells(led), ""],
+         ["projection: checkpoint_at", *stat_cells(dbm), ratio_cell(cp_ratio)]],
+    ))  # fmt: skip
+    qrows = []
+    for name, ms in out["query_ms"].items():
+        s = summary(ms)
+        qrows.append([name, *stat_cells(s), str(out["query_rows"][name])])
+    section.tables.append(Table(f"analyst queries on {total:,} events (ms)", ["query", *STAT_COLUMNS, "rows"], qrows))
+    section.goals.append(
+        Goal(
+            "rebuild at 70% or more of the raw read rate",
+            pairs["p50"] >= 0.7,
+            f"rebuild / raw read = {ratio_cell(pairs)} ({num(summary(rebuild_rates)['p50'])} against "
+            f"{num(summary(raw_rates)['p50'])} ev/s).",
+        )
+    )
+    section.goals.append(
+        Goal(
+            "checkpoint at a step from the projection under 50 ms",
+            dbm["p50"] < 50,
+            f"p50 {dbm['p50']:.1f} ms (the ledger path: {led['p50']:.1f} ms).",
+        )
+    )
+    slowest = max(out["query_ms"], key=lambda q: statistics.median(out["query_ms"][q]))
+    section.notes.append(
+        f"No goal is set for the analyst queries; the slowest, {slowest}, took "
+        f"{statistics.median(out['query_ms'][slowest]):.0f} ms at p50 over {total:,} events."
+    )
+    from bench.plots import bars
+
+    section.plots.append(
+        bars(
+            opts.plot_dir / "project-rates.png",
+            f"events/s reading {total:,} events",
+            ["raw read", "projector reader", "rebuild"],
+            {"p50": [summary(r)["p50"] for r in (raw_rates, reader_rates, rebuild_rates)]},
+            ylabel="events/s",
+            errors={"p50": [(min(r), max(r)) for r in (raw_rates, reader_rates, rebuild_rates)]},
+        )
+    )
+    names = list(out["query_ms"])
+    section.plots.append(
+        bars(
+            opts.plot_dir / "project-queries.png",
+            f"analyst queries on {total:,} events (p50, min-max)",
+            [n.split(":")[0] for n in names],
+            {"ms": [statistics.median(out["query_ms"][n]) for n in names]},
+            ylabel="ms (log)",
+            log=True,
+            errors={"ms": [(min(out["query_ms"][n]), max(out["query_ms"][n])) for n in names]},
+        )
+    )
+    return section
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--long-steps", type=int, default=1000)
-    args = parser.parse_args()
+    parser.add_argument("--queries", action="store_true", help="also time every query of docs/queries.md")
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="runledger-bench-project-") as tmp:
-        rows = asyncio.run(run_bench(args.events, args.rounds, args.long_steps, Path(tmp)))
-    print(table(rows))
+        out = asyncio.run(
+            measure(
+                args.events, args.rounds, args.long_steps, Path(tmp), queries=doc_queries() if args.queries else None
+            )
+        )
+    print(table(rows_of(out)))
+    return out
 
 
 if __name__ == "__main__":

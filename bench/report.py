@@ -18,11 +18,9 @@ import platform
 import statistics
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-
-from bench.common import summary
 
 
 @dataclass(frozen=True)
@@ -61,10 +59,25 @@ class Section:
     goals: list[Goal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
+    blocks: list[str] = field(default_factory=list)  # preformatted text (a part's own report), shown as is
     data: dict[str, Any] = field(default_factory=dict)
     status: str = "ran"  # "ran" | "not run" | "failed"
     reason: str = ""
     seconds: float = 0.0
+    started: str = ""  # when the part ran (UTC), and the load average then: parts of a report may come
+    load: str = ""  # from different runs (`python -m bench record` refreshes one part)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "plots": [str(p) for p in self.plots]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Section:
+        data = dict(data)
+        data["tables"] = [Table(**t) for t in data.get("tables", [])]
+        data["goals"] = [Goal(**g) for g in data.get("goals", [])]
+        data["plots"] = [Path(p) for p in data.get("plots", [])]
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def not_run(part: str, title: str, reason: str) -> Section:
@@ -193,10 +206,15 @@ def render(sections: Sequence[Section], header: dict[str, Any], doc_dir: Path) -
     lines += ["| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in header.items()]
     lines.append("")
-    lines += ["| part | status | seconds |", "|---|---|---|"]
+    lines += [
+        "| part | status | goals met | seconds | ran at | load average then (1, 5, 15 min) |",
+        "|---|---|---|---|---|---|",
+    ]
     for s in sections:
         status = s.status if s.status == "ran" else f"{s.status}: {s.reason}"
-        lines.append(f"| [{s.part}](#{s.part}) | {status} | {s.seconds:.0f} |")
+        judged = [g for g in s.goals if g.met is not None]
+        goals = f"{sum(1 for g in judged if g.met)} of {len(judged)}" if judged else "-"
+        lines.append(f"| [{s.part}](#{s.part}) | {status} | {goals} | {s.seconds:.0f} | {s.started} | {s.load} |")
     lines.append("")
     for s in sections:
         lines += [f'<a id="{s.part}"></a>', "", f"## {s.part}: {s.title}", ""]
@@ -211,15 +229,17 @@ def render(sections: Sequence[Section], header: dict[str, Any], doc_dir: Path) -
             lines.append("")
         for table in s.tables:
             lines += _md_table(table)
+        for block in s.blocks:
+            lines += ["```text", block.rstrip(), "```", ""]
         for note in s.notes:
             lines += [f"- {note}"]
         if s.notes:
             lines.append("")
         for plot in s.plots:
-            rel = os.path.relpath(plot, doc_dir)
+            rel = os.path.relpath(plot, doc_dir) if plot.is_absolute() else str(plot)
             lines += [f"![{s.part}: {plot.stem}]({rel})", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def now_utc() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -5,9 +5,12 @@ read tool, 2 effects; 5 steps), each re-driven from step 1 (the model live, tool
 effects from the record) in its own hardened container. "warm": a pool keeps sandboxes
 started and connected ahead of demand, with C re-drives in flight. "cold": a container
 is created and started for each re-drive, same concurrency. Both in the same process
-against the same server. Requires Docker and the sandbox image (`runledger sandbox build`).
+against the same server, interleaved in blocks (a warm block, then a cold block of the
+same parents), so each block pair gives a ratio. With a deadline (the suite's), cold
+blocks stop when the rest would not fit; warm blocks always run to N. Requires Docker and
+the sandbox image (built if missing or stale: ``runledger sandbox build``).
 
-    python -m bench.rerun [--runs 200] [--cold-runs 40] [--concurrency 2] [--pool 3]
+    python -m bench.rerun [--runs 200] [--cold-runs 200] [--block 20] [--concurrency 2] [--pool 3]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import server, summary, table
+from bench.report import STAT_COLUMNS, Goal, Section, SuiteOptions, Table, not_run, ratio_cell, ratio_stats, stat_cells
 from examples.refund_agent.agent import TICKETS, spec
 from examples.refund_agent.payments import PaymentsService
 from ledger.client import LedgerClient, connect
@@ -51,15 +55,27 @@ async def redrive_all(client: LedgerClient, pool: SandboxPool, parents: list[str
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - t0
-    return {"runs": len(parents), "seconds": elapsed, "runs_per_s": len(parents) / elapsed,
-            "latency": summary(latencies), "failures": failures, "warm_hits": pool.warm_hits,
-            "cold_starts": pool.cold_starts}  # fmt: skip
+    return {"runs": len(parents), "seconds": time.perf_counter() - t0, "latencies": latencies, "failures": failures}
 
 
-async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+def _merge(blocks: list[dict[str, Any]], pool: SandboxPool) -> dict[str, Any]:
+    runs = sum(b["runs"] for b in blocks)
+    seconds = sum(b["seconds"] for b in blocks)
+    latencies = [v for b in blocks for v in b["latencies"]]
+    return {
+        "runs": runs, "seconds": seconds, "runs_per_s": runs / seconds if seconds else 0.0,
+        "latency": summary(latencies) if latencies else None, "latencies": latencies,
+        "failures": [f for b in blocks for f in b["failures"]], "warm_hits": pool.warm_hits,
+        "cold_starts": pool.cold_starts, "blocks": len(blocks),
+    }  # fmt: skip
+
+
+async def measure(url: str, args: argparse.Namespace, deadline: float | None = None) -> dict[str, Any]:
+    """Warm and cold re-drives in alternating blocks; cold blocks stop when ``deadline`` would be passed."""
     docker = docker_client()
+    t0 = time.perf_counter()
     image = build_image(log=lambda m: None)
+    image_s = time.perf_counter() - t0
     client = await connect(url)
     try:
         agent = spec()
@@ -69,48 +85,146 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             parents.append(result.run_id)
         policy = SandboxPolicy(image=image, timeout_s=60)
         warm_pool = SandboxPool(docker, policy, size=args.pool)
+        cold_pool = SandboxPool(docker, policy, size=0)
         code_root = Path(__file__).resolve().parent.parent
-        await warm_pool.prewarm(code_root, "examples")
+        warm_blocks: list[dict[str, Any]] = []
+        cold_blocks: list[dict[str, Any]] = []
+        cold_stopped = ""
         try:
-            warm = await redrive_all(client, warm_pool, parents[: args.runs], args.concurrency)
+            await warm_pool.prewarm(code_root, "examples")
+            for start in range(0, args.runs, args.block):
+                block = parents[start : start + args.block]
+                warm_blocks.append(await redrive_all(client, warm_pool, block, args.concurrency))
+                cold_done = sum(b["runs"] for b in cold_blocks)
+                if cold_done >= args.cold_runs or cold_stopped:
+                    continue
+                block = block[: args.cold_runs - cold_done]
+                if deadline is not None:
+                    # Time the cold block would take, at the cold rate so far (or 4x the warm rate at first),
+                    # plus the warm blocks still to come, must fit before the deadline.
+                    done_runs = sum(b["runs"] for b in warm_blocks)
+                    warm_per_run = sum(b["seconds"] for b in warm_blocks) / done_runs
+                    cold_per_run = sum(b["seconds"] for b in cold_blocks) / cold_done if cold_done else 4 * warm_per_run
+                    needed = cold_per_run * len(block) + warm_per_run * (args.runs - done_runs)
+                    if time.monotonic() + needed > deadline:
+                        cold_stopped = (
+                            f"cold re-drives stopped at {cold_done} of {args.cold_runs}: another block of "
+                            f"{len(block)} (~{cold_per_run * len(block):.0f} s) and the remaining warm ones would "
+                            "not fit in the suite's 15-minute budget"
+                        )
+                        continue
+                cold_blocks.append(await redrive_all(client, cold_pool, block, args.concurrency))
         finally:
             await warm_pool.close()
-        cold_pool = SandboxPool(docker, policy, size=0)
-        try:
-            cold = await redrive_all(client, cold_pool, parents[: args.cold_runs], args.concurrency)
-        finally:
             await cold_pool.close()
-        return {"warm": warm, "cold": cold}
+        warm, cold = _merge(warm_blocks, warm_pool), _merge(cold_blocks, cold_pool)
+        pairs = [
+            (w["runs"] / w["seconds"], c["runs"] / c["seconds"])
+            for w, c in zip(warm_blocks, cold_blocks, strict=False)
+            if c["runs"] and w["seconds"] and c["seconds"]
+        ]
+        return {"warm": warm, "cold": cold, "throughput_ratio": ratio_stats(pairs) if pairs else None,
+                "cold_stopped": cold_stopped, "image": image, "image_s": image_s}  # fmt: skip
     finally:
         await client.close()
+
+
+def run(args: argparse.Namespace, deadline: float | None = None) -> dict[str, Any]:
+    """Start the payments service and a server, then ``measure``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        payments = PaymentsService(Path(tmp) / "payments.log").start()
+        saved = {k: os.environ.get(k) for k in ("REFUND_PAYMENTS_URL", "REFUND_OUTBOX")}
+        os.environ["REFUND_PAYMENTS_URL"] = payments.url
+        os.environ["REFUND_OUTBOX"] = str(Path(tmp) / "outbox")
+        try:
+            with server() as state:
+                return asyncio.run(measure(state.url, args, deadline))
+        finally:
+            payments.stop()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def run_suite(opts: SuiteOptions) -> Section:
+    title = "re-driving recorded runs in sandboxes, warm pool against cold containers"
+    try:
+        docker_client()
+    except Exception as exc:  # DockerUnavailableError, or docker-py missing: the part is reported as not run
+        return not_run("rerun", title, f"{exc}")
+    runs, block = (4, 2) if opts.quick else (200, 20)
+    args = argparse.Namespace(runs=runs, cold_runs=runs, block=block, concurrency=2, pool=3)
+    results = run(args, opts.deadline)
+    warm, cold = results["warm"], results["cold"]
+    section = Section(part="rerun", title=title, data={k: v for k, v in results.items() if k not in ("warm", "cold")})
+    section.data.update({m: {k: v for k, v in results[m].items() if k != "latencies"} for m in ("warm", "cold")})
+    section.workload = (
+        f"{runs} recorded runs of the example refund agent (ticket T-1001: 2 model calls, a read tool, 2 effects; "
+        "5 steps), each re-driven from step 1 (model live, tools and effects from the record) in its own hardened "
+        f"container, {args.concurrency} re-drives in flight. warm: a pool of {args.pool} sandboxes started and "
+        "connected ahead of demand (refilled in the background). cold: a container created and started for "
+        f"each re-drive. Blocks of {block}: a warm block, then a cold block of the same parents, so each block "
+        f"pair gives a throughput ratio. Image `{results['image']}` (checked or built in "
+        f"{results['image_s']:.0f} s, not counted)."
+    )
+    if results["cold_stopped"]:
+        section.notes.append(results["cold_stopped"] + ".")
+    rows = []
+    for name, r in (("warm", warm), ("cold", cold)):
+        if r["latency"] is None:
+            rows.append([name, str(r["runs"]), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"])
+            continue
+        rows.append([name, str(r["runs"]), f"{r['seconds']:.1f}", f"{r['runs_per_s']:.2f}",
+                     *stat_cells(r["latency"]), str(r["warm_hits"]), str(r["cold_starts"]),
+                     str(len(r["failures"]))])  # fmt: skip
+    columns = ["pool", "runs", "total s", "runs/s", *(f"latency {c}" for c in STAT_COLUMNS)]
+    section.tables.append(Table("re-drives (latency in ms)", [*columns, "warm hits", "cold starts", "failures"], rows))
+    ratio = results["throughput_ratio"]
+    if ratio is not None:
+        section.notes.append(f"warm / cold throughput, block by block: {ratio_cell(ratio)}.")
+    per_200 = warm["seconds"] / warm["runs"] * 200 if warm["runs"] else float("nan")
+    section.goals.append(
+        Goal(
+            "200 warm re-drives in under 60 s",
+            per_200 < 60,
+            f"{warm['runs']} took {warm['seconds']:.1f} s ({warm['runs_per_s']:.2f} runs/s)"
+            + ("" if warm["runs"] == 200 else f", {per_200:.0f} s for 200 at that rate")
+            + ".",
+        )
+    )
+    for name in ("warm", "cold"):
+        for failure in results[name]["failures"][:5]:
+            section.notes.append(f"{name} failure: {failure}")
+    from bench.plots import latency_cdf
+
+    series = {name: results[name]["latencies"] for name in ("warm", "cold") if results[name]["latencies"]}
+    section.plots.append(latency_cdf(opts.plot_dir / "rerun-cdf.png", "ms per re-drive", series))
+    return section
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--cold-runs", type=int, default=40)
+    parser.add_argument("--cold-runs", type=int, default=200)
+    parser.add_argument("--block", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--pool", type=int, default=3)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        payments = PaymentsService(Path(tmp) / "payments.log").start()
-        os.environ["REFUND_PAYMENTS_URL"] = payments.url
-        os.environ["REFUND_OUTBOX"] = str(Path(tmp) / "outbox")
-        try:
-            with server() as state:
-                results = asyncio.run(measure(state.url, args))
-        finally:
-            payments.stop()
+    results = run(args)
     rows = [["pool", "runs", "total s", "runs/s", "p50 ms", "p99 ms", "warm hits", "cold starts", "failures"]]
     for name in ("warm", "cold"):
         r = results[name]
+        if r["latency"] is None:
+            continue
         rows.append([name, str(r["runs"]), f"{r['seconds']:.1f}", f"{r['runs_per_s']:.2f}",
                      f"{r['latency']['p50']:.0f}", f"{r['latency']['p99']:.0f}", str(r["warm_hits"]),
                      str(r["cold_starts"]), str(len(r["failures"]))])  # fmt: skip
     print(table(rows))
-    ratio = results["warm"]["runs_per_s"] / results["cold"]["runs_per_s"]
-    print(f"\nwarm / cold throughput = {ratio:.2f}x; {results['warm']['runs']} re-drives took "
-          f"{results['warm']['seconds']:.1f} s (goal: 200 in under 60 s)")  # fmt: skip
+    if results["throughput_ratio"] is not None:
+        print(f"\nwarm / cold throughput (block by block) = {ratio_cell(results['throughput_ratio'])}")
+    print(f"{results['warm']['runs']} warm re-drives took {results['warm']['seconds']:.1f} s (goal: 200 in under 60 s)")
     for name in ("warm", "cold"):
         for failure in results[name]["failures"][:5]:
             print(f"{name} failure: {failure}")

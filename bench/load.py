@@ -61,7 +61,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +208,7 @@ class ProcResult:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
+    cpu_s: float = 0.0  # CPU time of this load process during the phase
 
 
 async def _sdk_agents(client: LedgerClient, job: ProcJob, start: float) -> ProcResult:
@@ -283,7 +284,10 @@ async def _run_job(job: ProcJob, start_at: Any = None) -> tuple[float, ProcResul
             await asyncio.to_thread(go.wait)
             start = start_value.value
         runner = _sdk_agents if job.mode == "sdk" else _raw_agents
-        return start, await runner(client, job, start)
+        cpu = time.process_time()
+        result = await runner(client, job, start)
+        result.cpu_s = time.process_time() - cpu
+        return start, result
     finally:
         await client.close()
 
@@ -319,6 +323,8 @@ class PhaseResult:
     stream_msgs: int = 0
     stream_bytes: int = 0
     key_bytes: int = 0
+    client_cpu_s: float = 0.0  # the load processes' CPU time
+    server_cpu_s: float = 0.0  # the nats-server processes' CPU time (when their pids are known)
 
     @property
     def rate(self) -> float:
@@ -341,18 +347,21 @@ def run_phase(
     think_ms: float = 0.0,
     payloads: list[bytes] | None = None,
     tag: str | None = None,
+    server_pids: Sequence[int] = (),
 ) -> PhaseResult:
     """Run ``agents`` concurrent agents (``mode`` sdk) or raw publishers (``mode`` raw) once."""
     tag = tag or f"{mode}{agents}x{uuid.uuid4().hex[:6]}"
     shares = split(agents, procs)
     jobs = [ProcJob(url, mode, n, p, tag, duration, runs, think_ms, list(payloads or [])) for p, n in enumerate(shares)]
     before = asyncio.run(_stream_state(url))
+    server_cpu = cpu_seconds(server_pids)
     outputs: list[tuple[int, float, dict[str, Any]]] = []
     if len(jobs) == 1:
         start, res = asyncio.run(_run_job(jobs[0]))
         outputs.append((0, start, asdict(res)))
     else:
         outputs = _run_processes(jobs)
+    server_cpu = cpu_seconds(server_pids) - server_cpu
     after = asyncio.run(_stream_state(url))
     failures = [o[2]["error"] for o in outputs if "error" in o[2]]
     if failures:
@@ -381,7 +390,21 @@ def run_phase(
         stream_msgs=after[0] - before[0],
         stream_bytes=after[1] - before[1],
         key_bytes=after[2] - before[2],
+        client_cpu_s=sum(o[2]["cpu_s"] for o in outputs),
+        server_cpu_s=server_cpu,
     )
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (Linux /proc; 0 for a pid that is gone)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _run_processes(jobs: list[ProcJob]) -> list[tuple[int, float, dict[str, Any]]]:
@@ -442,8 +465,8 @@ async def prepare(url: str) -> tuple[list[bytes], dict[str, Any]]:
                 max_msg_size=cfg.max_msg_size,
             )
         )
-        raw = await client.js.stream_info(RAW_STREAM)
         ledger = await client.js.stream_info(LEDGER_STREAM)
+        raw = await _colocate(client, RAW_STREAM, ledger.cluster.leader if ledger.cluster else None)
         placement = {
             "replicas": cfg.num_replicas,
             "ledger_leader": ledger.cluster.leader if ledger.cluster else None,
@@ -451,6 +474,27 @@ async def prepare(url: str) -> tuple[list[bytes], dict[str, Any]]:
             "connected_to": (getattr(client.nc, "_server_info", None) or {}).get("server_name"),
         }
         return payloads, placement
+
+
+async def _colocate(client: LedgerClient, stream: str, leader: str | None) -> Any:
+    """Move ``stream``'s leader to ``leader`` (LEDGER's), so raw and SDK publishes take the same path.
+
+    A publish goes to the stream leader through whichever node the client is connected to:
+    with leaders on different nodes the raw baseline would pay an extra hop the SDK does not."""
+    info = await client.js.stream_info(stream)
+    for _ in range(10):
+        if leader is None or info.cluster is None or info.cluster.leader == leader:
+            return info
+        request = json.dumps({"placement": {"preferred": leader}}).encode()
+        with contextlib.suppress(TimeoutError, nats.errors.Error):
+            await client.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", request, timeout=5)
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            with contextlib.suppress(TimeoutError, nats.errors.Error):
+                info = await client.js.stream_info(stream)
+                if info.cluster is not None and info.cluster.leader:
+                    break
+    return info
 
 
 async def _drop_raw(url: str) -> None:
@@ -480,11 +524,12 @@ async def _readers(url: str, work: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def target_url(target: str) -> Iterator[str]:
-    """A fresh throwaway ``node`` (embedded nats-server) or ``cluster`` (3 local nodes), fsync before ack."""
+def target_url(target: str) -> Iterator[tuple[str, list[int]]]:
+    """A fresh throwaway ``node`` (embedded nats-server) or ``cluster`` (3 local nodes), fsync before
+    ack: its URL and its server pids."""
     if target == "node":
         with server(sync_always=True) as state:
-            yield state.url
+            yield state.url, [state.pid]
         return
     from ledger.cluster import LocalCluster
 
@@ -492,7 +537,7 @@ def target_url(target: str) -> Iterator[str]:
         cluster = LocalCluster(home=Path(tmp) / "home")
         try:
             nodes = cluster.start(size=3, data_dir=Path(tmp) / "data", sync_always=True)
-            yield nodes.url
+            yield nodes.url, [n.pid for n in nodes.nodes]
         finally:
             cluster.stop()
 
@@ -515,6 +560,7 @@ def measure_target(
     capacity: bool,
     label: str,
     drop_raw: bool = True,
+    server_pids: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Every level on one server: SDK and raw phases alternating, ``rounds`` times each."""
     payloads, placement = asyncio.run(prepare(url))
@@ -524,7 +570,8 @@ def measure_target(
             sdk_phases: list[PhaseResult] = []
             raw_phases: list[PhaseResult] = []
             for _ in range(rounds):
-                common: dict[str, Any] = {"procs": procs, "duration": duration, "runs": runs}
+                common: dict[str, Any] = {"procs": procs, "duration": duration, "runs": runs,
+                                          "server_pids": server_pids}  # fmt: skip
                 sdk_phases.append(run_phase(url, "sdk", agents, think_ms=think_ms, **common))
                 raw_phases.append(run_phase(url, "raw", agents, payloads=payloads, **common))
                 _progress(label, sdk_phases[-1], raw_phases[-1])
@@ -578,6 +625,13 @@ def _level(agents: int, sdk: list[PhaseResult], raw: list[PhaseResult]) -> dict[
         "raw_errors": [e for p in raw for e in p.errors][:5],
         "events_s_over_raw": (sdk_rate * events_per_step) / raw_rate if raw_rate else 0.0,
         "step_p50_over_raw_p50": sdk_lat["p50"] / raw_lat["p50"] if raw_lat["p50"] else 0.0,
+        # Where the time goes: CPU per step in the load processes and in the server(s).
+        "client_cpu_ms_per_step": 1000 * sum(p.client_cpu_s for p in sdk) / steps if steps else 0.0,
+        "server_cpu_ms_per_step": 1000 * sum(p.server_cpu_s for p in sdk) / steps if steps else 0.0,
+        "client_cores": sum(p.client_cpu_s for p in sdk) / sum(p.total_s for p in sdk),
+        "server_cores": sum(p.server_cpu_s for p in sdk) / sum(p.total_s for p in sdk),
+        "raw_client_cpu_ms_per_msg": 1000 * sum(p.client_cpu_s for p in raw) / max(1, sum(p.steps for p in raw)),
+        "raw_server_cpu_ms_per_msg": 1000 * sum(p.server_cpu_s for p in raw) / max(1, sum(p.steps for p in raw)),
     }
 
 
@@ -606,7 +660,17 @@ def report(results: list[dict[str, Any]]) -> str:
                 f"{lv['runs_completed']}/{lv['runs_failed']}", f"{lv['raw_msgs_s']:,.0f}",
                 f"{r['p50']:.2f} ms", f"{r['p99']:.2f} ms", f"{lv['events_s_over_raw']:.2f}",
             ])  # fmt: skip
-    lines = [table(rows)]
+    lines = [table(rows), ""]
+    cpu = [["target", "agents", "SDK CPU ms/step", "server CPU ms/step", "SDK cores", "server cores",
+            "raw client CPU ms/msg", "raw server CPU ms/msg"]]  # fmt: skip
+    for res in results:
+        for lv in res["levels"]:
+            cpu.append([
+                res["target"], str(lv["agents"]), f"{lv['client_cpu_ms_per_step']:.2f}",
+                f"{lv['server_cpu_ms_per_step']:.2f}", f"{lv['client_cores']:.2f}", f"{lv['server_cores']:.2f}",
+                f"{lv['raw_client_cpu_ms_per_msg']:.3f}", f"{lv['raw_server_cpu_ms_per_msg']:.3f}",
+            ])  # fmt: skip
+    lines.append(table(cpu))
     for res in results:
         lv = res["levels"][-1]
         lines.append(
@@ -703,8 +767,9 @@ def run_load(
     if url is not None:
         results.append({**measure_target(url, levels, label="server", **kw), "load": os.getloadavg()})
     for target in targets or []:
-        with target_url(target) as target_nats:
-            results.append({**measure_target(target_nats, levels, label=target, **kw), "load": os.getloadavg()})
+        with target_url(target) as (target_nats, pids):
+            result = measure_target(target_nats, levels, label=target, server_pids=pids, **kw)
+            results.append({**result, "load": os.getloadavg()})
     return results
 
 

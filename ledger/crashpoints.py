@@ -4,7 +4,8 @@
 refund function returned and before its outcome is recorded. Names:
 ``step:<n>:recorded`` (after step n's event was acknowledged) and
 ``effect:<key>:claimed`` / ``effect:<key>:acted`` / ``effect:<key>:recorded``.
-Costs one environment lookup when unset.
+``RUNLEDGER_CRASH_SKIP=N`` passes the point N times before the kill (the 5th re-run of a
+worker, say). Costs one environment lookup when unset.
 
 ``RUNLEDGER_PAUSE_AT=<name>`` with ``RUNLEDGER_PAUSE_DIR`` and ``RUNLEDGER_PAUSE_COUNT``
 makes processes wait at a named point until COUNT of them arrived (a barrier
@@ -19,12 +20,16 @@ import time
 from pathlib import Path
 
 ENV = "RUNLEDGER_CRASH_AT"
+_passed = 0
 
 
 def crash_point(name: str) -> None:
+    global _passed
     target = os.environ.get(ENV)
     if target is not None and target == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+        if _passed >= int(os.environ.get("RUNLEDGER_CRASH_SKIP", "0")):
+            os.kill(os.getpid(), signal.SIGKILL)
+        _passed += 1
 
 
 def pause_point(name: str, timeout_s: float = 30.0) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import time
 from typing import Any
@@ -141,9 +142,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
         policy = SandboxPolicy(image=args.image or current_image(docker), timeout_s=args.timeout)
         client = await connect(nats_url(args))
         print(f"worker: serving re-runs from {client.url} with {policy.image}", flush=True)
+        # SIGTERM (docker stop, compose down) and Ctrl-C: finish the re-runs in hand, remove the sandboxes.
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         try:
             await run_worker(client, docker, policy=policy, concurrency=args.concurrency, pool_size=args.pool,
-                             max_requests=args.max_requests, ack_wait_s=args.ack_wait)  # fmt: skip
+                             max_requests=args.max_requests, ack_wait_s=args.ack_wait, stop=stop)  # fmt: skip
         finally:
             await client.close()
         return 0

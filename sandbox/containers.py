@@ -112,15 +112,21 @@ class SandboxPool:
         """Remove sandboxes whose owner process on this host is gone. Returns how many."""
         host = socket.gethostname()
         removed = 0
-        for container in self.docker.containers.list(all=True, filters={"label": LABEL}):
-            owner = container.labels.get(f"{LABEL}.owner", "")
+        for container in self._listed({"label": LABEL}):
+            owner = (container.get("Labels") or {}).get(f"{LABEL}.owner", "")
             owner_host, _, pid = owner.partition(":")
             if owner_host == host and pid.isdigit() and pid_alive(int(pid)):
                 continue
             with contextlib.suppress(Exception):
-                container.remove(force=True)
+                self.docker.api.remove_container(container["Id"], force=True)
                 removed += 1
         return removed
+
+    def _listed(self, filters: dict[str, str]) -> list[dict[str, Any]]:
+        # The low-level list: ``containers.list`` inspects each container after listing and
+        # raises NotFound when one is removed in between (by its owner, say).
+        listed: list[dict[str, Any]] = self.docker.api.containers(all=True, filters=filters)
+        return listed
 
     async def _create(self, code_root: Path, package: str) -> Sandbox:
         sock_dir = Path(tempfile.mkdtemp(prefix="rl-sbx-"))
@@ -259,9 +265,9 @@ class SandboxPool:
         await asyncio.to_thread(self._sweep)
 
     def _sweep(self) -> None:
-        for container in self.docker.containers.list(all=True, filters={"label": f"{LABEL}.pool={self.pool_id}"}):
+        for container in self._listed({"label": f"{LABEL}.pool={self.pool_id}"}):
             with contextlib.suppress(Exception):
-                container.remove(force=True)
+                self.docker.api.remove_container(container["Id"], force=True)
 
     def __len__(self) -> int:
         return len(self._all)

@@ -4,7 +4,9 @@ Several workers share one durable pull consumer, so each request goes to one wor
 a time. A request is acknowledged only after its branch run recorded an outcome; while
 it runs the worker signals progress. If the worker dies, the server redelivers the
 request after ``ack_wait`` and the next worker resumes the same branch run (its id is
-derived from the request id), fenced on the branch's last event: completed once.
+derived from the request id), fenced on the branch's last event: completed once. The
+sandboxes a dead worker leaves on the same Docker engine and host are removed by any
+worker still alive there, every ``reap_interval_s`` (their owner pid is gone).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ async def run_worker(
     stop: asyncio.Event | None = None,
     max_requests: int | None = None,
     on_result: Callable[[RerunRequest, RerunResult | Exception], None] | None = None,
+    reap_interval_s: float = 10.0,
 ) -> int:
     """Serve re-run requests until ``stop`` is set (or ``max_requests`` were handled). Returns the count."""
     stop = stop or asyncio.Event()
@@ -104,6 +107,17 @@ async def run_worker(
             beat.cancel()
             handled += 1
 
+    async def reaper() -> None:
+        while True:
+            await asyncio.sleep(reap_interval_s)
+            try:
+                reaped = await asyncio.to_thread(pool.reap_orphans)
+            except Exception as exc:  # docker-py raises several types; the next round tries again
+                print(f"worker: reaping orphaned sandboxes failed: {exc}", file=sys.stderr)
+                continue
+            if reaped:
+                print(f"worker: removed {reaped} sandboxes left by a dead worker", file=sys.stderr, flush=True)
+
     async def loop() -> None:
         while not stop.is_set() and (max_requests is None or handled < max_requests):
             try:
@@ -113,9 +127,11 @@ async def run_worker(
             for msg in msgs:
                 await handle(msg)
 
+    reaping = asyncio.create_task(reaper())
     try:
         await asyncio.gather(*(loop() for _ in range(concurrency)))
     finally:
+        reaping.cancel()
         await pool.close()
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()

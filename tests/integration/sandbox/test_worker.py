@@ -16,10 +16,11 @@ from examples.refund_agent.payments import PaymentsService
 from ledger.client import LedgerClient
 from ledger.reader import load_run
 from ledger.runner import start_run
-from sandbox.containers import LABEL, SandboxPolicy
+from sandbox.containers import SandboxPolicy
 from sandbox.rerun import RerunRequest
 from sandbox.worker import run_worker, submit
 from tests.conftest import eventually
+from tests.integration.sandbox.owned import containers_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[3]
@@ -73,7 +74,4 @@ async def test_a_worker_killed_mid_rerun_is_replaced_and_the_rerun_completes_onc
     assert "run.resumed" in types
     assert len(payments.calls()) == 1
 
-    def no_leftovers() -> bool:
-        return not docker.containers.list(all=True, filters={"label": LABEL})
-
-    await eventually(no_leftovers, timeout=20)
+    await eventually(lambda: not containers_of(docker, first.pid, second.pid), timeout=20)

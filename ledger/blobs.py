@@ -16,6 +16,9 @@ The object store is addressed by name, not content (PITFALLS), so objects are na
 by their sha256 and put only when absent: two identical bodies are stored once and a
 retried put is a no-op. Reads stream chunks into a temporary file
 (``get(name, writeinto=...)``): ``get()`` into memory is quadratic in the size.
+
+``nats`` is imported inside ``BlobStore``'s methods: ``ledger.capture`` needs this module's
+references but not the store, and the sandbox guest imports capture without a NATS client.
 """
 
 from __future__ import annotations
@@ -24,15 +27,14 @@ import contextlib
 import hashlib
 import re
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import nats
-from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
-
-from ledger.client import LedgerClient
 from ledger.errors import LedgerError
-from ledger.streams import BLOB_BUCKET
 
+if TYPE_CHECKING:
+    from ledger.client import LedgerClient
+
+BLOB_BUCKET = "LEDGER_BLOBS"
 MEDIA_JSON = "application/json"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -82,6 +84,8 @@ class BlobStore:
         self._store: Any = None
 
     async def _os(self) -> Any:
+        from nats.js.errors import BucketNotFoundError, NotFoundError
+
         if self._store is None:
             try:
                 self._store = await self._client.js.object_store(BLOB_BUCKET)
@@ -91,6 +95,8 @@ class BlobStore:
 
     async def put(self, data: bytes, media_type: str = MEDIA_JSON, **extra: Any) -> dict[str, Any]:
         """Store ``data`` under its sha256 unless already there; return the reference."""
+        import nats
+
         ref = blob_ref(data, media_type, **extra)
         store = await self._os()
         if not await self.exists(ref["sha256"]):
@@ -101,6 +107,8 @@ class BlobStore:
         return ref
 
     async def exists(self, sha256: str) -> bool:
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
         store = await self._os()
         try:
             info = await store.get_info(sha256)
@@ -110,6 +118,9 @@ class BlobStore:
 
     async def fetch(self, ref: dict[str, Any]) -> bytes:
         """The stored bytes of ``ref``, hash-verified. Raises BlobMissingError or BlobCorruptError."""
+        import nats.js.errors
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
         sha = ref["sha256"]
         store = await self._os()
         with tempfile.TemporaryFile() as f:
@@ -127,6 +138,8 @@ class BlobStore:
         return data
 
     async def delete(self, sha256: str) -> bool:
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
         store = await self._os()
         with contextlib.suppress(ObjectNotFoundError, NotFoundError):
             await store.delete(sha256)

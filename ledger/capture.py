@@ -48,15 +48,17 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ledger.blobs import MEDIA_JSON, BlobStore, is_blob_ref
 from ledger.canonical import canonical_json
-from ledger.client import LedgerClient
 from ledger.errors import LedgerError
 from ledger.events import Event, Payload
 from ledger.keystore import ALG, KeyStore, KeyStoreError, KVKeyStore, RunKeys, run_kid
 from ledger.redaction import RedactionPolicy, Redactor, SecretResolver
+
+if TYPE_CHECKING:
+    from ledger.client import LedgerClient
 
 Capture = Literal["full", "redacted", "hash-only"]
 DEFAULT_BLOB_THRESHOLD = 64 * 1024

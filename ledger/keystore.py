@@ -20,6 +20,9 @@ garbage; the run's kid is bound in as associated data.
 The keys sit in the KV bucket in the clear, protected by NATS permissions and the
 server's disk. Wrapping them under a master key (KMS, a file on the operator's machine)
 is the next step up and would change only this module.
+
+``cryptography`` and ``nats`` are imported where they are used: ``ledger.capture`` imports
+this module, and the sandbox guest, which imports capture, seals nothing and has no NATS.
 """
 
 from __future__ import annotations
@@ -29,16 +32,13 @@ import contextlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Protocol
-
-import nats
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, StorageType, StreamConfig
-from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from typing import TYPE_CHECKING, Protocol
 
 from ledger.errors import LedgerError
+
+if TYPE_CHECKING:
+    import nats.js.kv
+    from nats.js import JetStreamContext
 
 KEY_BUCKET = "LEDGER_KEYS"
 KEY_STREAM = f"KV_{KEY_BUCKET}"
@@ -64,6 +64,8 @@ class RunKeys:
 
     @classmethod
     def generate(cls, kid: str) -> RunKeys:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         return cls(kid, AESGCM.generate_key(bit_length=256), os.urandom(32))
 
     def to_bytes(self) -> bytes:
@@ -88,11 +90,16 @@ class RunKeys:
 
     def seal(self, plaintext: bytes) -> bytes:
         """nonce || AES-256-GCM(plaintext), with the kid as associated data."""
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         nonce = os.urandom(_NONCE)
         return nonce + AESGCM(self.data_key).encrypt(nonce, plaintext, self.kid.encode())
 
     def unseal(self, sealed: bytes) -> bytes:
         """The plaintext of ``seal``; raises KeyStoreError when it was altered or sealed under another key."""
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         try:
             return AESGCM(self.data_key).decrypt(sealed[:_NONCE], sealed[_NONCE:], self.kid.encode())
         except (InvalidTag, ValueError) as exc:
@@ -137,6 +144,9 @@ class KVKeyStore:
         self._kv: object | None = None
 
     async def _bucket(self) -> nats.js.kv.KeyValue:
+        import nats
+        from nats.js.errors import BucketNotFoundError, NotFoundError
+
         if self._kv is None:
             try:
                 self._kv = await self._js.key_value(KEY_BUCKET)
@@ -150,6 +160,9 @@ class KVKeyStore:
         """The run's keys, created on first use (atomic: two racing creators get the same keys).
 
         Refuses to re-create the keys of an erased run (its purge marker is the last entry)."""
+        import nats
+        from nats.js.errors import KeyWrongLastSequenceError
+
         kv = await self._bucket()
         keys = RunKeys.generate(kid)
         try:
@@ -167,6 +180,9 @@ class KVKeyStore:
         return existing
 
     async def get(self, kid: str) -> RunKeys | None:
+        import nats
+        from nats.js.errors import KeyNotFoundError
+
         kv = await self._bucket()
         try:
             entry = await kv.get(kid)
@@ -181,6 +197,8 @@ class KVKeyStore:
 
         ``STREAM.MSG.DELETE`` without ``no_erase`` overwrites the message on disk, so the key
         bytes do not linger in the store's block files."""
+        from nats.js.errors import APIError, KeyNotFoundError
+
         kv = await self._bucket()
         existed = False
         while True:
@@ -210,6 +228,9 @@ async def ensure_key_bucket(js: JetStreamContext, *, replicas: int = 1, max_age_
     ``allow_direct`` on, so reads go through ``$JS.API.DIRECT.GET.KV_LEDGER_KEYS.<subject>``,
     which a permission can scope per agent (the STREAM.MSG.GET form cannot; ledger.roles).
     """
+    from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+    from nats.js.errors import NotFoundError
+
     try:
         await js.stream_info(KEY_STREAM)
         return

@@ -9,6 +9,10 @@ result returned (write-ahead: a crash loses at most the step in flight).
 
 Every appended event is also folded into the in-memory checkpoint with the same
 ``apply`` the readers use, so spend and position are never computed twice.
+
+The NATS-bound modules (client, publish, effects) are imported for types only, or where an
+effect is settled: agent code imports ``Run`` for its annotations, and inside the sandbox
+(which runs agents against ``sandbox.guest.RemoteRun``) that must not load the NATS client.
 """
 
 from __future__ import annotations
@@ -18,14 +22,12 @@ import random as _random
 import time
 import traceback
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.agent import AgentSpec
 from ledger.canonical import digest, jsonable
 from ledger.capture import PayloadOpener, PayloadProtector, PayloadUnavailableError, client_opener, is_marker
-from ledger.client import LedgerClient
 from ledger.crashpoints import crash_point
-from ledger.effects import KeyState, append_to_key, read_key
 from ledger.errors import (
     ApprovalDeniedError,
     BudgetExhaustedError,
@@ -56,9 +58,13 @@ from ledger.events import (
 )
 from ledger.fold import Checkpoint, StepRecord, apply
 from ledger.models import ModelResponse
-from ledger.publish import RetryPolicy, SubjectWriter
 from ledger.records import Recorded
 from ledger.tools import NOT_FOUND, EffectClass, Tool, ToolFn, call_maybe_async
+
+if TYPE_CHECKING:
+    from ledger.client import LedgerClient
+    from ledger.effects import KeyState
+    from ledger.publish import RetryPolicy, SubjectWriter
 
 
 def error_info(exc: BaseException, with_traceback: bool = True) -> ErrorInfo:
@@ -341,6 +347,8 @@ class Run:
 
     async def _settle(self, step: int, name: str, args: Any, key: str, fn: ToolFn, reconcile: Any) -> Any:
         """Bring the key to an outcome for this step: reuse, reconcile, or claim and act."""
+        from ledger.effects import read_key
+
         state = await read_key(self._client, key)
         if state.status == "claimed":
             if state.run_id != self.run_id or state.step != step:
@@ -390,6 +398,8 @@ class Run:
         return result
 
     async def _append_key(self, state: KeyState, body: Payload) -> KeyState:
+        from ledger.effects import append_to_key, read_key
+
         try:
             return await append_to_key(
                 self._client,

@@ -34,12 +34,12 @@ from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
+from ledger.blobs import BLOB_BUCKET as BLOB_BUCKET  # defined beside the store; named here with the streams
 from ledger.keystore import ensure_key_bucket
 from ledger.subjects import CMD_PREFIX, EFFECT_PREFIX, RUN_PREFIX
 
 LEDGER_STREAM = "LEDGER"
 CMD_STREAM = "LEDGER_CMD"
-BLOB_BUCKET = "LEDGER_BLOBS"
 DAY = 86_400.0
 
 

@@ -27,8 +27,9 @@ from examples.refund_agent.payments import PaymentsService
 from ledger import AgentSpec, ModelResponse, Run, ScriptedModel
 from ledger.client import LedgerClient, connect
 from ledger.cluster import ClusterState, LocalCluster
-from ledger.errors import PublishError
+from ledger.errors import FencedError, PublishError
 from ledger.ids import new_id
+from ledger.publish import RetryPolicy
 from ledger.reader import load_run
 from ledger.runner import RunResult, resume_run, start_run
 from ledger.streams import LEDGER_STREAM
@@ -44,11 +45,13 @@ STEP_TYPES = {"model.called", "tool.called", "effect.intended", "effect.committe
 
 
 class Load:
-    """What the agents share with the test: acknowledged steps, and when to stop."""
+    """What the agents share with the test: acknowledged steps, when to stop, when to resume."""
 
     def __init__(self) -> None:
         self.acked: set[tuple[str, int]] = set()
         self.stop = asyncio.Event()
+        self.quorum = asyncio.Event()  # set while a majority of nodes is up
+        self.quorum.set()
 
 
 LOAD = Load()
@@ -112,17 +115,26 @@ async def stream_leader(client: LedgerClient) -> str:
     return found
 
 
-async def agent(url: str, spec: AgentSpec, name: str) -> tuple[RunResult, bool]:
+async def agent(url: str, spec: AgentSpec, name: str, policy: RetryPolicy = RetryPolicy()) -> tuple[RunResult, bool]:
     """One agent process: start a run; if the cluster stays unreachable past the SDK's bound
-    (PublishError: a clean failure, nothing unacknowledged was taken for done), resume it."""
+    (PublishError: a clean failure, nothing unacknowledged was taken for done), resume it once
+    a majority of nodes is back. Returns the outcome and whether the run had to be resumed."""
     client = await connect(url)
     run_id = new_id()
     try:
         try:
-            return await start_run(client, spec, {"name": name}, run_id=run_id), False
+            return await start_run(client, spec, {"name": name}, run_id=run_id, policy=policy), False
         except PublishError:
-            pass  # the cluster stayed unreachable past the SDK's bound: the run stops where it was
-        return await resume_run(client, spec, run_id), True
+            pass  # the run stops at its last acknowledged step
+        await LOAD.quorum.wait()
+        for _ in range(3):
+            try:
+                return await resume_run(client, spec, run_id, policy=policy), True
+            except (PublishError, FencedError):
+                # A publish that timed out without quorum may still commit when the nodes return;
+                # the fence then stops this resume (it read the log before): read it again.
+                await asyncio.sleep(1)
+        return await resume_run(client, spec, run_id, policy=policy), True
     finally:
         await client.close()
 
@@ -164,6 +176,13 @@ async def test_runs_survive_losing_the_leader_then_another_node(
     print(f"failover after SIGKILL of {first}: acks resumed in {failover_s:.1f}s; then killed {second}")
     print(f"runs resumed after PublishError: {sum(resumed for _, resumed in outcomes)} of {AGENTS}")
 
+    await check_exactly_once(admin, outcomes, payments)
+    await admin.close()
+
+
+async def check_exactly_once(
+    admin: LedgerClient, outcomes: list[tuple[RunResult, bool]], payments: PaymentsService
+) -> None:
     # Every acknowledged step is in the log exactly once; every chain verifies.
     results = await verify_runs(admin)
     assert len(results) == AGENTS and all(r.ok for r in results), [r.reason for r in results if not r.ok]
@@ -186,4 +205,40 @@ async def test_runs_survive_losing_the_leader_then_another_node(
     assert calls and max(calls.values()) == 1, [o for o, n in calls.items() if n > 1]
     committed = sum(1 for counts in by_run.values() for (_, t) in counts if t == "effect.committed")
     assert committed == len(calls), f"{committed} refunds committed in the log, {len(calls)} made"
+
+
+async def test_runs_stop_cleanly_without_a_quorum_and_resume_exactly_once(
+    cluster: tuple[LocalCluster, ClusterState], payments: PaymentsService
+) -> None:
+    """Two of three nodes die together: nothing can be acknowledged, so every run stops with
+    PublishError at its last acknowledged step; when the nodes return, each is resumed."""
+    local, state = cluster
+    global LOAD
+    LOAD = Load()
+    admin = await connect(state.url)
+    spec = busy_spec()
+    short = RetryPolicy(deadline_s=3.0)
+    agents = [asyncio.create_task(agent(state.url, spec, f"q{i}", short)) for i in range(AGENTS)]
+
+    await wait_progress(AGENTS * 3)
+    LOAD.quorum.clear()
+    local.kill("n1")
+    local.kill("n2")
+    acked_at_loss = len(LOAD.acked)
+    await asyncio.sleep(short.deadline_s + 3)  # every agent's publish outlived its deadline
+    stalled = len(LOAD.acked) - acked_at_loss
+    local.restart("n1")
+    local.restart("n2")
+    await asyncio.to_thread(local.wait_healthy, 60)
+    LOAD.quorum.set()
+    await wait_progress(AGENTS * 2)
+    LOAD.stop.set()
+
+    outcomes = await asyncio.wait_for(asyncio.gather(*agents), timeout=180)
+    assert [r.status for r, _ in outcomes] == ["completed"] * AGENTS, [(r.status, r.error) for r, _ in outcomes]
+    resumed = sum(was for _, was in outcomes)
+    print(f"steps acknowledged without a quorum: {stalled}; runs stopped and resumed: {resumed} of {AGENTS}")
+    assert stalled <= AGENTS  # at most the publishes already in flight when the nodes died
+    assert resumed == AGENTS  # none went on past an unacknowledged step
+    await check_exactly_once(admin, outcomes, payments)
     await admin.close()

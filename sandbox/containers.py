@@ -32,6 +32,8 @@ from sandbox.errors import SandboxError, SandboxViolation
 
 LABEL = "runledger.sandbox"
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
+GUEST_COMMAND = ["python3", "-m", "sandbox.guest", "/run/runledger/broker.sock"]
+GUEST_ENVIRONMENT = {"PYTHONPATH": "/app:/opt/runledger:/opt/runledger/site"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ class SandboxPolicy:
 
 @dataclass(eq=False)
 class Sandbox:
-    container: Any
+    api: Any  # docker's low-level APIClient: one request per step, no inspect after create (see _create)
+    container_id: str
     sock_dir: Path
     server: asyncio.Server
     connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
@@ -65,18 +68,27 @@ class Sandbox:
                 f"the sandbox did not connect within {timeout:g}s ({await self.describe()})"
             ) from exc
 
+    async def state(self) -> dict[str, Any] | None:
+        """The container's State (docker inspect), or None when it is gone."""
+        try:
+            attrs = await asyncio.to_thread(self.api.inspect_container, self.container_id)
+        except Exception:  # docker-py raises NotFound, APIError and requests' errors alike
+            return None
+        state: dict[str, Any] = attrs.get("State") or {}
+        return state
+
     async def describe(self, wait_s: float = 3.0) -> str:
         """What the container's state says about how it ended (OOM, exit code).
 
         Waits up to ``wait_s`` for it to exit: when the agent's process is OOM-killed the
         channel closes before the container's init has exited and the flag is set."""
         with contextlib.suppress(Exception):  # docker raises requests' ConnectionError on timeout
-            await asyncio.wait_for(asyncio.to_thread(self.container.wait, timeout=wait_s), timeout=wait_s + 1)
-        try:
-            await asyncio.to_thread(self.container.reload)
-        except Exception:
+            await asyncio.wait_for(
+                asyncio.to_thread(self.api.wait, self.container_id, timeout=wait_s), timeout=wait_s + 1
+            )
+        state = await self.state()
+        if state is None:
             return "container gone"
-        state = self.container.attrs.get("State", {})
         if state.get("OOMKilled"):
             return "killed for exceeding its memory limit (OOM)"
         if state.get("Running"):
@@ -144,26 +156,32 @@ class SandboxPool:
         server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE)
         path.chmod(0o777)
         p = self.policy
+        api = self.docker.api
         try:
-            container = await asyncio.to_thread(
-                self.docker.containers.create,
-                p.image,
-                ["python3", "-m", "sandbox.guest", "/run/runledger/broker.sock"],
+            # The low-level API: ``containers.create`` inspects the new container after creating
+            # it, and ``Container.reload`` again when it is removed. Two inspects per sandbox were
+            # dockerd CPU (~8 ms each here) on the path that bounds re-runs per second.
+            host_config = api.create_host_config(
                 network_mode="none", read_only=True, tmpfs={"/tmp": f"size={p.tmpfs_size},mode=1777"},
                 cap_drop=["ALL"], security_opt=["no-new-privileges"], ipc_mode="none",
                 pids_limit=p.pids, mem_limit=p.memory, memswap_limit=p.memory, nano_cpus=int(p.cpus * 1e9),
-                user="10001:10001", init=True, environment={"PYTHONPATH": "/app:/opt/runledger:/opt/runledger/site"},
-                working_dir="/app", volumes=_mounts(code_root, package, sock_dir),
-                labels={LABEL: "1", f"{LABEL}.owner": OWNER, f"{LABEL}.pool": self.pool_id},
-                log_config={"type": "none"},
-                stdin_open=False, tty=False,
+                init=True, binds=_mounts(code_root, package, sock_dir), log_config={"type": "none", "config": {}},
             )  # fmt: skip
-            await asyncio.to_thread(container.start)
+            created = await asyncio.to_thread(
+                api.create_container,
+                p.image,
+                GUEST_COMMAND,
+                user="10001:10001", environment=GUEST_ENVIRONMENT, working_dir="/app",
+                labels={LABEL: "1", f"{LABEL}.owner": OWNER, f"{LABEL}.pool": self.pool_id},
+                host_config=host_config, stdin_open=False, tty=False,
+            )  # fmt: skip
+            container_id = str(created["Id"])
+            await asyncio.to_thread(api.start, container_id)
         except Exception as exc:
             server.close()
             shutil.rmtree(sock_dir, ignore_errors=True)
             raise SandboxError(f"could not start a sandbox from {p.image}: {exc}") from exc
-        sandbox = Sandbox(container, sock_dir, server, connected, (str(code_root), package))
+        sandbox = Sandbox(api, container_id, sock_dir, server, connected, (str(code_root), package))
         self._all.add(sandbox)
         return sandbox
 
@@ -207,10 +225,11 @@ class SandboxPool:
     async def _add_warm(self, code_root: Path, package: str) -> None:
         sandbox: Sandbox | None = None
         try:
-            sandbox = await self._warm_up(await self._create(code_root, package))
+            sandbox = await self._create(code_root, package)
+            await self._warm_up(sandbox)
             self._warm.setdefault((str(code_root), package), []).append(sandbox)
         except (SandboxError, OSError):
-            if sandbox is not None:
+            if sandbox is not None:  # created but never said hello: remove it now, not at close()
                 await self.discard(sandbox)
 
     async def prewarm(self, code_root: Path, package: str) -> None:
@@ -221,28 +240,29 @@ class SandboxPool:
 
     def finish_later(self, sandbox: Sandbox) -> None:
         """Let the container exit and remove it off the critical path (``close`` waits for it)."""
-        task = asyncio.create_task(self.finish(sandbox))
+        task = asyncio.create_task(self.finish(sandbox, inspect=False))
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
 
-    async def finish(self, sandbox: Sandbox, grace_s: float = 5.0) -> dict[str, Any]:
-        """Wait briefly for the container to exit by itself, then remove it. Returns its final state."""
+    async def finish(self, sandbox: Sandbox, grace_s: float = 5.0, *, inspect: bool = True) -> dict[str, Any]:
+        """Wait briefly for the container to exit by itself, then remove it. Returns its final
+        state: the exit code, and whether it was OOM-killed unless ``inspect`` is false."""
         state: dict[str, Any] = {}
         try:
-            result = await asyncio.wait_for(asyncio.to_thread(sandbox.container.wait), timeout=grace_s)
+            result = await asyncio.wait_for(asyncio.to_thread(sandbox.api.wait, sandbox.container_id), timeout=grace_s)
             state["exit_code"] = result.get("StatusCode")
         except Exception:
             state["exit_code"] = None
-        await self.discard(sandbox, state)
+        await self.discard(sandbox, state if inspect else None)
         return state
 
     async def discard(self, sandbox: Sandbox, state: dict[str, Any] | None = None) -> None:
         if state is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(sandbox.container.reload)
-                state["oom_killed"] = bool(sandbox.container.attrs.get("State", {}).get("OOMKilled"))
+            final = await sandbox.state()
+            if final is not None:
+                state["oom_killed"] = bool(final.get("OOMKilled"))
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(sandbox.container.remove, force=True)
+            await asyncio.to_thread(sandbox.api.remove_container, sandbox.container_id, force=True)
         if sandbox.connected.done() and not sandbox.connected.cancelled():
             _, writer = sandbox.connected.result()
             writer.close()

@@ -523,12 +523,51 @@ async def _readers(url: str, work: Path) -> dict[str, Any]:
         return out
 
 
+async def shard_probe(
+    url: str, payloads: list[bytes], *, tasks: int = 50, shards: Sequence[int] = (1, 2, 4), duration: float = 5.0
+) -> dict[int, float]:
+    """Raw publish rate of ``tasks`` publishers spread over 1, 2, 4 streams (configured like LEDGER).
+
+    Tells whether a stream, not the server, is the write limit: with ``sync_interval: always``
+    each stream syncs its own file store, so a stream-per-shard layout may write more."""
+    out: dict[int, float] = {}
+    async with await connect(url) as client:
+        cfg = (await client.js.stream_info(LEDGER_STREAM)).config
+        for k in shards:
+            names = [f"LOADSHARD{i}" for i in range(k)]
+            for i, name in enumerate(names):
+                with contextlib.suppress(NotFoundError):
+                    await client.js.delete_stream(name)
+                await client.js.add_stream(
+                    StreamConfig(name=name, subjects=[f"loadshard{i}.>"], storage=StorageType.FILE,
+                                 num_replicas=cfg.num_replicas, duplicate_window=cfg.duplicate_window)
+                )  # fmt: skip
+            acked = 0
+            deadline = time.monotonic() + duration
+
+            async def publisher(t: int, k: int = k, deadline: float = deadline) -> None:
+                nonlocal acked
+                i = t
+                while time.monotonic() < deadline:
+                    i += 1
+                    with contextlib.suppress(TimeoutError, nats.errors.Error):
+                        await client.js.publish(f"loadshard{t % k}.t{t}", payloads[i % len(payloads)], timeout=5.0)
+                        acked += 1
+
+            started = time.monotonic()
+            await asyncio.gather(*(publisher(t) for t in range(tasks)))
+            out[k] = acked / (time.monotonic() - started)
+            for name in names:
+                await client.js.delete_stream(name)
+    return out
+
+
 @contextlib.contextmanager
-def target_url(target: str) -> Iterator[tuple[str, list[int]]]:
+def target_url(target: str, *, sync_always: bool = True) -> Iterator[tuple[str, list[int]]]:
     """A fresh throwaway ``node`` (embedded nats-server) or ``cluster`` (3 local nodes), fsync before
     ack: its URL and its server pids."""
     if target == "node":
-        with server(sync_always=True) as state:
+        with server(sync_always=sync_always) as state:
             yield state.url, [state.pid]
         return
     from ledger.cluster import LocalCluster
@@ -536,7 +575,7 @@ def target_url(target: str) -> Iterator[tuple[str, list[int]]]:
     with tempfile.TemporaryDirectory(prefix="runledger-bench-load-") as tmp:
         cluster = LocalCluster(home=Path(tmp) / "home")
         try:
-            nodes = cluster.start(size=3, data_dir=Path(tmp) / "data", sync_always=True)
+            nodes = cluster.start(size=3, data_dir=Path(tmp) / "data", sync_always=sync_always)
             yield nodes.url, [n.pid for n in nodes.nodes]
         finally:
             cluster.stop()
@@ -579,6 +618,7 @@ def measure_target(
         if capacity:
             with tempfile.TemporaryDirectory(prefix="runledger-bench-load-db-") as tmp:
                 out["readers"] = asyncio.run(_readers(url, Path(tmp)))
+            out["shards_raw_msg_s"] = asyncio.run(shard_probe(url, payloads, tasks=max(levels)))
     finally:
         if drop_raw:
             asyncio.run(_drop_raw(url))
@@ -686,6 +726,11 @@ def report(results: list[dict[str, Any]]) -> str:
                 f"msg/s, DuckDB projection {rd['projection_events_s']:,.0f} ev/s, "
                 f"{rd['duckdb_bytes_per_event']:,.0f} B an event"
             )
+        if "shards_raw_msg_s" in res:
+            shards = ", ".join(f"{k} stream(s) {v:,.0f}" for k, v in res["shards_raw_msg_s"].items())
+            lines.append(
+                f"{res['target']}: raw msg/s with {max(lv['agents'] for lv in res['levels'])} publishers over {shards}"
+            )
         for lv in res["levels"]:
             if lv["errors"] or lv["raw_errors"]:
                 lines.append(f"{res['target']} {lv['agents']} agents errors: {lv['errors'] + lv['raw_errors']}")
@@ -758,6 +803,7 @@ def run_load(
     rounds: int = 2,
     think_ms: float = 0.0,
     capacity: bool = True,
+    fsync: bool = True,
 ) -> list[dict[str, Any]]:
     """Measure each target (``node``, ``cluster``) or the server at ``url``; one result dict each."""
     levels = levels or [1, 10, 50]
@@ -767,8 +813,9 @@ def run_load(
     if url is not None:
         results.append({**measure_target(url, levels, label="server", **kw), "load": os.getloadavg()})
     for target in targets or []:
-        with target_url(target) as (target_nats, pids):
-            result = measure_target(target_nats, levels, label=target, server_pids=pids, **kw)
+        with target_url(target, sync_always=fsync) as (target_nats, pids):
+            label = target if fsync else f"{target}, no fsync"
+            result = measure_target(target_nats, levels, label=label, server_pids=pids, **kw)
             results.append({**result, "load": os.getloadavg()})
     return results
 
@@ -793,6 +840,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--runs", type=int, help="runs per agent instead of a duration")
     parser.add_argument("--rounds", type=int, default=2, help="SDK/raw phase pairs a level")
     parser.add_argument("--think-ms", type=float, default=0.0)
+    parser.add_argument("--no-fsync", action="store_true", help="servers with the default sync_interval (2 min)")
     parser.add_argument("--no-capacity", action="store_true", help="skip the reader and DuckDB measurements")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--plot", type=Path, help="write a PNG here (matplotlib)")
@@ -809,6 +857,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         rounds=args.rounds,
         think_ms=args.think_ms,
         capacity=not args.no_capacity,
+        fsync=not args.no_fsync,
     )
     print(report(results))
     if args.json:

@@ -174,6 +174,12 @@ class SandboxPool:
                 user="10001:10001", environment=GUEST_ENVIRONMENT, working_dir="/app",
                 labels={LABEL: "1", f"{LABEL}.owner": OWNER, f"{LABEL}.pool": self.pool_id},
                 host_config=host_config, stdin_open=False, tty=False,
+                # With networking disabled as well as mode none, the container still gets a new,
+                # empty network namespace (loopback only), but dockerd skips libnetwork: no
+                # sandbox to create and delete, and no libnetwork-setkey prestart hook, which
+                # re-executes the whole dockerd binary for every container. That was about half
+                # of the engine's CPU per sandbox here (docs/sandbox.md, "Start-up cost").
+                network_disabled=True,
             )  # fmt: skip
             container_id = str(created["Id"])
             await asyncio.to_thread(api.start, container_id)

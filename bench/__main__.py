@@ -95,7 +95,7 @@ def available(part: Part) -> str:
         module = importlib.import_module(part.module)
     except ImportError as exc:
         return f"{part.module} cannot be imported ({exc}); `pip install -e '.[dev,bench]'`?"
-    if not hasattr(module, "run_suite"):
+    if part.runner is None and not hasattr(module, "run_suite"):
         return f"{part.module} has no run_suite()"
     return ""
 
@@ -122,9 +122,12 @@ def _relative(section: Section, out: Path) -> Section:
     return section
 
 
-def _previous(results: Path) -> dict[str, Section]:
+def _previous(results: Path, quick: bool) -> dict[str, Section]:
+    """The sections of the last run into the same place (a quick run's are never mixed with a real run's)."""
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        return {s["part"]: Section.from_json(s) for s in json.loads(results.read_text())["sections"]}
+        last = json.loads(results.read_text())
+        if ("QUICK" in last["header"]) == quick:
+            return {s["part"]: Section.from_json(s) for s in last["sections"]}
     return {}
 
 
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     opts = SuiteOptions(quick=args.quick, plot_dir=plot_dir, deadline=t0 + args.budget - 20)
     uptime_before = _uptime()
-    sections = _previous(results_file) if not args.quick else {}
+    sections = _previous(results_file, args.quick)
     for part in chosen:
         print(f"[bench] {part.name}: {part.about} (load {load_average()})", file=sys.stderr, flush=True)
         section = _relative(run_part(part, opts), out.resolve())

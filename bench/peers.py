@@ -116,7 +116,7 @@ class LangGraphThread:
         self.versions.update(new_versions)
         checkpoint = empty_checkpoint()
         checkpoint["id"] = str(uuid6(clock_seq=self.step))
-        checkpoint["ts"] = dt.datetime.now(dt.timezone.utc).isoformat()
+        checkpoint["ts"] = dt.datetime.now(dt.UTC).isoformat()
         checkpoint["channel_values"] = {"messages": list(self.messages)}
         checkpoint["channel_versions"] = dict(self.versions)
         checkpoint["versions_seen"] = {node: {"messages": self.versions["messages"]}}
@@ -165,7 +165,7 @@ class LangGraphPeer:
 
 if Aggregate is not None:
 
-    class AgentRun(Aggregate):  # type: ignore[misc,valid-type]
+    class AgentRun(Aggregate):
         """An agent run as an event-sourced aggregate: one event per step."""
 
         def __init__(self, agent: str) -> None:
@@ -174,18 +174,18 @@ if Aggregate is not None:
             self.effects: dict[str, Any] = {}
             self.steps = 0
 
-        @event("ModelCalled")  # type: ignore[misc]
+        @event("ModelCalled")
         def model_called(self, step: int, model: str, messages: list[Any], response: dict[str, Any]) -> None:
             self.messages.extend(messages)
             self.messages.append({"role": "assistant", "content": response["content"]})
             self.steps = step + 1
 
-        @event("ToolCalled")  # type: ignore[misc]
+        @event("ToolCalled")
         def tool_called(self, step: int, name: str, args: Any, output: Any) -> None:
             self.messages.append({"role": "tool", "name": name, "content": output})
             self.steps = step + 1
 
-        @event("EffectCommitted")  # type: ignore[misc]
+        @event("EffectCommitted")
         def effect_committed(self, step: int, name: str, key: str, args: Any, result: Any) -> None:
             self.effects[key] = result
             self.messages.append({"role": "tool", "name": name, "content": result})
@@ -206,6 +206,7 @@ class EventSourcingRun:
         elif step.kind == "tool":
             self.agg.tool_called(step=self.step, name=step.name, args=step.args, output=step.result)
         else:
+            assert step.key is not None
             self.agg.effect_committed(step=self.step, name=step.name, key=step.key, args=step.args, result=step.result)
         self.app.save(self.agg)
         self.step += 1
@@ -226,7 +227,7 @@ class EventSourcingPeer:
         if Aggregate is None:
             raise RuntimeError(MISSING)
         env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)}
-        self.app = Application(env=env)
+        self.app: Any = Application(env=env)
 
     def run(self, agent: str = "bench") -> EventSourcingRun:
         return EventSourcingRun(self.app, agent)

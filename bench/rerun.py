@@ -7,10 +7,10 @@ started and connected ahead of demand, with C re-drives in flight. "cold": a con
 is created and started for each re-drive, same concurrency. Both in the same process
 against the same server, interleaved in blocks (a warm block, then a cold block of the
 same parents), so each block pair gives a ratio. With a deadline (the suite's), cold
-blocks stop when the rest would not fit; warm blocks always run to N. Requires Docker and
-the sandbox image (built if missing or stale: ``runledger sandbox build``).
+blocks after the first stop when the rest would not fit; warm blocks always run to N.
+Requires Docker and the sandbox image (built if missing or stale: ``runledger sandbox build``).
 
-    python -m bench.rerun [--runs 200] [--cold-runs 200] [--block 20] [--concurrency 2] [--pool 3]
+    python -m bench.rerun [--runs 200] [--cold-runs 200] [--block 10] [--concurrency 2] [--pool 3]
 """
 
 from __future__ import annotations
@@ -99,18 +99,17 @@ async def measure(url: str, args: argparse.Namespace, deadline: float | None = N
                 if cold_done >= args.cold_runs or cold_stopped:
                     continue
                 block = block[: args.cold_runs - cold_done]
-                if deadline is not None:
-                    # Time the cold block would take, at the cold rate so far (or 4x the warm rate at first),
-                    # plus the warm blocks still to come, must fit before the deadline.
+                if deadline is not None and cold_blocks:  # the first cold block always runs: one pair at least
+                    # The cold block, at the cold rate so far, plus the warm blocks still to come must fit.
                     done_runs = sum(b["runs"] for b in warm_blocks)
                     warm_per_run = sum(b["seconds"] for b in warm_blocks) / done_runs
-                    cold_per_run = sum(b["seconds"] for b in cold_blocks) / cold_done if cold_done else 4 * warm_per_run
+                    cold_per_run = sum(b["seconds"] for b in cold_blocks) / cold_done
                     needed = cold_per_run * len(block) + warm_per_run * (args.runs - done_runs)
                     if time.monotonic() + needed > deadline:
                         cold_stopped = (
                             f"cold re-drives stopped at {cold_done} of {args.cold_runs}: another block of "
                             f"{len(block)} (~{cold_per_run * len(block):.0f} s) and the remaining warm ones would "
-                            "not fit in the suite's 15-minute budget"
+                            "not fit in the suite's time budget (python -m bench --budget, 15 minutes by default)"
                         )
                         continue
                 cold_blocks.append(await redrive_all(client, cold_pool, block, args.concurrency))
@@ -154,7 +153,7 @@ def run_suite(opts: SuiteOptions) -> Section:
         docker_client()
     except Exception as exc:  # DockerUnavailableError, or docker-py missing: the part is reported as not run
         return not_run("rerun", title, f"{exc}")
-    runs, block = (4, 2) if opts.quick else (200, 20)
+    runs, block = (4, 2) if opts.quick else (200, 10)
     args = argparse.Namespace(runs=runs, cold_runs=runs, block=block, concurrency=2, pool=3)
     results = run(args, opts.deadline)
     warm, cold = results["warm"], results["cold"]
@@ -208,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--cold-runs", type=int, default=200)
-    parser.add_argument("--block", type=int, default=20)
+    parser.add_argument("--block", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--pool", type=int, default=3)
     args = parser.parse_args(argv)

@@ -187,9 +187,12 @@ def run_suite(opts: SuiteOptions) -> Section:
             r = paired(largest, RESUME, peer)
             f = paired(largest, FOLD, peer)
             section.goals.append(
-                Goal(f"runledger resumes a {n}-step run faster than {peer}", r["p50"] < 1.0,
-                     f"resume→first live / {peer} = {ratio_cell(r)} (p50 {largest[RESUME]['p50']:.1f} ms against "
-                     f"{largest[peer]['p50']:.1f} ms); load+fold alone / {peer} = {ratio_cell(f)}.")  # fmt: skip
+                Goal(
+                    f"runledger resumes a {n}-step run faster than {peer}",
+                    r["p50"] < 1.0,
+                    f"resume→first live / {peer} = {ratio_cell(r)} (p50 {largest[RESUME]['p50']:.1f} ms against "
+                    f"{largest[peer]['p50']:.1f} ms); load+fold alone / {peer} = {ratio_cell(f)}.",
+                )
             )
     section.goals.append(
         Goal(f"a {n}-step run resumes in under 100 ms", largest[RESUME]["p50"] < 100,
@@ -199,10 +202,15 @@ def run_suite(opts: SuiteOptions) -> Section:
 
     names = [x for x in (RESUME, FOLD, RAW, LANGGRAPH, EVENTSOURCING) if x in largest]
     section.plots.append(
-        bars(opts.plot_dir / "resume.png", "p50 ms to resume or load, by run length (whiskers: min-max)",
-             [f"{r['steps']:,} steps" for r in results], {x: [r[x]["p50"] for r in results] for x in names},
-             ylabel="ms (log)", log=True,
-             errors={x: [(r[x]["min"], r[x]["max"]) for r in results] for x in names})  # fmt: skip
+        bars(
+            opts.plot_dir / "resume.png",
+            "p50 ms to resume or load, by run length (whiskers: min-max)",
+            [f"{r['steps']:,} steps" for r in results],
+            {x: [r[x]["p50"] for r in results] for x in names},
+            ylabel="ms (log)",
+            log=True,
+            errors={x: [(r[x]["min"], r[x]["max"]) for r in results] for x in names},
+        )
     )
     return section
 

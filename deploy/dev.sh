@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two README commands: `deploy/dev.sh demo` and `deploy/dev.sh test`.
+# The README commands: `deploy/dev.sh demo`, `deploy/dev.sh test` and `deploy/dev.sh bench [part]`.
 # Creates .venv on first use (and whenever pyproject.toml changes), so a fresh clone needs nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ ensure_venv() {
   fi
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$venv/bin/python" -m pip install -q -e ".[dev]"
+    "$venv/bin/python" -m pip install -q -e ".[dev,bench]"
     echo "$want" > "$stamp"
   fi
 }
@@ -37,8 +37,17 @@ case "${1:-}" in
     "$venv/bin/mypy"
     exec "$venv/bin/pytest" -q -p no:cacheprovider "$@"
     ;;
+  bench)
+    # The benchmark suite (bench/__main__.py): every part, or the parts named, into docs/benchmarks.md.
+    ensure_venv
+    shift
+    if [ $# -eq 0 ]; then
+      set -- all
+    fi
+    exec "$venv/bin/python" -m bench "$@"
+    ;;
   *)
-    echo "usage: deploy/dev.sh demo | test [pytest args]" >&2
+    echo "usage: deploy/dev.sh demo | test [pytest args] | bench [all | PART... ] [--quick]" >&2
     exit 2
     ;;
 esac

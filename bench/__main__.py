@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     header = {
         "generated": now_utc(),
         "command": "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "this run took": f"{total:.0f} s for {', '.join(p.name for p in chosen)}",
+        "this run took": f"{total:.0f} s for {', '.join(p.name for p in chosen)} "
+        f"({'within' if total <= args.budget else 'over'} the budget of {args.budget:.0f} s)",
         "uptime before": uptime_before,
         "uptime after": _uptime(),
         **machine(),

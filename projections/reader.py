@@ -43,6 +43,7 @@ PULL_BATCH = 10_000
 PULL_MAX_BYTES = 32 * 1024 * 1024  # above the stream's 1 MiB message limit, so one message always fits
 READ_CHUNK = 1 << 20
 LINGER_S = 0.02  # with something to return, how long to wait for more before returning it
+REQUEST_SLACK_S = 5.0  # past a pull request's expiry, how long to wait for its end before giving up
 
 
 class StreamReader(Protocol):
@@ -155,6 +156,7 @@ class PullReader:
         self._request = 0
         self._request_open = False
         self._request_left = 0
+        self._request_deadline = 0.0  # when the open request must have ended (its expiry, plus slack)
         self._items: deque[tuple[Any, ...]] = deque()
         self._subjects: dict[bytes, str] = {}  # decoded once: a run's subject repeats for each event
 
@@ -258,6 +260,9 @@ class PullReader:
         )
         self._request_open = True
         self._request_left = self.batch
+        # The server ends every request by its expiry (408) unless it filled it. No word long after
+        # means the consumer is gone: on a cluster, its node died (an R1 consumer lives on one node).
+        self._request_deadline = time.monotonic() + max(expires, 0.05) + REQUEST_SLACK_S
 
     async def next_batch(self, max_records: int, wait: float) -> list[RawRecord]:
         assert self._reader is not None and self._writer is not None
@@ -303,6 +308,8 @@ class PullReader:
             if not self._request_open:
                 self._send_request(max(deadline - now, 0.05))
                 current = f"{self._inbox}.{self._request}".encode()
+            elif now > self._request_deadline and not out:
+                raise StreamReadError("the consumer stopped answering (its server left the cluster?); run again")
             # With records in hand, wait only briefly for more (low latency when following).
             timeout = min(LINGER_S, deadline - now) if out else deadline - now
             try:

@@ -9,10 +9,13 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import nats
 import pytest
 
 from ledger.client import LedgerClient, connect
+from ledger.cluster import ClusterState, LocalCluster
 from ledger.server import EmbeddedServer, ServerState
+from ledger.streams import LEDGER_STREAM
 
 T = TypeVar("T")
 IN_CI = os.environ.get("CI") == "true"
@@ -27,6 +30,33 @@ def nats_server(tmp_path: Path) -> Iterator[ServerState]:
         yield state
     finally:
         server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ClusterState]]:
+    """A fresh 3-node JetStream cluster on loopback (``ledger.cluster``)."""
+    local = LocalCluster(home=tmp_path / "cluster-home")
+    state = local.start(size=3, data_dir=tmp_path / "cluster-data")
+    try:
+        yield local, state
+    finally:
+        local.stop()
+
+
+async def stream_leader(client: LedgerClient, other_than: str | None = None) -> str:
+    """The LEDGER stream's leader node once there is one (between leaders requests time out or
+    503), and it is not ``other_than`` (a node just killed may still be named for a moment)."""
+
+    async def leader() -> str | None:
+        try:
+            info = await client.js.stream_info(LEDGER_STREAM)
+        except (TimeoutError, nats.errors.Error):
+            return None
+        leader = info.cluster.leader if info.cluster is not None else None
+        return leader if leader != other_than else None
+
+    found: str = await eventually(leader, timeout=30, interval=0.2)
+    return found
 
 
 @pytest.fixture

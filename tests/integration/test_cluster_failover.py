@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 
 from examples.refund_agent.agent import refund
@@ -32,9 +31,8 @@ from ledger.ids import new_id
 from ledger.publish import RetryPolicy
 from ledger.reader import load_run
 from ledger.runner import RunResult, resume_run, start_run
-from ledger.streams import LEDGER_STREAM
 from ledger.verify import verify_runs
-from tests.conftest import eventually
+from tests.conftest import eventually, stream_leader
 
 pytestmark = pytest.mark.integration
 
@@ -84,16 +82,6 @@ def busy_spec() -> AgentSpec:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ClusterState]]:
-    local = LocalCluster(home=tmp_path / "home")
-    state = local.start(size=3, data_dir=tmp_path / "data")
-    try:
-        yield local, state
-    finally:
-        local.stop()
-
-
-@pytest.fixture
 def payments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PaymentsService]:
     service = PaymentsService(tmp_path / "payments.log").start()
     monkeypatch.setenv("REFUND_PAYMENTS_URL", service.url)
@@ -101,18 +89,6 @@ def payments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Paymen
         yield service
     finally:
         service.stop()
-
-
-async def stream_leader(client: LedgerClient) -> str:
-    async def leader() -> str | None:
-        try:
-            info = await client.js.stream_info(LEDGER_STREAM)
-        except (TimeoutError, nats.errors.Error):  # between leaders: a timeout or a 503, ask again
-            return None
-        return info.cluster.leader if info.cluster is not None else None
-
-    found: str = await eventually(leader, timeout=30, interval=0.2)
-    return found
 
 
 async def agent(url: str, spec: AgentSpec, name: str, policy: RetryPolicy = RetryPolicy()) -> tuple[RunResult, bool]:

@@ -12,31 +12,19 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
-import nats
 import pytest
 
 from bench.project import publish_raw, workload
 from ledger.client import connect
 from ledger.cluster import ClusterState, LocalCluster
 from ledger.streams import LEDGER_STREAM
-from tests.conftest import eventually
+from tests.conftest import eventually, stream_leader
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ClusterState]]:
-    local = LocalCluster(home=tmp_path / "home")
-    state = local.start(size=3, data_dir=tmp_path / "data")
-    try:
-        yield local, state
-    finally:
-        local.stop()
 
 
 async def test_the_projector_follows_through_a_rolling_kill_of_every_node(
@@ -57,27 +45,28 @@ async def test_the_projector_follows_through_a_rolling_kill_of_every_node(
     async def total() -> int:
         return int((await client.js.stream_info(LEDGER_STREAM)).state.messages)
 
-    async def has_leader() -> bool:
-        try:
-            info = await client.js.stream_info(LEDGER_STREAM)
-        except (TimeoutError, nats.errors.Error):
-            return False
-        return info.cluster is not None and bool(info.cluster.leader)
-
     def caught_up(n: int) -> bool:
+        if follower.poll() is not None:
+            raise AssertionError(f"the projector exited with {follower.returncode}:\n{''.join(lines[-20:])}")
         return any(f"position {n:,}, lag 0" in line for line in lines)
+
+    async def wait_caught_up(n: int, timeout: float) -> None:
+        try:
+            await eventually(lambda: caught_up(n), timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; stream at {n}; projector said:\n{''.join(lines[-15:])}") from None
 
     try:
         n = await total()
-        await eventually(lambda: caught_up(n), timeout=60)
+        await wait_caught_up(n, 60)
         for i, node in enumerate(("n1", "n2", "n3")):
             local.kill(node)
-            await eventually(has_leader, timeout=30, interval=0.2)  # the raw publisher does not retry
+            await stream_leader(client, other_than=node)  # a leader first: the raw publisher does not retry
             await publish_raw(client, workload(300, start=10_000 * (i + 1)))
             local.restart(node)
             await asyncio.to_thread(local.wait_healthy, 60)
             n = await total()
-            await eventually(lambda: caught_up(n), timeout=90)  # noqa: B023 - awaited right here
+            await wait_caught_up(n, 120)
         follower.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(follower.wait, 60) == 0, "".join(lines)
     finally:

@@ -112,7 +112,10 @@ async def ensure_streams(
         else:
             if not explicit:
                 config.num_replicas = info.config.num_replicas
-            await js.update_stream(config)
+            if not _same_settings(info.config, config):
+                # Only when something changed: every agent connects through here, and on a
+                # cluster each update is a round of the JetStream meta leader's consensus.
+                await js.update_stream(config)
     max_age = settings.retention_days * DAY if settings.retention_days > 0 else None
     try:
         await js.object_store(BLOB_BUCKET)
@@ -128,3 +131,9 @@ async def ensure_streams(
             ),
         )
     await ensure_key_bucket(js, replicas=settings.replicas or 1, max_age_s=None if max_age is None else max_age + DAY)
+
+
+def _same_settings(current: StreamConfig, wanted: StreamConfig) -> bool:
+    """Whether the stream already has every setting runledger sets (fields left None are not compared)."""
+    # The server reports an unset limit as 0 where the config says None: compare falsy as None.
+    return all((getattr(current, name, None) or None) == (getattr(wanted, name) or None) for name in wanted.as_dict())

@@ -11,7 +11,9 @@ with the host's credentials. The guest holds no credentials and no network.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import os
 import sys
 import traceback
 from typing import Any
@@ -123,11 +125,18 @@ async def serve(socket_path: str) -> int:
         writer.write(encode({"id": -1, "op": "failed", "error": {"type": "TypeError", "message": str(exc)}}))
     await writer.drain()
     writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()  # everything written has left the process
     return 0
 
 
 def main() -> None:
-    sys.exit(asyncio.run(serve(sys.argv[1] if len(sys.argv) > 1 else "/run/runledger/broker.sock")))
+    code = asyncio.run(serve(sys.argv[1] if len(sys.argv) > 1 else "/run/runledger/broker.sock"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Exit without finalizing the interpreter: the outcome was sent and the container is removed
+    # next, so tearing down every module and object (a sixth of the guest's CPU here) buys nothing.
+    os._exit(code)
 
 
 if __name__ == "__main__":

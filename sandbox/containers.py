@@ -113,7 +113,7 @@ class SandboxPool:
         self._warm: dict[tuple[str, str], list[Sandbox]] = {}
         self._all: set[Sandbox] = set()
         self._refills: set[asyncio.Task[None]] = set()
-        self._finishing: set[asyncio.Task[dict[str, Any]]] = set()
+        self._finishing: set[asyncio.Task[None]] = set()
         self.cold_starts = 0
         self.warm_hits = 0
         self.pool_id = uuid.uuid4().hex[:12]
@@ -245,21 +245,22 @@ class SandboxPool:
             await asyncio.gather(*list(self._refills), return_exceptions=True)
 
     def finish_later(self, sandbox: Sandbox) -> None:
-        """Let the container exit and remove it off the critical path (``close`` waits for it)."""
-        task = asyncio.create_task(self.finish(sandbox, inspect=False))
+        """Remove a sandbox whose guest reported its outcome, off the critical path (``close`` waits
+        for it). No wait for the exit first: the guest is exiting, nothing reads its exit code, and
+        a wait would hold one of the few executor threads that creations queue for."""
+        task = asyncio.create_task(self.discard(sandbox))
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
 
-    async def finish(self, sandbox: Sandbox, grace_s: float = 5.0, *, inspect: bool = True) -> dict[str, Any]:
-        """Wait briefly for the container to exit by itself, then remove it. Returns its final
-        state: the exit code, and whether it was OOM-killed unless ``inspect`` is false."""
+    async def finish(self, sandbox: Sandbox, grace_s: float = 5.0) -> dict[str, Any]:
+        """Wait briefly for the container to exit by itself, then remove it. Returns its final state."""
         state: dict[str, Any] = {}
         try:
             result = await asyncio.wait_for(asyncio.to_thread(sandbox.api.wait, sandbox.container_id), timeout=grace_s)
             state["exit_code"] = result.get("StatusCode")
         except Exception:
             state["exit_code"] = None
-        await self.discard(sandbox, state if inspect else None)
+        await self.discard(sandbox, state)
         return state
 
     async def discard(self, sandbox: Sandbox, state: dict[str, Any] | None = None) -> None:

@@ -18,10 +18,13 @@ import builtins
 import datetime as dt
 import hashlib
 import json
+import operator
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import SchemaValidator, from_json
 
 from ledger.canonical import canonical_json
 from ledger.errors import EventDecodeError, UnknownSchemaVersionError
@@ -405,6 +408,101 @@ def decode(raw: bytes) -> Event:
         raise EventDecodeError(f"event {event.run_id}/{event.seq}: not canonical JSON ({exc})", raw) from exc
     if not matches:
         raise EventDecodeError(f"event {event.run_id}/{event.seq}: hash does not match its content", raw)
+    return event
+
+
+# -- the fast path ---------------------------------------------------------------------------------------
+
+_ENVELOPE = tuple(Event.model_fields)
+_ENVELOPE_KEYS = frozenset(_ENVELOPE)
+_GET_ENVELOPE = operator.itemgetter(*_ENVELOPE)
+# ASCII digits only and no trailing newline: a subset of what the pattern of ``Event.ts`` accepts.
+_RFC3339_ASCII = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def _fields_validator(cls: type[Payload]) -> SchemaValidator:
+    """The validator of ``cls``'s fields alone: what ``cls.model_validate`` runs, minus the instance.
+
+    The model's own fields schema and config (``extra="forbid"``...), so the same payloads
+    pass and fail; nested models are still built."""
+    schema: dict[str, Any] = dict(cls.__pydantic_core_schema__)
+    model = schema["schema"] if schema["type"] == "definitions" else schema
+    if model.get("type") != "model" or model["schema"].get("type") != "model-fields":  # pragma: no cover
+        return SchemaValidator(cls.__pydantic_core_schema__)  # pydantic's layout changed: the whole model
+    if schema["type"] == "definitions":
+        schema["schema"] = model["schema"]
+    else:
+        schema = model["schema"]
+    return SchemaValidator(schema, model.get("config"))
+
+
+_FIELD_VALIDATORS: dict[type[Payload], SchemaValidator] = {}
+
+
+def _field_validator(cls: type[Payload]) -> SchemaValidator:
+    found = _FIELD_VALIDATORS.get(cls)
+    if found is None:
+        found = _FIELD_VALIDATORS[cls] = _fields_validator(cls)
+    return found
+
+
+def decode_fast(raw: bytes) -> Event:
+    """``decode(raw)``, about twice as fast for the events runledger's writers produce.
+
+    Same contract, same result: the fast path accepts only what ``decode`` accepts and builds
+    the same ``Event``; anything else (a field of another JSON type that validation would
+    coerce, an old schema version to upcast, bytes not in canonical layout, any error) is
+    handed to ``decode``, which returns or raises exactly as it always does.
+
+    The fast path parses the bytes once with pydantic-core's parser (the one
+    ``Event.model_validate_json`` uses), checks the envelope's types directly, validates the
+    payload with its type's own field schema, and checks the hash over the stored bytes
+    without re-serialising them. tests/unit/test_events.py compares both on hostile input.
+    """
+    event = _decode_fast(raw)
+    return event if event is not None else decode(raw)
+
+
+def _decode_fast(raw: bytes) -> Event | None:
+    try:
+        data = from_json(raw)
+    except ValueError:
+        return None
+    if type(data) is not dict or data.keys() != _ENVELOPE_KEYS:
+        return None
+    values = _GET_ENVELOPE(data)  # declaration order: id run_id agent seq type schema_version ts payload prev hash
+    id_, run_id, agent, seq, type_, version, ts, payload, prev_hash, hash_ = values
+    if not (
+        type(id_) is str and type(run_id) is str and type(agent) is str and type(type_) is str
+        and type(ts) is str and type(prev_hash) is str and type(hash_) is str
+        and type(seq) is int and 0 <= seq <= MAX_INT64 and type(version) is int and type(payload) is dict
+        and ts.isascii() and _RFC3339_ASCII.fullmatch(ts) is not None and hash_.isascii() and prev_hash.isascii()
+    ):  # fmt: skip
+        return None
+    cls = PAYLOADS.get(type_)
+    if cls is None or version != cls.VERSION:
+        return None  # unknown, newer (errors) or older (upcast): decode's business
+    try:
+        _field_validator(cls).validate_python(payload)
+    except (ValidationError, ValueError):
+        return None
+    needle = b'"hash":"' + hash_.encode("ascii") + b'",'
+    at = raw.find(needle)
+    if at <= 0:
+        return None
+    h = hashlib.sha256(prev_hash.encode("ascii"))
+    h.update(raw[:at])
+    h.update(raw[at + len(needle) :])
+    if h.hexdigest() != hash_:
+        return None
+    # What model_validate_json builds, without validating each field again: all were checked.
+    event = Event.__new__(Event)
+    object.__setattr__(event, "__dict__", dict(zip(_ENVELOPE, values, strict=True)))
+    object.__setattr__(event, "__pydantic_fields_set__", set(_ENVELOPE_KEYS))
+    object.__setattr__(event, "__pydantic_extra__", None)
+    object.__setattr__(event, "__pydantic_private__", None)
     return event
 
 

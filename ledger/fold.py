@@ -15,8 +15,9 @@ everything already spent. Limits grow only by recorded ``budget.granted`` events
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ledger.errors import ChainError
@@ -77,16 +78,38 @@ class Checkpoint:
     last_ts: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["steps"] = [asdict(s) for _, s in sorted(self.steps.items())]
+        """The checkpoint as JSON-native data: every field, ``steps`` as a list in step order.
+
+        Shallow: nested values (payload contents, lists of keys) are the checkpoint's own
+        objects, not copies (``dataclasses.asdict`` deep-copied them: ~300 us a checkpoint).
+        Serialise or read the result; copy before changing it."""
+        data = {name: getattr(self, name) for name in _CHECKPOINT_FIELDS}
+        data["steps"] = [dict(vars(s)) for _, s in sorted(self.steps.items())]
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
+        """Inverse of ``to_dict``: ``Checkpoint.from_dict(cp.to_dict()) == cp``. Unknown keys are ignored."""
+        values = {k: v for k, v in data.items() if k in _CHECKPOINT_FIELD_SET and k != "steps"}
+        cp = cls(**values)
+        cp.steps = {
+            s["step"]: StepRecord(**{k: v for k, v in s.items() if k in _STEP_FIELDS}) for s in data.get("steps", [])
+        }
+        return cp
 
     def remaining(self, budget: str) -> float | None:
         limit = self.limits.get(budget)
         return None if limit is None else limit - self.spent[budget]
 
 
+_CHECKPOINT_FIELDS = [f.name for f in fields(Checkpoint)]
+_CHECKPOINT_FIELD_SET = frozenset(_CHECKPOINT_FIELDS)
+_STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
+
+
+@functools.lru_cache(maxsize=4096)
 def _ts(text: str) -> dt.datetime:
+    # Memoised: a segment's start is parsed again with every event of the segment.
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 

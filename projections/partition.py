@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ledger.effects import KeyState, apply_key
 from ledger.errors import ChainError, EventDecodeError
-from ledger.events import Event, decode
+from ledger.events import Event, decode_fast
 from ledger.fold import Checkpoint, apply
 from ledger.records import RawRecord, Recorded
 from ledger.subjects import EFFECT_PREFIX, parse_run_subject
@@ -95,7 +95,7 @@ def _snapshot(cp: Checkpoint) -> dict[int, tuple[object, ...]]:
 
 def _decode(data: bytes) -> Event | tuple[str, str]:
     try:
-        return decode(data)
+        return decode_fast(data)
     except EventDecodeError as exc:
         return exc.reason, type(exc).__name__
     except Exception as exc:  # a reader never crashes on bytes (DESIGN): decode can raise others (NaN)

@@ -1,12 +1,25 @@
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable
 
 import pytest
 
 from ledger.canonical import canonical_json
 from ledger.errors import EventDecodeError, UnknownSchemaVersionError
-from ledger.events import PAYLOADS, UPCASTERS, ClockRead, ToolCalled, decode, json_schemas, upcast
+from ledger.events import (
+    PAYLOADS,
+    UPCASTERS,
+    ClockRead,
+    Event,
+    ToolCalled,
+    _decode_fast,
+    decode,
+    decode_fast,
+    json_schemas,
+    upcast,
+)
 from tests.unit.helpers import Chain
 
 
@@ -128,3 +141,111 @@ def test_nan_in_a_payload_is_a_decode_error_not_a_crash() -> None:
     raw = chain.raw[0].replace(b'"output":1.5', b'"output":NaN')
     with pytest.raises(EventDecodeError):
         decode(raw)
+
+
+# -- decode_fast: the same answers as decode -------------------------------------------------------------
+
+
+def _rehashed(data: dict[str, object]) -> bytes:
+    """``data`` as canonical bytes with a hash that matches: the bytes a hostile writer can publish."""
+    unhashed = {k: v for k, v in data.items() if k != "hash"}
+    digest = hashlib.sha256(str(data.get("prev_hash", "")).encode("ascii", "replace"))
+    digest.update(canonical_json(unhashed))
+    return canonical_json({**unhashed, "hash": digest.hexdigest()})
+
+
+def _outcome(fn: Callable[[bytes], Event], raw: bytes) -> tuple[object, ...]:
+    try:
+        event = fn(raw)
+    except Exception as exc:  # the outcome compared is whatever was raised
+        return ("raised", type(exc).__name__, str(exc))
+    # repr, not ==: a hostile writer can hash a NaN, and NaN != NaN
+    return ("event", repr(event), list(event.__dict__), event.__pydantic_fields_set__, event.model_dump_json())
+
+
+def _hostile_corpus() -> list[bytes]:
+    chain = Chain()
+    chain.start(input={"ticket": "T-1", "text": "ünïcode ✓ \u2028 \x7f"}, labels={"a": "b"})
+    chain.add(ToolCalled(step=0, name="lookup", args={"b": 1, "a": [1.5, None, 1e-7, 1e22]}, args_digest="d",
+                         output="x"))  # fmt: skip
+    chain.add(ClockRead(step=1, value="2026-01-01T00:00:00+00:00"))
+    corpus = list(chain.raw)
+    base = json.loads(chain.raw[1])
+    envelope_values: list[object] = ["3", 3, 3.0, -1, 2**63, 2**63 - 1, True, None, [], {}, "", "x\n", "٣"]
+    for key in base:
+        for value in envelope_values:
+            changed = {**base, key: value}
+            corpus.append(_rehashed(changed))
+            corpus.append(canonical_json(changed))  # hash left as it was
+    for ts in ["2026-01-01T00:00:00Z\n", "2026-01-01T00:00:00.1234567891Z", "2026-01-01t00:00:00Z",
+               "2026-01-01T00:00:00", "٢٠٢٦-01-01T00:00:00Z", "2026-01-01T00:00:00+0000",
+               "2026-01-01T00:00:00.5-05:00"]:  # fmt: skip
+        corpus.append(_rehashed({**base, "ts": ts}))
+    payload = base["payload"]
+    assert isinstance(payload, dict)
+    for change in [{"step": "0"}, {"step": 0.0}, {"step": True}, {"step": None}, {"extra": 1}, {"duration_ms": 3},
+                   {"duration_ms": "1.5"}, {"name": 5}, {"error": {"type": "E", "message": "m", "x": 1}},
+                   {"error": {"type": "E", "message": "m"}}, {"args": {"deep": [[[[]]]]}}]:  # fmt: skip
+        corpus.append(_rehashed({**base, "payload": {**payload, **change}}))
+    without_step = {k: v for k, v in payload.items() if k != "step"}
+    corpus.append(_rehashed({**base, "payload": without_step}))
+    corpus.append(_rehashed({k: v for k, v in base.items() if k != "ts"}))
+    corpus.append(_rehashed({**base, "extra": 1}))
+    corpus.append(_rehashed({**base, "type": "run.exploded"}))
+    corpus.append(_rehashed({**base, "schema_version": 2}))
+    corpus.append(_rehashed({**base, "schema_version": 0}))
+    good = chain.raw[1]
+    corpus += [
+        good.replace(b'"output":"x"', b'"output":NaN'),
+        good.replace(b'"output":"x"', b'"output":Infinity'),
+        good.replace(b'"output":"x"', b'"output":1e400'),
+        good.replace(b'"output":"x"', b'"output":"\\ud800"'),
+        good.replace(b'"output":"x"', b'"output":"x","output":"y"'),
+        json.dumps(json.loads(good), indent=1).encode(),  # not canonical layout: the slow hash path
+        json.dumps(json.loads(good), ensure_ascii=True).encode(),
+        good + b" ",
+        good + b"x",
+        b"\xef\xbb\xbf" + good,
+        good[:-1],
+        b"",
+        b"null",
+        b"[1]",
+        b"\xff\xfe not json",
+    ]
+    # A hostile writer hashes bytes no JSON encoder makes: NaN with a matching hash.
+    nan = good.replace(b'"output":"x"', b'"output":NaN')
+    parsed = json.loads(nan)
+    at = nan.index(b'"hash":"')
+    spliced_out = nan[:at] + nan[at + len(b'"hash":"') + 64 + 2 :]
+    digest = hashlib.sha256(parsed["prev_hash"].encode("ascii"))
+    digest.update(spliced_out)
+    corpus.append(nan[: at + 8] + digest.hexdigest().encode() + nan[at + 8 + 64 :])
+    return corpus
+
+
+def test_decode_fast_answers_exactly_as_decode() -> None:
+    corpus = _hostile_corpus()
+    accepted = 0
+    for raw in corpus:
+        expected = _outcome(decode, raw)
+        assert _outcome(decode_fast, raw) == expected, raw
+        accepted += expected[0] == "event"
+    assert accepted >= 10  # the corpus exercises both answers
+
+
+def test_decode_fast_takes_the_fast_path_for_canonical_events() -> None:
+    chain = Chain()
+    chain.start(input={"x": 1})
+    chain.add(ToolCalled(step=0, name="t", args=None, args_digest="d", output=1.5))
+    for raw in chain.raw:
+        assert _decode_fast(raw) is not None
+    assert _decode_fast(canonical_json({**json.loads(chain.raw[1]), "seq": "1"})) is None  # coerced: decode's call
+
+
+def test_decode_fast_upcasts_through_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    chain = Chain()
+    chain.add(ClockRead(step=0, value="t"))
+    assert decode_fast(chain.raw[0]) == decode(chain.raw[0])  # the version-1 validator is now cached
+    monkeypatch.setattr(ClockRead, "VERSION", 2)
+    monkeypatch.setitem(UPCASTERS, ("clock.read", 1), lambda p: {**p, "value": p["value"] + "Z"})
+    assert decode_fast(chain.raw[0]).body_as(ClockRead).value == "tZ"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ledger.errors import ChainError
@@ -19,7 +21,7 @@ from ledger.events import (
     ToolCalled,
     Usage,
 )
-from ledger.fold import fold
+from ledger.fold import Checkpoint, fold
 from tests.unit.helpers import Chain
 
 
@@ -156,3 +158,29 @@ def test_waiting_for_an_operator_is_not_spend() -> None:
     cp = fold(c.events)
     assert cp.spent["seconds"] == pytest.approx(11.0)
     assert cp.limits["seconds"] == 180
+
+
+def _busy_checkpoint() -> Checkpoint:
+    c = Chain()
+    c.start(budgets=Budgets(turns=5), input={"ticket": "T-1", "items": [1, {"a": None}]})
+    c.add(_model(0, 3, 4))
+    c.add(ToolCalled(step=1, name="t", args={"x": 1}, args_digest="d", output={"rows": [1, 2]}))
+    c.add(EffectIntended(step=2, name="refund", key="refund:1", args={"amount": 5}, args_digest="e"))
+    c.add(EffectCommitted(step=2, key="refund:1", result={"id": "rf"}))
+    c.add(ApprovalRequested(step=3, request_id="r1", action="a", args={"y": 2}, digest="g"))
+    c.add(RunSuspended(step=3, request_id="r1"))
+    return fold(c.events)
+
+
+def test_to_dict_is_the_dataclass_as_a_dict_with_steps_in_order() -> None:
+    for cp in (_busy_checkpoint(), Checkpoint()):
+        expected = dataclasses.asdict(cp)
+        expected["steps"] = [dataclasses.asdict(s) for _, s in sorted(cp.steps.items())]
+        assert cp.to_dict() == expected
+        assert list(cp.to_dict()) == list(expected)
+
+
+def test_from_dict_inverts_to_dict() -> None:
+    for cp in (_busy_checkpoint(), Checkpoint()):
+        assert Checkpoint.from_dict(cp.to_dict()) == cp
+        assert Checkpoint.from_dict({**cp.to_dict(), "a_field_from_a_newer_version": 1}) == cp

@@ -88,40 +88,44 @@ async def measure(url: str, args: argparse.Namespace, deadline: float | None = N
         cold_pool = SandboxPool(docker, policy, size=0)
         code_root = Path(__file__).resolve().parent.parent
         warm_blocks: list[dict[str, Any]] = []
-        cold_blocks: list[dict[str, Any]] = []
-        cold_stopped = ""
+        cold_blocks: dict[int, dict[str, Any]] = {}  # by the index of the warm block it pairs with
+        skipped = 0
         try:
             await warm_pool.prewarm(code_root, "examples")
             for start in range(0, args.runs, args.block):
                 block = parents[start : start + args.block]
                 warm_blocks.append(await redrive_all(client, warm_pool, block, args.concurrency))
-                cold_done = sum(b["runs"] for b in cold_blocks)
-                if cold_done >= args.cold_runs or cold_stopped:
-                    continue
+                cold_done = sum(b["runs"] for b in cold_blocks.values())
                 block = block[: args.cold_runs - cold_done]
+                if not block:
+                    continue
                 if deadline is not None and cold_blocks:  # the first cold block always runs: one pair at least
-                    # The cold block, at the cold rate so far, plus the warm blocks still to come must fit.
+                    # The cold block, at the cold rate so far, plus the warm blocks still to come must fit;
+                    # else skip it (a later block may fit: the estimates improve as blocks are timed).
                     done_runs = sum(b["runs"] for b in warm_blocks)
                     warm_per_run = sum(b["seconds"] for b in warm_blocks) / done_runs
-                    cold_per_run = sum(b["seconds"] for b in cold_blocks) / cold_done
+                    cold_per_run = sum(b["seconds"] for b in cold_blocks.values()) / cold_done
                     needed = cold_per_run * len(block) + warm_per_run * (args.runs - done_runs)
                     if time.monotonic() + needed > deadline:
-                        cold_stopped = (
-                            f"cold re-drives stopped at {cold_done} of {args.cold_runs}: another block of "
-                            f"{len(block)} (~{cold_per_run * len(block):.0f} s) and the remaining warm ones would "
-                            "not fit in the suite's time budget (python -m bench --budget, 15 minutes by default)"
-                        )
+                        skipped += len(block)
                         continue
-                cold_blocks.append(await redrive_all(client, cold_pool, block, args.concurrency))
+                cold_blocks[len(warm_blocks) - 1] = await redrive_all(client, cold_pool, block, args.concurrency)
         finally:
             await warm_pool.close()
             await cold_pool.close()
-        warm, cold = _merge(warm_blocks, warm_pool), _merge(cold_blocks, cold_pool)
+        warm, cold = _merge(warm_blocks, warm_pool), _merge(list(cold_blocks.values()), cold_pool)
         pairs = [
-            (w["runs"] / w["seconds"], c["runs"] / c["seconds"])
-            for w, c in zip(warm_blocks, cold_blocks, strict=False)
-            if c["runs"] and w["seconds"] and c["seconds"]
+            (warm_blocks[i]["runs"] / warm_blocks[i]["seconds"], c["runs"] / c["seconds"])
+            for i, c in cold_blocks.items()
+            if c["runs"] and warm_blocks[i]["seconds"] and c["seconds"]
         ]
+        cold_stopped = ""
+        if cold["runs"] < args.cold_runs:
+            cold_stopped = (
+                f"cold re-drives: {cold['runs']} of {args.cold_runs} ran, in {len(cold_blocks)} of "
+                f"{len(warm_blocks)} blocks; the others were left out because they and the remaining warm ones "
+                "would not have fit in the suite's time budget (python -m bench --budget, 15 minutes by default)"
+            )
         return {"warm": warm, "cold": cold, "throughput_ratio": ratio_stats(pairs) if pairs else None,
                 "cold_stopped": cold_stopped, "image": image, "image_s": image_s}  # fmt: skip
     finally:

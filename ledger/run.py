@@ -17,6 +17,7 @@ effect is settled: agent code imports ``Run`` for its annotations, and inside th
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import random as _random
 import time
@@ -340,10 +341,41 @@ class Run:
             # Recorded as intended only: the process died somewhere inside the effect.
             return await self._settle(step, name, args, key, fn, reconcile)
         await self._check_budgets(step, model_call=False)
-        await self._append(
-            EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class)
-        )
-        return await self._settle(step, name, args, key, fn, reconcile)
+        # Write-ahead, both before acting and published together: the run's intent, and the claim
+        # of the key, optimistically as its first event (fenced on "the subject is empty"). A key
+        # with a history refuses that claim; then _settle reads the key and decides. Either order
+        # of the two writes is a state a crash between them could leave, and resume handles both.
+        claim = asyncio.ensure_future(self._claim_new_key(step, name, args, args_digest, key))
+        try:
+            await self._append(
+                EffectIntended(
+                    step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class
+                )
+            )
+        except BaseException:
+            await asyncio.gather(claim, return_exceptions=True)  # never act, never leave it running
+            raise
+        claimed = await claim
+        if claimed is None:
+            return await self._settle(step, name, args, key, fn, reconcile)
+        return await self._act(step, args, key, fn, claimed)
+
+    async def _claim_new_key(self, step: int, name: str, args: Any, args_digest: str, key: str) -> KeyState | None:
+        """Claim a key that has never been used; None when it has a history (the fence refused)."""
+        from ledger.effects import KeyState, append_to_key
+
+        try:
+            return await append_to_key(
+                self._client,
+                KeyState(key),
+                EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest),
+                run_id=self.run_id,
+                agent=self.agent,
+                policy=self._policy,
+                transform=self._writer.transform,
+            )
+        except FencedError:
+            return None
 
     async def _settle(self, step: int, name: str, args: Any, key: str, fn: ToolFn, reconcile: Any) -> Any:
         """Bring the key to an outcome for this step: reuse, reconcile, or claim and act."""
@@ -379,6 +411,10 @@ class Run:
         state = await self._append_key(
             state, EffectIntended(step=step, name=name, key=key, args=args, args_digest=digest(args))
         )
+        return await self._act(step, args, key, fn, state)
+
+    async def _act(self, step: int, args: Any, key: str, fn: ToolFn, state: KeyState) -> Any:
+        """The key is claimed by this step: call the function, record the outcome (key first, then run)."""
         crash_point(f"effect:{key}:claimed")
         started = time.perf_counter()
         try:

@@ -43,6 +43,11 @@ from projections.errors import (
 from projections.migrations import migrate
 from projections.rows import RunFold, checkpoint_from_json, key_state_from_row
 
+# WAL size that triggers a DuckDB checkpoint (``close`` always does one). Larger: less work in
+# all (measured 26.7 -> 20.8 us an event at 1 GB), but the final checkpoint runs after the last
+# batch, with nothing to overlap it; 64 MB keeps that tail under a second.
+CHECKPOINT_WAL = "64MB"
+
 # What DuckDB does with each staged table. Timestamps arrive as recorded text and are cast
 # here (TRY_CAST: a malformed ts is NULL, never a failed batch).
 _WRITE_SQL = {
@@ -127,6 +132,11 @@ class ProjectionStore:
                 raise ProjectionFileError(str(self.path), "does not exist yet: run `runledger project` first")
             self.con = _connect(self.path, read_only=not writer)
             if writer:
+                # DuckDB checkpoints (compresses and rewrites what the WAL holds) once the WAL
+                # passes 16 MB by default: after every ~20 MB batch, 60% of a commit's cost, and
+                # a file a third larger. Every COMMIT still writes and syncs the WAL first, so
+                # this changes when data is compressed, not what a crash keeps.
+                self.con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_WAL}'")
                 migrate(self.con, str(self.path))
         except BaseException:
             self._release()

@@ -77,8 +77,19 @@ def _run(projector: PartitionProjector, work: PartitionWork) -> BatchRows:
 
 
 def _run_remote(projector: PartitionProjector, message: tuple[Any, ...]) -> BatchRows:
-    records, runs, keys, forget = message
-    return _run(projector, PartitionWork([RawRecord(*r) for r in records], runs, keys, forget))
+    seqs, subjects, datas, runs, keys, forget = message
+    records = list(map(_raw_record, seqs, subjects, datas))
+    return _run(projector, PartitionWork(records, runs, keys, forget))
+
+
+def _raw_record(stream_seq: int, subject: str, data: bytes) -> RawRecord:
+    # The frozen dataclass's __init__ sets each field through object.__setattr__ (~1.5 us); this
+    # builds the same (equal) record at half that, 10k times a batch per worker.
+    record = object.__new__(RawRecord)
+    object.__setattr__(
+        record, "__dict__", {"stream_seq": stream_seq, "subject": subject, "data": data, "headers": None}
+    )
+    return record
 
 
 class LocalPartitions:
@@ -160,9 +171,12 @@ class ProcessPartitions:
 
     def submit(self, work: Sequence[PartitionWork]) -> None:
         for conn, part in zip(self._conns, work, strict=True):
-            # Tuples, not frozen dataclasses: a third of the pickling time.
-            records = [(r.stream_seq, r.subject, r.data) for r in part.records]
-            conn.send((records, part.runs, part.keys, part.forget))
+            # Columns, not dataclasses (a third of the pickling time) nor tuples (an object each).
+            records = part.records
+            seqs = [r.stream_seq for r in records]
+            subjects = [r.subject for r in records]
+            datas = [r.data for r in records]
+            conn.send((seqs, subjects, datas, part.runs, part.keys, part.forget))
 
     async def results(self) -> list[BatchRows]:
         replies = await asyncio.gather(*(asyncio.to_thread(_receive, conn) for conn in self._conns))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ledger import redaction
 from ledger.redaction import (
     FieldPaths,
     RedactionPolicy,
@@ -116,6 +117,59 @@ def test_redaction_is_idempotent_and_leaves_tokens_alone() -> None:
     assert len(tokens) >= len(SECRETS)
     for token in tokens:
         assert is_token(token) and r.redact_text(f"x {token} y") == f"x {token} y"
+
+
+def _history(secret_text: str) -> str:
+    return f"{'earlier turns of the conversation ' * 4}then: {secret_text}"
+
+
+def test_the_cache_of_repeated_texts_changes_nothing_it_returns_or_counts() -> None:
+    cached, fresh = Redactor(KEY), Redactor(KEY)
+    texts = [_history(text) for _, text, _ in SECRETS] + ["an ordinary turn of the conversation, " * 3]
+    for _ in range(3):  # a message history re-sent at every model call
+        for text in texts:
+            assert len(text) >= redaction.CACHE_MIN_CHARS
+            out = cached.redact_text(text)
+            assert out == fresh._scan(text)
+    for (_, _, secret), text in zip(SECRETS, texts, strict=False):
+        assert secret not in cached.redact_text(text)
+    # The same stats as scanning every time: a hit counts the tokens its scan minted.
+    assert cached.stats.strings_scanned == 3 * len(texts) + len(SECRETS)
+    assert sum(cached.stats.replaced.values()) == 4 * sum(fresh.stats.replaced.values()) // 3
+
+
+def test_the_cache_is_per_run_so_tokens_stay_per_run() -> None:
+    text = _history("AKIAIOSFODNN7EXAMPLE")
+    a, b = Redactor(b"a" * 32), Redactor(b"b" * 32)
+    first_a, first_b = a.redact_text(text), b.redact_text(text)
+    assert a.redact_text(text) == first_a and b.redact_text(text) == first_b
+    assert first_a != first_b and "AKIAIOSFODNN7EXAMPLE" not in first_a + first_b
+
+
+def test_a_secret_registered_later_is_redacted_from_texts_seen_before() -> None:
+    r = Redactor(KEY)
+    text = _history("the vault said hunter2-rosebud")
+    assert r.redact_text(text) == text
+    r.add_secret("hunter2-rosebud", "secret:db")
+    assert "hunter2-rosebud" not in r.redact_text(text) and "«redacted:secret:db:" in r.redact_text(text)
+
+
+def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redaction, "CACHE_MAX_ENTRIES", 8)
+    monkeypatch.setattr(redaction, "CACHE_MAX_CHARS", 2_000)
+    r = Redactor(KEY)
+    for i in range(100):
+        r.redact_text(_history(f"turn {i} sk-proj-Abcdefghij0123456789KLMNOP{i:04d}"))
+        assert len(r._cache) <= 8 and r._cached_chars <= 2_000
+    assert r._cached_chars == sum(len(k) + len(v) for k, (v, _) in r._cache.items())
+
+
+def test_the_one_scan_for_all_hints_decides_as_the_per_detector_scans(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [text for _, text, _ in SECRETS] + ["ordinary text, no marker at all", "a key", "AKIA", "x" * 600]
+    texts += [f"{a} {b}" for a in texts[:6] for b in texts[-4:]]
+    gated = [Redactor(KEY)._scan(t) for t in texts]
+    monkeypatch.setattr(redaction, "GATE_MAX_CHARS", -1)  # every text takes the per-detector scans
+    assert [Redactor(KEY)._scan(t) for t in texts] == gated
 
 
 def test_credential_named_keys_and_field_paths_replace_whole_values() -> None:

@@ -11,6 +11,8 @@
     ├── EventDecodeError              bytes that are not a valid event (quarantined by readers)
     │   └── UnknownSchemaVersionError
     ├── RunNotFoundError
+    ├── LedgerReadError               a subject or the stream could not be read completely and in order
+    │   └── StreamGapError            a stream sequence went missing between two messages
     ├── VersionMismatchError          resume with a different version tuple
     ├── NondeterminismError           replayed code made a different call than the record
     ├── EffectInDoubtError            an effect was claimed but has no recorded outcome
@@ -106,6 +108,20 @@ class UnknownSchemaVersionError(EventDecodeError):
             f"event type {type_!r} has schema_version {version}, this runledger knows up to {known}: "
             "upgrade runledger to read it",
             raw,
+        )
+
+
+class LedgerReadError(LedgerError):
+    """A subject or the stream could not be read completely and in order: the read is an error,
+    never a shorter history. Reading again is safe."""
+
+
+class StreamGapError(LedgerReadError):
+    def __init__(self, expected: int, got: int) -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"read stream sequence {got} where {expected} was expected: messages were lost on the way; read again"
         )
 
 

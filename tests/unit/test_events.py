@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 
 import pytest
@@ -15,10 +16,13 @@ from ledger.events import (
     Event,
     ToolCalled,
     _decode_fast,
+    chain_hash,
     decode,
     decode_fast,
     json_schemas,
+    make_event,
     upcast,
+    utc_now,
 )
 from tests.unit.helpers import Chain
 
@@ -249,3 +253,16 @@ def test_decode_fast_upcasts_through_decode(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(ClockRead, "VERSION", 2)
     monkeypatch.setitem(UPCASTERS, ("clock.read", 1), lambda p: {**p, "value": p["value"] + "Z"})
     assert decode_fast(chain.raw[0]).body_as(ClockRead).value == "tZ"
+
+
+@pytest.mark.parametrize("agent", ["bench", "ägent-✓", 'quo"te\\back', "a\u2028b"])
+def test_make_event_bytes_are_the_canonical_json_of_the_validated_envelope(agent: str) -> None:
+    body = ToolCalled(step=3, name="lookup", args={"b": [1.5, None], "a": "ünï"}, args_digest="d" * 64, output="x")
+    event, raw = make_event(body, run_id="r1", agent=agent, seq=7, prev_hash="f" * 64)
+    envelope = {k: v for k, v in json.loads(raw).items() if k != "hash"}
+    assert event.hash == chain_hash("f" * 64, envelope)
+    assert raw == canonical_json({**envelope, "hash": event.hash}) == event.to_bytes()
+    assert event == Event.model_validate(json.loads(raw))
+    assert event.model_fields_set == set(Event.model_fields)
+    assert decode(raw) == event
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", utc_now())

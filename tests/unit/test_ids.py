@@ -1,0 +1,35 @@
+"""Ids: the ULID layout (48-bit milliseconds, 80 random bits, Crockford base32, 26 characters)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger import ids
+
+
+def _reference(ms: int, rnd: bytes) -> str:
+    value = ms << 80 | int.from_bytes(rnd, "big")
+    chars = []
+    for _ in range(26):
+        chars.append(ids._ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+@pytest.mark.parametrize(
+    ("ms", "rnd"),
+    [(0, bytes(10)), (1, b"\xff" * 10), (2**48 - 1, b"\x80" + bytes(9)), (1_795_000_000_123, bytes(range(10)))],
+)
+def test_new_id_is_the_ulid_of_the_time_and_the_random_bits(
+    monkeypatch: pytest.MonkeyPatch, ms: int, rnd: bytes
+) -> None:
+    monkeypatch.setattr(ids.time, "time_ns", lambda: ms * 1_000_000 + 999_999)
+    monkeypatch.setattr(ids.os, "urandom", lambda n: rnd)
+    assert ids.new_id() == _reference(ms, rnd)
+
+
+def test_new_ids_sort_by_time_and_are_unique() -> None:
+    made = [ids.new_id() for _ in range(1000)]
+    assert all(len(i) == 26 and set(i) <= set(ids._ALPHABET) for i in made)
+    assert len(set(made)) == len(made)
+    assert [i[:10] for i in made] == sorted(i[:10] for i in made)

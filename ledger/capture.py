@@ -110,7 +110,7 @@ def is_sealed(value: Any) -> bool:
 
 
 def is_hashed(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"$hash", "size"}
+    return isinstance(value, dict) and len(value) == 2 and "$hash" in value and "size" in value
 
 
 def is_sealed_text(value: Any) -> bool:

@@ -29,6 +29,7 @@ the ledger is full of) and redacting serialized bytes (escapes split secrets).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import hmac
 import os
@@ -224,6 +225,7 @@ def _alternation(literals: Iterable[str]) -> re.Pattern[str]:
     return re.compile(build(trie))
 
 
+@functools.lru_cache(maxsize=4096)  # the same few keys (role, content, args...) at every step
 def _normalize_key(key: str) -> str:
     return key.lower().replace("-", "").replace("_", "")
 
@@ -332,7 +334,9 @@ class Redactor:
 
     def redact(self, value: Any, path: tuple[str, ...] = ()) -> Any:
         """A copy of JSON-native ``value`` with secrets and configured fields tokenized."""
-        if path and self._fields and self._fields.match(path):
+        if not self._fields:
+            return self._walk(value)
+        if path and self._fields.match(path):
             return self._whole(f"field:{path[-1]}", value)
         if isinstance(value, str):
             return self.redact_text(value)
@@ -348,6 +352,25 @@ class Redactor:
             return out
         if isinstance(value, list):
             return [self.redact(v, (*path, str(i))) for i, v in enumerate(value)]
+        return value
+
+    def _walk(self, value: Any) -> Any:
+        # ``redact`` without field paths (the default policy): the same walk, minus the path of
+        # every value, which only field paths look at.
+        if isinstance(value, str):
+            return self.redact_text(value)
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                key = str(k)
+                norm = _normalize_key(key)
+                if norm in self._keys and v is not None and v != "":
+                    out[key] = self._whole(f"field:{norm}", v)
+                else:
+                    out[self.redact_text(key) if len(key) >= 8 else key] = self._walk(v)
+            return out
+        if isinstance(value, list):
+            return [self._walk(v) for v in value]
         return value
 
     def _whole(self, kind: str, value: Any) -> str:

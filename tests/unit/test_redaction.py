@@ -221,3 +221,14 @@ def test_field_paths() -> None:
     assert paths.match(("a", "0", "c")) and paths.match(("q", "r", "ssn")) and paths.match(("x_email",))
     assert not paths.match(("a", "c")) and not paths.match(("b",))
     assert paths.could_match_below(("a",)) and paths.could_match_below(("zzz",))
+
+
+def test_the_walk_without_field_paths_redacts_as_the_walk_with_them() -> None:
+    value = {
+        "messages": [{"role": "user", "content": text} for _, text, _ in SECRETS],
+        "headers": {"Authorization": "Bearer abcdefgh12345678", "X-Api-Key": "k1", "token": None, "cookie": ""},
+        "nested": [[{"api_key": {"deep": 1}, "sk-proj-Abcdefghij0123456789KLMNOPqrstuv": 2}], 3.5, None, True],
+    }
+    plain, pathed = Redactor(KEY), Redactor(KEY, RedactionPolicy(fields=("no.such.field",)))
+    assert plain.redact(value) == pathed.redact(value)
+    assert plain.stats == pathed.stats

@@ -1,7 +1,8 @@
 """Decoding and folding one batch of raw stream records into staged rows. Pure: no I/O.
 
-``PartitionProjector.project(records)`` decodes each message with ``ledger.events.decode``,
-quarantines what does not decode, appends every event to the ``events`` rows, and folds it:
+``PartitionProjector.project(records)`` decodes each message with ``ledger.events.decode_fast``
+(``decode``'s answers, faster), quarantines what does not decode, appends every event to the
+``events`` rows, and folds it:
 
 - events on a run subject (``ledger.run.<agent>.<run_id>``) with ``ledger.fold.apply`` into
   that run's checkpoint, grouped by the subject's run id exactly as ``load_run`` groups

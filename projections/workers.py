@@ -1,7 +1,8 @@
 """Folding batches in parallel: partitions of runs and keys, in this process or in workers.
 
-Decoding and folding cost ~45 us an event in Python (``decode`` and ``apply`` are most of
-it), several times what reading the stream costs, and a process folds on one core. The
+Decoding, folding and building rows cost ~35-50 us an event in Python (``decode_fast``,
+``apply`` and the Arrow rows are most of it; docs/tables.md, "Rebuild speed"), several times
+what reading the stream costs, and a process folds on one core. The
 fold is per run and per key, so it partitions cleanly: route ``run:<id>`` / ``key:<subject>``
 to partition ``crc32(route) % n``, and every event of a run meets that run's checkpoint in
 the same partition, in stream order. Each partition is a ``PartitionProjector``.

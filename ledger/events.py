@@ -18,6 +18,7 @@ import builtins
 import datetime as dt
 import hashlib
 import json
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -430,7 +431,29 @@ def decode(raw: bytes) -> Event:
         raise EventDecodeError(f"event {event.run_id}/{event.seq}: not canonical JSON ({exc})", raw) from exc
     if not matches:
         raise EventDecodeError(f"event {event.run_id}/{event.seq}: hash does not match its content", raw)
+    _require_finite(raw, event)
     return event
+
+
+# NaN, Infinity and numbers beyond a double (1e400 parses as infinity) are not JSON, but a hostile
+# writer can hash bytes holding them. Readers must refuse them here: a projection stores the
+# payload as JSON, and one such value would make a whole batch impossible to commit.
+_MAYBE_NON_FINITE = re.compile(rb"NaN|Infinity|[0-9][eE][+]?[0-9]{3}")
+
+
+def _require_finite(raw: bytes, event: Event) -> None:
+    if _MAYBE_NON_FINITE.search(raw) is not None and not _finite(event.payload):
+        raise EventDecodeError(f"event {event.run_id}/{event.seq}: NaN or infinity in the payload (not JSON)", raw)
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
 
 
 # -- the fast path ---------------------------------------------------------------------------------------
@@ -484,7 +507,10 @@ def decode_fast(raw: bytes) -> Event:
     without re-serialising them. tests/unit/test_events.py compares both on hostile input.
     """
     event = _decode_fast(raw)
-    return event if event is not None else decode(raw)
+    if event is None:
+        return decode(raw)
+    _require_finite(raw, event)
+    return event
 
 
 def _decode_fast(raw: bytes) -> Event | None:

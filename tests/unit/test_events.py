@@ -266,3 +266,18 @@ def test_make_event_bytes_are_the_canonical_json_of_the_validated_envelope(agent
     assert event.model_fields_set == set(Event.model_fields)
     assert decode(raw) == event
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", utc_now())
+
+
+@pytest.mark.parametrize("token", [b"NaN", b"-Infinity", b"1e400", b'[1,{"a":NaN}]'])
+def test_a_hashed_non_finite_number_is_refused_by_both_decoders(token: bytes) -> None:
+    # A hostile writer can compute a matching hash over bytes no JSON encoder makes.
+    chain = Chain()
+    chain.add(ToolCalled(step=0, name="t", args=None, args_digest="d", output="x"))
+    bad = chain.raw[0].replace(b'"output":"x"', b'"output":' + token)
+    at = bad.index(b'"hash":"')
+    digest = hashlib.sha256(json.loads(bad)["prev_hash"].encode("ascii"))
+    digest.update(bad[:at] + bad[at + len(b'"hash":"') + 64 + 2 :])
+    hostile = bad[: at + 8] + digest.hexdigest().encode() + bad[at + 8 + 64 :]
+    for fn in (decode, decode_fast):
+        with pytest.raises(EventDecodeError, match=r"NaN or infinity|not canonical"):
+            fn(hostile)

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.agent import AgentSpec
 from ledger.canonical import digest, jsonable
-from ledger.capture import PayloadOpener, PayloadProtector, PayloadUnavailableError, client_opener, is_marker
+from ledger.capture import (
+    PayloadOpener,
+    PayloadProtector,
+    PayloadUnavailableError,
+    client_opener,
+    is_marker,
+)
 from ledger.crashpoints import crash_point
 from ledger.errors import (
     ApprovalDeniedError,
@@ -139,19 +145,25 @@ class Run:
     # -- plumbing ------------------------------------------------------------------------------------
 
     async def _open(self, value: Any) -> Any:
-        """A recorded value as the agent saw it: unsealed, blob fetched and verified (strict)."""
+        """A recorded value as the agent saw it: unsealed, blob fetched and verified (strict).
+
+        Called once per replayed step, when the step returns the value: never before (an
+        output the agent's code does not reach is never decrypted) and never twice."""
         if not is_marker(value):
             return value
-        if self._opener is None:
-            self._opener = client_opener(self._client)
+        opener = self._opener
+        if opener is None:
+            opener = self._opener = client_opener(self._client)
             if self._protector is not None and self._protector.keys is not None:
-                self._opener.remember(self._protector.keys)
-        return await self._opener.open_value(value)
+                opener.remember(self._protector.keys)
+        return await opener.open_value(value)
 
     async def _open_model_output(self, output: Any) -> Any:
         # The fold merges usage (structure) into the recorded response (content).
-        data = dict(output or {})
-        usage = data.pop("usage", None)
+        if not output:
+            return output
+        usage = output.get("usage")
+        data = {k: v for k, v in output.items() if k != "usage"} if "usage" in output else output
         if not is_marker(data):
             return output
         return {**(await self._open(data)), "usage": usage or {}}

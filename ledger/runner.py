@@ -151,6 +151,9 @@ async def resume_run(
     protector = await run_protector(client, log.agent or spec.name, run_id, data)
     writer = _writer(client, log.agent or spec.name, run_id, cp, policy, protector)
     run = Run(client, spec, writer, cp, policy=policy, protector=protector)
+    if protector.keys is not None:
+        opener.remember(protector.keys)  # the run's keys are at hand: no second fetch from the key store
+    run._opener = opener  # one opener (and key cache) for the input and every replayed step
     run._input = await opener.open_value(cp.input, strict=False)
     await run._append(
         RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")

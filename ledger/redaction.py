@@ -61,7 +61,7 @@ SECRET_SCHEME = "secret://"
 CACHE_MIN_CHARS = 64
 CACHE_MAX_TEXT = 256 * 1024
 CACHE_MAX_ENTRIES = 4096
-CACHE_MAX_CHARS = 8 * 1024 * 1024  # keys and values: at most ~32 MiB of str per run
+CACHE_MAX_CHARS = 2 * 1024 * 1024  # keys and values: 2-8 MiB of str per run, a worker may hold many runs
 # Up to this length one scan for every detector's hints at once (Redactor._any_hint) decides for
 # all of them; above it the per-detector ``str.find`` scans are as fast as that one regex scan
 # (CPython's re tries the alternation at each position: 2 KiB took 26-180 us, against 50-65 us for

@@ -23,6 +23,7 @@ import random as _random
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ledger.agent import AgentSpec
@@ -107,6 +108,7 @@ class Run:
         self._opener: PayloadOpener | None = None
         self._input: Any = _UNSET
         self._next_step = 0
+        self._on_live: Callable[[], None] | None = None  # called once, when the first live step is taken
         self._segment_wall = time.time()
         self._seconds_at_segment = checkpoint.spent["seconds"]
 
@@ -180,7 +182,11 @@ class Run:
     def _take_step(self) -> tuple[int, StepRecord | None]:
         step = self._next_step
         self._next_step += 1
-        return step, self._cp.steps.get(step)
+        rec = self._cp.steps.get(step)
+        if rec is None and self._on_live is not None:
+            on_live, self._on_live = self._on_live, None
+            on_live()
+        return step, rec
 
     def _check(self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None) -> None:
         same = rec.kind == kind and rec.name == name and (args_digest is None or rec.args_digest == args_digest)

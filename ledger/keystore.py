@@ -109,10 +109,9 @@ class RunKeys:
     def unseal(self, sealed: bytes) -> bytes:
         """The plaintext of ``seal``; raises KeyStoreError when it was altered or sealed under another key."""
         from cryptography.exceptions import InvalidTag
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         try:
-            return AESGCM(self.data_key).decrypt(sealed[:_NONCE], sealed[_NONCE:], self.kid.encode())
+            return self._cipher().decrypt(sealed[:_NONCE], sealed[_NONCE:], self.kid.encode())
         except (InvalidTag, ValueError) as exc:
             raise KeyStoreError(f"a payload sealed under {self.kid} fails authentication (altered?)") from exc
 

@@ -76,6 +76,9 @@ async def test_a_fleet_loses_a_worker_mid_rerun_and_every_rerun_completes_once(
         # The survivor reaps what the dead worker left on this engine (its owner pid is gone).
         await eventually(lambda: not containers_of(docker, doomed.pid), timeout=40, interval=0.5)
     finally:
+        if doomed.poll() is None:  # the test failed before the crash point: never leave it serving
+            doomed.kill()
+            doomed.wait()
         survivor.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(survivor.wait, 60) == 0, (tmp_path / "survivor.log").read_text()
 

@@ -173,12 +173,15 @@ class KVKeyStore:
         import nats
         from nats.js.errors import KeyWrongLastSequenceError
 
+        from ledger.publish import retrying
+
         kv = await self._bucket()
         keys = RunKeys.generate(kid)
         try:
             # update(last=0), not create(): create() re-creates a deleted key, and an erased
-            # run's key must stay gone (its purge marker keeps the subject non-empty).
-            await kv.update(kid, keys.to_bytes(), last=0)
+            # run's key must stay gone (its purge marker keeps the subject non-empty). Retried
+            # across a leader election: a retry after a lost ack meets our own keys (below).
+            await retrying(lambda: kv.update(kid, keys.to_bytes(), last=0))
             return keys
         except KeyWrongLastSequenceError:
             pass
@@ -193,9 +196,11 @@ class KVKeyStore:
         import nats
         from nats.js.errors import KeyNotFoundError
 
+        from ledger.publish import retrying
+
         kv = await self._bucket()
         try:
-            entry = await kv.get(kid)
+            entry = await retrying(lambda: kv.get(kid))
         except KeyNotFoundError:
             return None
         except (TimeoutError, nats.errors.Error) as exc:

@@ -27,6 +27,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import nats
 from nats.js import JetStreamContext
@@ -36,6 +37,7 @@ from ledger.errors import FencedError, PublishError
 from ledger.events import GENESIS, Event, Payload, make_event
 from ledger.streams import LEDGER_STREAM
 
+T = TypeVar("T")
 WRONG_LAST_SEQUENCE = 10071
 # JetStream errors of a cluster between leaders: temporarily unavailable, not the leader,
 # stream offline, no quorum. The publish is retried (same msg id, same fence).
@@ -117,7 +119,31 @@ async def publish_fenced(
 
 
 def _transient(exc: APIError) -> bool:
-    return isinstance(exc, ServiceUnavailableError) or (exc.code or 0) >= 500 or exc.err_code in CLUSTER_TRANSIENT
+    if isinstance(exc, NotFoundError):
+        return False  # an answer (and nats-py's KV errors leave code and err_code unset)
+    code, err_code = getattr(exc, "code", None), getattr(exc, "err_code", None)
+    return isinstance(exc, ServiceUnavailableError) or int(code or 0) >= 500 or err_code in CLUSTER_TRANSIENT
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that waiting can cure: no server, no answer, or a cluster between leaders."""
+    return isinstance(exc, _RETRYABLE) or (isinstance(exc, APIError) and _transient(exc))
+
+
+async def retrying(call: Callable[[], Awaitable[T]], deadline_s: float = RetryPolicy.deadline_s) -> T:
+    """``await call()``, again after transient failures (is_transient) until ``deadline_s`` passed.
+
+    For idempotent requests other than a run's appends (KV reads and compare-and-set writes)."""
+    deadline = time.monotonic() + deadline_s
+    backoff = 0.1
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not is_transient(exc) or time.monotonic() + backoff > deadline:
+                raise
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, 1.0)
 
 
 def _describe(exc: BaseException) -> str:

@@ -43,6 +43,22 @@ def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ClusterState]]:
         local.stop()
 
 
+async def cluster_client(url: str) -> LedgerClient:
+    """A client of a fresh cluster once every stream has a leader: before that, the first burst
+    of connecting agents can spend its whole ready timeout on stream infos nobody answers."""
+    client = await connect(url, ready_timeout=60)
+
+    async def all_led() -> bool:
+        try:
+            infos = await client.js.streams_info()
+        except (TimeoutError, nats.errors.Error):
+            return False
+        return bool(infos) and all(i.cluster is not None and i.cluster.leader for i in infos)
+
+    await eventually(all_led, timeout=60, interval=0.2)
+    return client
+
+
 async def stream_leader(client: LedgerClient, other_than: str | None = None) -> str:
     """The LEDGER stream's leader node once there is one (between leaders requests time out or
     503), and it is not ``other_than`` (a node just killed may still be named for a moment)."""

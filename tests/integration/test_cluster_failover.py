@@ -32,7 +32,7 @@ from ledger.publish import RetryPolicy
 from ledger.reader import load_run
 from ledger.runner import RunResult, resume_run, start_run
 from ledger.verify import verify_runs
-from tests.conftest import eventually, stream_leader
+from tests.conftest import cluster_client, eventually, stream_leader
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +126,7 @@ async def test_runs_survive_losing_the_leader_then_another_node(
     local, state = cluster
     global LOAD
     LOAD = Load()
-    admin = await connect(state.url)
+    admin = await cluster_client(state.url)
     spec = busy_spec()
     agents = [asyncio.create_task(agent(state.url, spec, f"a{i}")) for i in range(AGENTS)]
 
@@ -191,7 +191,7 @@ async def test_runs_stop_cleanly_without_a_quorum_and_resume_exactly_once(
     local, state = cluster
     global LOAD
     LOAD = Load()
-    admin = await connect(state.url)
+    admin = await cluster_client(state.url)
     spec = busy_spec()
     short = RetryPolicy(deadline_s=3.0)
     agents = [asyncio.create_task(agent(state.url, spec, f"q{i}", short)) for i in range(AGENTS)]

@@ -16,7 +16,7 @@ from nats.js.api import PubAck
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from ledger.errors import FencedError, PublishError
-from ledger.publish import RetryPolicy, publish_fenced
+from ledger.publish import RetryPolicy, publish_fenced, retrying
 
 FAST = RetryPolicy(deadline_s=2.0, ack_timeout_s=0.1, backoff_s=0.001, max_backoff_s=0.002)
 
@@ -97,3 +97,15 @@ async def test_another_writer_is_fenced_out() -> None:
     js = ScriptedJS(publishes=[wrong_last(12)], lasts=[theirs])
     with pytest.raises(FencedError):
         await publish_fenced(js, "s", b"x", "r:3", 11, FAST)  # type: ignore[arg-type]
+
+
+async def test_retrying_waits_out_transient_failures_only() -> None:
+    answers: list[Any] = [nats.js.errors.NoStreamResponseError(), ServiceUnavailableError(code=503), "keys"]
+
+    async def call() -> str:
+        return str(_answer(answers.pop(0)))
+
+    assert await retrying(call, deadline_s=2) == "keys"
+    answers[:] = [APIError(code=400, err_code=10071, description="wrong last sequence: 3")]
+    with pytest.raises(APIError):
+        await retrying(call, deadline_s=2)

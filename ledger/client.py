@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -13,15 +12,15 @@ from urllib.parse import urlparse
 import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, ServiceUnavailableError
 
 from ledger.errors import ConnectionFailedError
+from ledger.publish import retrying
 from ledger.streams import StreamSettings, ensure_streams
 
 ENV_URL = "RUNLEDGER_NATS_URL"
-# JetStream error codes of a cluster that is not ready yet: "JetStream system temporarily
-# unavailable" and "insufficient resources" (peers still joining).
-_NOT_READY = {10008, 10023}
+# JetStream error codes of a cluster that is not ready yet, beyond what publish.is_transient
+# waits out: "insufficient resources" (peers still joining).
+_NOT_READY = frozenset({10023})
 
 
 @dataclass
@@ -124,21 +123,9 @@ async def _ensure_when_ready(client: LedgerClient, settings: StreamSettings | No
     """Create the streams, waiting out a cluster that is still electing its JetStream leaders.
 
     A fresh or recovering cluster answers 503 / "JetStream system temporarily unavailable"
-    (10008) or not at all for a few seconds; anything else is a real error."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            await ensure_streams(client.js, settings, clustered=client.clustered)
-            return
-        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError) as exc:
-            last: Exception = exc
-        except APIError as exc:
-            if exc.err_code not in _NOT_READY:
-                raise
-            last = exc
-        if time.monotonic() > deadline:
-            raise last
-        await asyncio.sleep(0.25)
+    (10008), "insufficient resources" (10023, peers still joining) or not at all for a few
+    seconds; anything else is a real error."""
+    await retrying(lambda: ensure_streams(client.js, settings, clustered=client.clustered), timeout, also=_NOT_READY)
 
 
 def servers(url: str) -> list[str]:

@@ -31,6 +31,7 @@ from typing import TypeVar
 
 import nats
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from ledger.errors import FencedError, PublishError
@@ -130,17 +131,22 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _RETRYABLE) or (isinstance(exc, APIError) and _transient(exc))
 
 
-async def retrying(call: Callable[[], Awaitable[T]], deadline_s: float = RetryPolicy.deadline_s) -> T:
-    """``await call()``, again after transient failures (is_transient) until ``deadline_s`` passed.
+async def retrying(
+    call: Callable[[], Awaitable[T]], deadline_s: float = RetryPolicy.deadline_s, *, also: frozenset[int] = frozenset()
+) -> T:
+    """``await call()``, again after transient failures (is_transient, or a JetStream error code
+    in ``also``) until ``deadline_s`` passed.
 
-    For idempotent requests other than a run's appends (KV reads and compare-and-set writes)."""
+    For idempotent requests other than a run's appends (stream setup, KV reads and
+    compare-and-set writes)."""
     deadline = time.monotonic() + deadline_s
     backoff = 0.1
     while True:
         try:
             return await call()
         except Exception as exc:
-            if not is_transient(exc) or time.monotonic() + backoff > deadline:
+            waitable = is_transient(exc) or (isinstance(exc, APIError) and getattr(exc, "err_code", None) in also)
+            if not waitable or time.monotonic() + backoff > deadline:
                 raise
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, 1.0)
@@ -167,51 +173,50 @@ async def last_subject_seq(js: JetStreamContext, subject: str) -> int:
     return int(msg.seq or 0)
 
 
-async def _stored_as(js: JetStreamContext, subject: str, msg_id: str, data: bytes, at_least: int) -> int | None:
-    """The stream sequence under which our message was stored by an earlier attempt, if it was.
+async def _last_msg(js: JetStreamContext, subject: str, at_least: int) -> RawStreamMsg | None:
+    """The subject's last message once a replica has it at stream sequence ``at_least`` or later.
 
-    ``at_least`` is the subject's last sequence as the leader reported it: a direct get answered
-    by a replica that has not caught up yet is asked again rather than believed."""
+    A direct get may be answered by a replica that has not caught up with the leader yet: it
+    is asked again rather than believed. None when the subject is empty and ``at_least`` is 0,
+    or when no answer caught up within the reads."""
     for _ in range(_REPLICA_READS):
         try:
             last = await js.get_last_msg(LEDGER_STREAM, subject, direct=True)
         except NotFoundError:
             if at_least == 0:
                 return None
-            await asyncio.sleep(_REPLICA_WAIT_S)
-            continue
         except _RETRYABLE:
-            await asyncio.sleep(_REPLICA_WAIT_S)
-            continue
-        if (last.seq or 0) < at_least:
-            await asyncio.sleep(_REPLICA_WAIT_S)
-            continue
-        headers = last.headers or {}
-        if headers.get("Nats-Msg-Id") == msg_id and last.data == data:
-            return int(last.seq or 0)
-        return None
+            pass
+        else:
+            if (last.seq or 0) >= at_least:
+                return last
+        await asyncio.sleep(_REPLICA_WAIT_S)
+    return None
+
+
+async def _stored_as(js: JetStreamContext, subject: str, msg_id: str, data: bytes, at_least: int) -> int | None:
+    """The stream sequence under which our message was stored by an earlier attempt, if it was.
+
+    ``at_least`` is the subject's last sequence as the leader reported it."""
+    last = await _last_msg(js, subject, at_least)
+    if last is not None and (last.headers or {}).get("Nats-Msg-Id") == msg_id and last.data == data:
+        return int(last.seq or 0)
     return None
 
 
 async def _same_bytes(js: JetStreamContext, seq: int, data: bytes, subject: str) -> bool:
     # The subject's last message first: a direct get by subject is what an agent role may do
     # (ledger.roles); a get by sequence could read any subject, so it is the fallback.
-    for _ in range(_REPLICA_READS):
-        try:
-            last = await js.get_last_msg(LEDGER_STREAM, subject, direct=True)
-        except NotFoundError:
-            last = None
-        if last is not None and last.seq == seq:
-            return last.data == data
-        if last is not None and (last.seq or 0) > seq:
-            try:
-                msg = await js.get_msg(LEDGER_STREAM, seq=seq, direct=True)
-            except NotFoundError:
-                return False
-            return msg.data == data
-        # No message yet, or an older one: a replica behind the leader answered. Ask again.
-        await asyncio.sleep(_REPLICA_WAIT_S)
-    return False
+    last = await _last_msg(js, subject, seq)
+    if last is None:
+        return False
+    if last.seq == seq:
+        return last.data == data
+    try:
+        msg = await js.get_msg(LEDGER_STREAM, seq=seq, direct=True)
+    except NotFoundError:
+        return False
+    return msg.data == data
 
 
 class SubjectWriter:

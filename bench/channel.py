@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.common import summary, table
 from bench.report import STAT_COLUMNS, Section, SuiteOptions, Table, not_run, ratio_cell, ratio_stats, stat_cells
-from sandbox.image import build_image, docker_client
+from runledger.sandbox.image import build_image, docker_client
 
 ECHO_SOCKET = (
     "import socket,sys\n"

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ledger.server import EmbeddedServer, ServerState
+from runledger.log.server import EmbeddedServer, ServerState
 
 
 @contextlib.contextmanager

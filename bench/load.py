@@ -71,14 +71,13 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from bench.common import pct, server, table
-from ledger.agent import AgentSpec
-from ledger.client import LedgerClient, connect
-from ledger.keystore import KEY_STREAM
-from ledger.models import ModelResponse, ScriptedModel
-from ledger.run import Run
-from ledger.runner import start_run
-from ledger.streams import LEDGER_STREAM
-from ledger.tools import Tool
+from runledger import Run
+from runledger.log.client import LedgerClient, connect
+from runledger.log.subjects import KEY_STREAM, LEDGER_STREAM
+from runledger.sdk.agent import AgentSpec
+from runledger.sdk.lifecycle import start_run
+from runledger.sdk.models import ModelResponse, ScriptedModel
+from runledger.sdk.tools import Tool
 
 AGENT = "loadbench"
 RAW_STREAM = "LOADRAW"
@@ -506,7 +505,7 @@ async def _drop_raw(url: str) -> None:
 async def _readers(url: str, work: Path) -> dict[str, Any]:
     """How fast readers drain the whole LEDGER stream: what a projector catching up can do."""
     from bench.project import projector_reader_only, raw_read
-    from projections.projector import project
+    from runledger.projections.projector import project
 
     async with await connect(url) as client:
         info = await client.js.stream_info(LEDGER_STREAM)
@@ -570,7 +569,7 @@ def target_url(target: str, *, sync_always: bool = True) -> Iterator[tuple[str, 
         with server(sync_always=sync_always) as state:
             yield state.url, [state.pid]
         return
-    from ledger.cluster import LocalCluster
+    from runledger.log.cluster import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="runledger-bench-load-") as tmp:
         cluster = LocalCluster(home=Path(tmp) / "home")

@@ -15,7 +15,7 @@ Measured, in one run on one server (fsync off: reads are measured, not writes):
 - rebuild: ``runledger project --rebuild`` in-process (read, decode, fold, Arrow, DuckDB,
   one transaction a batch, swap), events/s and the file size;
 - ``checkpoint --at-step K`` of the 1,000-step run, median over K: the ledger's command
-  path (``load_run`` + ``fold``) and the projection path (``projections.queries.checkpoint_at``).
+  path (``load_run`` + ``fold``) and the projection path (``runledger.projections.queries.checkpoint_at``).
 Raw reads and rebuilds alternate (``--rounds``) so both see the same machine noise.
 
     python -m bench.project [--events 1000000] [--rounds 2] [--queries]
@@ -41,14 +41,13 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from bench.common import server, summary, table
 from bench.report import STAT_COLUMNS, Goal, Section, SuiteOptions, Table, num, ratio_cell, ratio_stats, stat_cells
-from ledger.canonical import canonical_json, digest
-from ledger.client import LedgerClient, connect
-from ledger.events import GENESIS
-from ledger.fold import fold
-from ledger.ids import new_id
-from ledger.reader import load_run
-from ledger.streams import LEDGER_STREAM
-from ledger.subjects import effect_msg_id, effect_subject, run_msg_id, run_subject
+from runledger.log.client import LedgerClient, connect
+from runledger.log.subjects import LEDGER_STREAM, effect_msg_id, effect_subject, run_msg_id, run_subject
+from runledger.protect.runs import load_run
+from runledger.record.canonical import canonical_json, digest
+from runledger.record.events import GENESIS
+from runledger.record.fold import fold
+from runledger.record.ids import new_id
 
 # -- the workload ---------------------------------------------------------------------------------------
 
@@ -73,11 +72,11 @@ def _stamp(offset_us: int) -> str:
 
 
 class ChainBuilder:
-    """Builds the wire bytes of one subject's hash chain, as ``ledger.events.make_event`` does.
+    """Builds the wire bytes of one subject's hash chain, as ``runledger.record.events.make_event`` does.
 
     Faster than ``make_event`` (no pydantic models, one canonical encoding: the hash member
     is spliced in after "agent", the first key of the canonical form); a unit test decodes
-    its output with ``ledger.events.decode``.
+    its output with ``runledger.record.events.decode``.
     """
 
     def __init__(self, subject: str, run_id: str, agent: str, msg_id: Any) -> None:
@@ -250,7 +249,7 @@ async def raw_read(client: LedgerClient, expected: int) -> float:
 
 
 async def projector_reader_only(client: LedgerClient, expected: int) -> float:
-    from projections.reader import PullReader
+    from runledger.projections.reader import PullReader
 
     reader = PullReader(client, LEDGER_STREAM)
     started = time.perf_counter()
@@ -279,9 +278,9 @@ async def measure(
     ``queries`` (name -> SQL), each query run ``query_repeats`` times on the rebuilt file.
     Returns the numbers; times in seconds unless the key says ms.
     """
-    from projections.projector import rebuild
-    from projections.queries import checkpoint_at, run_sql
-    from projections.store import ProjectionStore
+    from runledger.projections.projector import rebuild
+    from runledger.projections.queries import checkpoint_at, run_sql
+    from runledger.projections.store import ProjectionStore
 
     out: dict[str, Any] = {"events_requested": events, "rounds": rounds, "long_steps": long_steps}
     with server(sync_always=False) as state:
@@ -390,7 +389,8 @@ def run_suite(opts: SuiteOptions) -> Section:
         "projector's own reader doing nothing with the messages, `rebuild` in process (read, decode, fold, Arrow, "
         "DuckDB, one transaction a batch, swap). Then `checkpoint --at-step K` of the long run at "
         f"{len(out['checkpoint_ledger_ms'])} random K, by the ledger path (`load_run` + `fold`) and the projection "
-        f"path (`projections.queries.checkpoint_at`), alternating; then every query of docs/queries.md, {repeats} "
+        f"path (`runledger.projections.queries.checkpoint_at`), alternating; then every query of docs/queries.md, "
+        f"{repeats} "
         "time(s) each, on the rebuilt file (DuckDB, this process, a warm file)."
     )
     raw_rates = [total / s for s in out["raw_s"]]

@@ -21,13 +21,13 @@ from typing import Any
 
 from bench.common import server, summary, table
 from bench.report import Section, SuiteOptions, Table, num, ratio_cell, ratio_stats
-from ledger import AgentSpec, Run, ScriptedModel
-from ledger.capture import DataPolicy, PayloadProtector
-from ledger.client import connect
-from ledger.events import ToolCalled
-from ledger.keystore import RunKeys
-from ledger.redaction import Redactor
-from ledger.runner import start_run
+from runledger import AgentSpec, Run, ScriptedModel
+from runledger.log.client import connect
+from runledger.protect.capture import DataPolicy, PayloadProtector
+from runledger.protect.keystore import RunKeys
+from runledger.protect.redaction import Redactor
+from runledger.record.events import ToolCalled
+from runledger.sdk.lifecycle import start_run
 
 POLICIES = {
     "full, unsealed (no protection)": DataPolicy(capture="full", encrypt=False),

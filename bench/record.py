@@ -52,13 +52,13 @@ from bench.report import (
     ratio_stats,
     stat_cells,
 )
-from ledger.agent import AgentSpec
-from ledger.client import LedgerClient, connect
-from ledger.models import ModelResponse, ScriptedModel
-from ledger.reader import read_raw
-from ledger.run import Run
-from ledger.runner import start_run
-from ledger.subjects import effect_subject, run_subject
+from runledger import Run
+from runledger.log.client import LedgerClient, connect
+from runledger.log.reader import read_raw
+from runledger.log.subjects import effect_subject, run_subject
+from runledger.sdk.agent import AgentSpec
+from runledger.sdk.lifecycle import start_run
+from runledger.sdk.models import ModelResponse, ScriptedModel
 
 KINDS = ("model", "tool", "effect")
 HISTORY = [{"role": "user", "content": "x" * 2048}]

@@ -159,7 +159,7 @@ def machine() -> dict[str, str]:
     except (OSError, IndexError, ValueError):
         mem = "unknown"
     try:
-        from ledger.server import nats_server_binary
+        from runledger.log.server import nats_server_binary
 
         nats = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True, timeout=10)
         server = nats.stdout.strip() or nats.stderr.strip()

@@ -25,15 +25,15 @@ from typing import Any
 
 from bench.common import server, summary, table
 from bench.report import STAT_COLUMNS, Goal, Section, SuiteOptions, Table, not_run, ratio_cell, ratio_stats, stat_cells
-from examples.refund_agent.agent import TICKETS, spec
-from examples.refund_agent.payments import PaymentsService
-from ledger.client import LedgerClient, connect
-from ledger.runner import start_run
-from sandbox.containers import SandboxPolicy, SandboxPool
-from sandbox.image import build_image, docker_client
-from sandbox.rerun import Rerunner, RerunRequest
+from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import LedgerClient, connect
+from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+from runledger.sandbox.image import build_image, docker_client
+from runledger.sandbox.rerun import Rerunner, RerunRequest
+from runledger.sdk.lifecycle import start_run
 
-AGENT = "examples.refund_agent.agent:spec"
+AGENT = "runledger.examples.refund_agent.agent:spec"
 
 
 async def redrive_all(client: LedgerClient, pool: SandboxPool, parents: list[str], concurrency: int) -> dict[str, Any]:

@@ -30,15 +30,16 @@ from typing import Any
 from bench.common import server, summary, table
 from bench.peers import EventSourcingPeer, EventSourcingRun, LangGraphPeer, LangGraphThread, Step
 from bench.report import STAT_COLUMNS, Goal, Section, SuiteOptions, Table, ratio_cell, ratio_stats, stat_cells
-from ledger.agent import AgentSpec
-from ledger.client import LedgerClient, connect
-from ledger.fold import fold
-from ledger.models import ModelResponse, ScriptedModel
-from ledger.operator import approve
-from ledger.reader import load_run, read_raw
-from ledger.run import Run
-from ledger.runner import resume_run, start_run
-from ledger.subjects import any_agent_run_subject
+from runledger import Run
+from runledger.log.client import LedgerClient, connect
+from runledger.log.reader import read_raw
+from runledger.log.subjects import any_agent_run_subject
+from runledger.ops.decisions import approve
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sdk.agent import AgentSpec
+from runledger.sdk.lifecycle import resume_run, start_run
+from runledger.sdk.models import ModelResponse, ScriptedModel
 
 REPLY = ModelResponse(content="ok", input_tokens=512, output_tokens=4)
 RESUME, FOLD, RAW, LANGGRAPH, EVENTSOURCING = (

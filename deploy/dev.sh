@@ -21,6 +21,20 @@ ensure_venv() {
   fi
 }
 
+# mypy cannot follow setuptools' editable finder (the folders ledger/, projections/, sandbox/ and
+# examples/ install as runledger, runledger.projections...): it checks a tree of links in that layout.
+typecheck_tree() {
+  local tree="$root/.build/typecheck/runledger"
+  rm -rf "$root/.build/typecheck"
+  mkdir -p "$tree"
+  for entry in "$root"/ledger/*; do
+    [ "$(basename "$entry")" = "__pycache__" ] || ln -s "$entry" "$tree/"
+  done
+  for package in projections sandbox examples; do
+    ln -s "$root/$package" "$tree/$package"
+  done
+}
+
 case "${1:-}" in
   demo)
     ensure_venv
@@ -34,6 +48,7 @@ case "${1:-}" in
       bash deploy/docker/ensure-docker.sh
     fi
     "$venv/bin/ruff" check ledger projections sandbox examples tests bench
+    typecheck_tree
     "$venv/bin/mypy"
     exec "$venv/bin/pytest" -q -p no:cacheprovider "$@"
     ;;

@@ -1,9 +1,31 @@
-"""runledger's ledger: events on NATS JetStream, the agent SDK, resume and the effect ledger.
+"""runledger: a flight recorder and re-drive bench for AI-agent runs.
 
-Names are imported on first use (PEP 562): ``import ledger.events`` or ``from ledger import
-tool`` loads only what it needs. The sandbox guest depends on this: it imports the Run API
-and the fold, and must not pay for the NATS client, cryptography or the analytics stack
-in every container it starts (docs/sandbox.md, "Start-up cost").
+The public surface is this module's ``__all__``; everything else is an implementation
+detail that may move. The package is cut by concern, and each layer imports only the
+layers below it (``tests/unit/test_layers.py`` keeps it so)::
+
+    runledger
+    ├── errors, extras   the error tree of the core, the optional parts and what each needs
+    ├── record           the record format, pure: events, canonical JSON, ids, the fold
+    ├── log              the log on NATS JetStream: client, embedded server and cluster,
+    │                    streams and buckets, fenced publishing, readers, subject names
+    ├── protect          data protection: redaction, content capture and sealing, run keys,
+    │                    blobs by reference, erasure, roles and their permissions
+    ├── sdk              the agent SDK: the Run API, start and resume, agents, tools,
+    │                    model adapters, effects, the sync facade
+    ├── ops              what operators read and decide: traces, verification, approvals, grants
+    ├── cli              the ``runledger`` program and the core's sub-commands
+    ├── projections      [projections] DuckDB read models of the log, SQL for analysts
+    ├── sandbox          [sandbox] re-runs in Docker sandboxes, workers, diffs of branches
+    └── examples         the example refund agent and the ``runledger demo`` command
+
+    record ◀── log ◀── protect ◀── sdk ◀── ops ◀── cli        projections ──▶ core
+                                                              sandbox ──▶ projections, core
+
+Names are imported on first use (PEP 562): ``from runledger import tool`` loads only what it
+needs. The sandbox guest depends on this: it imports the Run API and the fold, and must not
+pay for the NATS client, cryptography or the analytics stack in every container it starts
+(docs/sandbox.md, "Start-up cost").
 """
 
 from __future__ import annotations
@@ -11,67 +33,64 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# Eager, unlike the rest: ``fold`` is also the name of a submodule, and importing the submodule
-# later would bind the module, not the function, as ``ledger.fold``. Cheap (pydantic, no I/O).
-from ledger.fold import Checkpoint, fold
-
 if TYPE_CHECKING:
-    from ledger.agent import AgentSpec, load_agent
-    from ledger.capture import DataPolicy, PayloadUnavailableError
-    from ledger.client import LedgerClient, connect
-    from ledger.errors import (
+    from runledger.errors import (
         ApprovalDeniedError,
         BudgetExhaustedError,
+        ConfigurationError,
         EffectFailedError,
         EffectInDoubtError,
         FencedError,
         LedgerError,
+        MissingExtraError,
         NondeterminismError,
         PublishError,
         SuspendedForApproval,
         ToolFailedError,
         VersionMismatchError,
     )
-    from ledger.events import Budgets, Event, VersionTuple
-    from ledger.models import ModelResponse, OpenAIChatModel, ScriptedModel
-    from ledger.redaction import RedactionPolicy, SecretResolver
-    from ledger.run import Run
-    from ledger.runner import RunResult, resume_run, start_run
-    from ledger.tools import NOT_FOUND, Tool, tool
+    from runledger.log.client import LedgerClient, connect
+    from runledger.protect.capture import DataPolicy, PayloadUnavailableError
+    from runledger.protect.redaction import RedactionPolicy, SecretResolver
+    from runledger.record.events import Budgets, Event, VersionTuple
+    from runledger.record.fold import Checkpoint, fold
+    from runledger.sdk.agent import AgentSpec, load_agent
+    from runledger.sdk.api import Run
+    from runledger.sdk.lifecycle import RunResult, resume_run, start_run
+    from runledger.sdk.models import ModelAdapter, ModelResponse, OpenAIChatModel, ScriptedModel
+    from runledger.sdk.sync import SyncRun, resume_sync, run_sync, sync_agent
+    from runledger.sdk.tools import NOT_FOUND, Tool, tool
 
-_MODULE_OF = {
-    "NOT_FOUND": "ledger.tools",
-    "AgentSpec": "ledger.agent",
-    "ApprovalDeniedError": "ledger.errors",
-    "BudgetExhaustedError": "ledger.errors",
-    "Budgets": "ledger.events",
-    "DataPolicy": "ledger.capture",
-    "EffectFailedError": "ledger.errors",
-    "EffectInDoubtError": "ledger.errors",
-    "Event": "ledger.events",
-    "FencedError": "ledger.errors",
-    "LedgerClient": "ledger.client",
-    "LedgerError": "ledger.errors",
-    "ModelResponse": "ledger.models",
-    "NondeterminismError": "ledger.errors",
-    "OpenAIChatModel": "ledger.models",
-    "PayloadUnavailableError": "ledger.capture",
-    "PublishError": "ledger.errors",
-    "RedactionPolicy": "ledger.redaction",
-    "Run": "ledger.run",
-    "RunResult": "ledger.runner",
-    "ScriptedModel": "ledger.models",
-    "SecretResolver": "ledger.redaction",
-    "SuspendedForApproval": "ledger.errors",
-    "Tool": "ledger.tools",
-    "ToolFailedError": "ledger.errors",
-    "VersionMismatchError": "ledger.errors",
-    "VersionTuple": "ledger.events",
-    "connect": "ledger.client",
-    "load_agent": "ledger.agent",
-    "resume_run": "ledger.runner",
-    "start_run": "ledger.runner",
-    "tool": "ledger.tools",
+_MODULE_OF: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "ApprovalDeniedError",
+            "BudgetExhaustedError",
+            "ConfigurationError",
+            "EffectFailedError",
+            "EffectInDoubtError",
+            "FencedError",
+            "LedgerError",
+            "MissingExtraError",
+            "NondeterminismError",
+            "PublishError",
+            "SuspendedForApproval",
+            "ToolFailedError",
+            "VersionMismatchError",
+        ],
+        "runledger.errors",
+    ),
+    **dict.fromkeys(["LedgerClient", "connect"], "runledger.log.client"),
+    **dict.fromkeys(["DataPolicy", "PayloadUnavailableError"], "runledger.protect.capture"),
+    **dict.fromkeys(["RedactionPolicy", "SecretResolver"], "runledger.protect.redaction"),
+    **dict.fromkeys(["Budgets", "Event", "VersionTuple"], "runledger.record.events"),
+    **dict.fromkeys(["Checkpoint", "fold"], "runledger.record.fold"),
+    **dict.fromkeys(["AgentSpec", "load_agent"], "runledger.sdk.agent"),
+    **dict.fromkeys(["RunResult", "resume_run", "start_run"], "runledger.sdk.lifecycle"),
+    **dict.fromkeys(["ModelAdapter", "ModelResponse", "OpenAIChatModel", "ScriptedModel"], "runledger.sdk.models"),
+    **dict.fromkeys(["Run"], "runledger.sdk.api"),
+    **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),
+    **dict.fromkeys(["NOT_FOUND", "Tool", "tool"], "runledger.sdk.tools"),
 }
 
 __all__ = [
@@ -81,6 +100,7 @@ __all__ = [
     "BudgetExhaustedError",
     "Budgets",
     "Checkpoint",
+    "ConfigurationError",
     "DataPolicy",
     "EffectFailedError",
     "EffectInDoubtError",
@@ -88,6 +108,8 @@ __all__ = [
     "FencedError",
     "LedgerClient",
     "LedgerError",
+    "MissingExtraError",
+    "ModelAdapter",
     "ModelResponse",
     "NondeterminismError",
     "OpenAIChatModel",
@@ -99,6 +121,7 @@ __all__ = [
     "ScriptedModel",
     "SecretResolver",
     "SuspendedForApproval",
+    "SyncRun",
     "Tool",
     "ToolFailedError",
     "VersionMismatchError",
@@ -107,7 +130,10 @@ __all__ = [
     "fold",
     "load_agent",
     "resume_run",
+    "resume_sync",
+    "run_sync",
     "start_run",
+    "sync_agent",
     "tool",
 ]
 
@@ -115,7 +141,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
-        raise AttributeError(f"module 'ledger' has no attribute {name!r}")
+        raise AttributeError(f"module 'runledger' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value

@@ -2,6 +2,7 @@
 
     LedgerError
     ├── ConfigurationError            bad command-line or environment input
+    ├── MissingExtraError             an optional part is not installed (also an ImportError)
     ├── ServerError                   the embedded nats-server could not start / stop
     │   ├── PortInUseError
     │   └── DataDirError
@@ -39,6 +40,21 @@ class LedgerError(Exception):
 
 class ConfigurationError(LedgerError):
     pass
+
+
+class MissingExtraError(LedgerError, ImportError):
+    """A feature needs an extra that is not installed; the message is the one line that installs it."""
+
+    def __init__(self, extra: str, feature: str, missing: str) -> None:
+        self.extra = extra
+        self.feature = feature
+        self.missing = missing
+        super().__init__(
+            f"{feature} needs the {extra} extra ({missing} is not installed): pip install 'runledger[{extra}]'"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.extra, self.feature, self.missing))
 
 
 class ServerError(LedgerError):

@@ -1,6 +1,16 @@
-"""runledger's projections: DuckDB read models of the ledger stream, SQL for analysts."""
+"""runledger's projections: DuckDB read models of the ledger stream, SQL for analysts.
 
-from projections.errors import (
+Needs the ``projections`` extra (``pip install 'runledger[projections]'``): importing this
+package without it raises ``MissingExtraError`` saying so.
+"""
+
+from runledger.extras import require_extra
+
+require_extra("projections", "runledger.projections")
+
+# ruff: noqa: E402  (the check above must run before DuckDB is imported)
+
+from runledger.projections.errors import (
     EventsExpiredError,
     ProjectionError,
     ProjectionFileError,
@@ -11,10 +21,10 @@ from projections.errors import (
     StreamMismatchError,
     StreamReadError,
 )
-from projections.partition import BatchRows, PartitionProjector
-from projections.projector import Projector, ProjectResult, default_db_path, project, rebuild, stream_status
-from projections.queries import QueryResult, checkpoint_at, export_parquet, format_result, run_sql
-from projections.store import ProjectionStore, ProjectorState, StreamIdentity
+from runledger.projections.partition import BatchRows, PartitionProjector
+from runledger.projections.projector import Projector, ProjectResult, default_db_path, project, rebuild, stream_status
+from runledger.projections.queries import QueryResult, checkpoint_at, export_parquet, format_result, run_sql
+from runledger.projections.store import ProjectionStore, ProjectorState, StreamIdentity
 
 __all__ = [
     "BatchRows",

@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ledger.cli import with_client
-from ledger.client import LedgerClient
-from projections.errors import StreamReadError
-from projections.progress import ProgressLine
-from projections.projector import ProjectResult, default_db_path, project, rebuild
-from projections.queries import FORMATS, export_parquet, format_result, quarantined, run_sql
-from projections.store import ProjectionStore
+from runledger.cli.connect import with_client
+from runledger.log.client import LedgerClient
+from runledger.projections.errors import StreamReadError
+from runledger.projections.progress import ProgressLine
+from runledger.projections.projector import ProjectResult, default_db_path, project, rebuild
+from runledger.projections.queries import FORMATS, export_parquet, format_result, quarantined, run_sql
+from runledger.projections.store import ProjectionStore
 
 
 def _db(args: argparse.Namespace) -> Path:

@@ -1,6 +1,6 @@
 """Every error the projections package raises.
 
-    LedgerError                               (ledger.errors)
+    LedgerError                               (runledger.errors)
     └── ProjectionError
         ├── ProjectionFileError               the DuckDB file cannot be opened, locked or written
         │   ├── ProjectionLockedError         another process holds the file
@@ -17,7 +17,7 @@ the boundary with ``raise ... from exc``.
 
 from __future__ import annotations
 
-from ledger.errors import LedgerError
+from runledger.errors import LedgerError
 
 
 class ProjectionError(LedgerError):

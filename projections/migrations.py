@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from projections.errors import SchemaTooNewError
+from runledger.projections.errors import SchemaTooNewError
 
 
 @dataclass(frozen=True)

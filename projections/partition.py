@@ -1,15 +1,15 @@
 """Decoding and folding one batch of raw stream records into staged rows. Pure: no I/O.
 
-``PartitionProjector.project(records)`` decodes each message with ``ledger.events.decode_fast``
+``PartitionProjector.project(records)`` decodes each message with ``runledger.record.events.decode_fast``
 (``decode``'s answers, faster), quarantines what does not decode, appends every event to the
 ``events`` rows, and folds it:
 
-- events on a run subject (``ledger.run.<agent>.<run_id>``) with ``ledger.fold.apply`` into
+- events on a run subject (``ledger.run.<agent>.<run_id>``) with ``runledger.record.fold.apply`` into
   that run's checkpoint, grouped by the subject's run id exactly as ``load_run`` groups
   them for resume (so the checkpoint here is the one resume builds, except that resume
-  opens sealed content first and the projection never does: ``ledger.capture``);
+  opens sealed content first and the projection never does: ``runledger.protect.capture``);
 - events on an idempotency-key subject (``ledger.effect.<digest>``) with
-  ``ledger.effects.apply_key`` into that key's state.
+  ``runledger.sdk.effects.apply_key`` into that key's state.
 
 It keeps the state of the runs and keys it has seen; the caller (which owns the DuckDB
 file) preloads the state of anything else before a batch and tells it what to forget, so
@@ -27,13 +27,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ledger.effects import KeyState, apply_key
-from ledger.errors import ChainError, EventDecodeError
-from ledger.events import Event, decode_fast
-from ledger.fold import Checkpoint, apply
-from ledger.records import RawRecord, Recorded
-from ledger.subjects import EFFECT_PREFIX, parse_run_subject
-from projections.rows import (
+from runledger.errors import ChainError, EventDecodeError
+from runledger.log.subjects import EFFECT_PREFIX, parse_run_subject
+from runledger.projections.rows import (
     RunFold,
     TableBuffer,
     add_checkpoint,
@@ -43,6 +39,10 @@ from projections.rows import (
     add_run,
     add_steps,
 )
+from runledger.record.events import Event, decode_fast
+from runledger.record.fold import Checkpoint, apply
+from runledger.record.records import RawRecord, Recorded
+from runledger.sdk.effects import KeyState, apply_key
 
 _EFFECT_PREFIX = EFFECT_PREFIX + "."
 STAGED_TABLES = ("events", "quarantine", "runs", "steps", "checkpoints", "effect_keys")

@@ -1,7 +1,7 @@
 """The projector: the LEDGER stream into a DuckDB file, batch by batch, exactly once.
 
-A loop of three overlapping stages: the reader (``projections.reader``) reads batch k+1 of
-contiguous raw records while the partitions (``projections.workers``: this process, or
+A loop of three overlapping stages: the reader (``runledger.projections.reader``) reads batch k+1 of
+contiguous raw records while the partitions (``runledger.projections.workers``: this process, or
 worker processes for large backlogs) decode and fold batch k, while a thread commits batch
 k-1: every table's rows together with the new stream position in one DuckDB transaction
 (``ProjectionStore.commit``). Commits are strictly ordered. A crash anywhere leaves the
@@ -41,17 +41,24 @@ from typing import Any
 import duckdb
 import nats
 
-from ledger.client import LedgerClient
-from ledger.records import RawRecord
-from ledger.server import runledger_home
-from ledger.streams import LEDGER_STREAM
-from projections import crashpoints
-from projections.errors import EventsExpiredError, ProjectionError, StreamReadError
-from projections.partition import BatchRows, RouteCache
-from projections.progress import ProgressLine
-from projections.reader import PULL_BATCH, PullReader, StreamReader, open_reader
-from projections.store import ProjectionStore, StreamIdentity, fold_fingerprint, lock_path, replace_file, take_lock
-from projections.workers import LocalPartitions, Partitions, PartitionWork, ProcessPartitions, partition_of
+from runledger.log.client import LedgerClient
+from runledger.log.server import runledger_home
+from runledger.log.subjects import LEDGER_STREAM
+from runledger.projections import crashpoints
+from runledger.projections.errors import EventsExpiredError, ProjectionError, StreamReadError
+from runledger.projections.partition import BatchRows, RouteCache
+from runledger.projections.progress import ProgressLine
+from runledger.projections.reader import PULL_BATCH, PullReader, StreamReader, open_reader
+from runledger.projections.store import (
+    ProjectionStore,
+    StreamIdentity,
+    fold_fingerprint,
+    lock_path,
+    replace_file,
+    take_lock,
+)
+from runledger.projections.workers import LocalPartitions, Partitions, PartitionWork, ProcessPartitions, partition_of
+from runledger.record.records import RawRecord
 
 DB_NAME = "ledger.duckdb"
 BATCH = 2 * PULL_BATCH  # events a transaction: fewer commits (each fsyncs) at ~20 MB of memory
@@ -144,7 +151,7 @@ class Projector:
     """Projects the LEDGER stream into one open ``ProjectionStore``.
 
     ``workers``: 0 folds in this process; N > 0 folds in N worker processes
-    (``projections.workers``), started only when the backlog is at least ``WORKERS_FROM``
+    (``runledger.projections.workers``), started only when the backlog is at least ``WORKERS_FROM``
     events (spawning costs about a second).
     """
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import duckdb
 
-from ledger.events import Event
-from ledger.fold import Checkpoint, fold
-from ledger.records import Recorded
-from projections.errors import ProjectionError, QueryError
+from runledger.projections.errors import ProjectionError, QueryError
+from runledger.record.events import Event
+from runledger.record.fold import Checkpoint, fold
+from runledger.record.records import Recorded
 
 FORMATS = ("table", "csv", "json")
 

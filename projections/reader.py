@@ -4,7 +4,7 @@ Two readers with one contract (``StreamReader``): ``next_batch`` returns the nex
 stream order, each exactly one sequence after the previous (``SequenceGapError`` otherwise),
 or ``[]`` when nothing arrived within ``wait``.
 
-``PullReader`` (the default; ledger.fastread) speaks the NATS protocol itself on a connection of its own: an
+``PullReader`` (the default; runledger.log.fastread) speaks the NATS protocol itself on a connection of its own: an
 ephemeral pull consumer (no acks) asked for large batches, whose messages are parsed
 straight from the socket buffer. nats-py spends ~30 us a message in its parser, header
 parsing, ``Msg`` objects and a task queue (PITFALLS: ~11k msg/s with ``fetch()``, ~30-60k
@@ -31,14 +31,14 @@ from typing import Any, Protocol
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from ledger import fastread
-from ledger.client import LedgerClient
-from ledger.fastread import PULL_BATCH as PULL_BATCH
-from ledger.fastread import PULL_MAX_BYTES as PULL_MAX_BYTES
-from ledger.fastread import ProtocolParser as ProtocolParser
-from ledger.fastread import ReaderUnavailable
-from ledger.records import RawRecord
-from projections.errors import SequenceGapError, StreamReadError
+from runledger.log import fastread
+from runledger.log.client import LedgerClient
+from runledger.log.fastread import PULL_BATCH as PULL_BATCH
+from runledger.log.fastread import PULL_MAX_BYTES as PULL_MAX_BYTES
+from runledger.log.fastread import ProtocolParser as ProtocolParser
+from runledger.log.fastread import ReaderUnavailable
+from runledger.projections.errors import SequenceGapError, StreamReadError
+from runledger.record.records import RawRecord
 
 
 class StreamReader(Protocol):
@@ -64,7 +64,7 @@ def parse_ack_subject(reply: bytes) -> tuple[int, int]:
 
 
 class PullReader(fastread.PullReader):
-    """The fast reader: an ephemeral no-ack pull consumer on a connection of its own (ledger.fastread)."""
+    """The fast reader: an ephemeral no-ack pull consumer on a connection of its own (runledger.log.fastread)."""
 
     read_error = StreamReadError
     gap_error = SequenceGapError

@@ -1,7 +1,7 @@
 """From folded state to table rows: pure functions and the Arrow shape of each staged table.
 
-Every derived row is computed from what the shared folds produce (``ledger.fold`` for a
-run, ``ledger.effects.fold_key`` for an idempotency key): this module formats, it never
+Every derived row is computed from what the shared folds produce (``runledger.record.fold`` for a
+run, ``runledger.sdk.effects.fold_key`` for an idempotency key): this module formats, it never
 decides. Rows are gathered column by column in a ``TableBuffer`` and become one Arrow
 table per batch, which DuckDB appends in a single statement (never row by row).
 
@@ -19,10 +19,10 @@ from typing import Any
 import pyarrow as pa
 from pydantic_core import to_json
 
-from ledger.effects import KeyState
-from ledger.events import Event
-from ledger.fold import Checkpoint, StepRecord
-from ledger.records import RawRecord
+from runledger.record.events import Event
+from runledger.record.fold import Checkpoint, StepRecord
+from runledger.record.records import RawRecord
+from runledger.sdk.effects import KeyState
 
 _S = pa.string()
 _I64 = pa.int64()

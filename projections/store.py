@@ -30,18 +30,18 @@ from typing import IO, Any
 import duckdb
 import pyarrow as pa
 
-from ledger import effects as ledger_effects
-from ledger import fold as ledger_fold
-from ledger.effects import KeyState
-from projections import crashpoints
-from projections.errors import (
+from runledger.projections import crashpoints
+from runledger.projections.errors import (
     ProjectionError,
     ProjectionFileError,
     ProjectionLockedError,
     StreamMismatchError,
 )
-from projections.migrations import migrate
-from projections.rows import RunFold, checkpoint_from_json, key_state_from_row
+from runledger.projections.migrations import migrate
+from runledger.projections.rows import RunFold, checkpoint_from_json, key_state_from_row
+from runledger.record import fold as ledger_fold
+from runledger.sdk import effects as ledger_effects
+from runledger.sdk.effects import KeyState
 
 # WAL size that triggers a DuckDB checkpoint (``close`` always does one). Larger: less work in
 # all (measured 26.7 -> 20.8 us an event at 1 GB), but the final checkpoint runs after the last
@@ -73,7 +73,7 @@ _WRITE_SQL = {
 def fold_fingerprint() -> str:
     """A digest of the code that derives rows: when it changes, a rebuild may change them."""
     h = hashlib.sha256()
-    from projections import partition, rows
+    from runledger.projections import partition, rows
 
     for module in (ledger_fold, ledger_effects, rows, partition):
         h.update(inspect.getsource(module).encode())

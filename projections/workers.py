@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from ledger.effects import KeyState
-from ledger.records import RawRecord
-from projections.errors import ProjectionError
-from projections.partition import BatchRows, PartitionProjector
-from projections.rows import RunFold
+from runledger.projections.errors import ProjectionError
+from runledger.projections.partition import BatchRows, PartitionProjector
+from runledger.projections.rows import RunFold
+from runledger.record.records import RawRecord
+from runledger.sdk.effects import KeyState
 
 
 def partition_of(route: str | None, count: int) -> int:
@@ -121,7 +121,8 @@ class LocalPartitions:
 
 
 _WORKER = (
-    "import sys; from multiprocessing.connection import Connection; from projections.workers import _worker_main; "
+    "import sys; from multiprocessing.connection import Connection; "
+    "from runledger.projections.workers import _worker_main; "
     "_worker_main(Connection(int(sys.argv[1])))"
 )
 

@@ -24,10 +24,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from ledger.canonical import digest, jsonable
-from ledger.effects import read_key
-from ledger.errors import ConfigurationError, NondeterminismError, ToolFailedError
-from ledger.events import (
+from runledger.errors import ConfigurationError, NondeterminismError, ToolFailedError
+from runledger.record.canonical import digest, jsonable
+from runledger.record.events import (
     ApprovalRequested,
     ApprovalResolved,
     ClockRead,
@@ -40,16 +39,17 @@ from ledger.events import (
     ToolCalled,
     Usage,
 )
-from ledger.fold import Checkpoint, StepRecord
-from ledger.models import ModelResponse
-from ledger.run import Run
-from ledger.tools import Tool, ToolFn
-from sandbox.errors import DivergenceError
+from runledger.record.fold import Checkpoint, StepRecord
+from runledger.sandbox.errors import DivergenceError
+from runledger.sdk.effects import read_key
+from runledger.sdk.models import ModelResponse
+from runledger.sdk.run import RecordedRun
+from runledger.sdk.tools import Tool, ToolFn
 
 Mode = Literal["redrive", "live"]
 
 
-class BranchRun(Run):
+class BranchRun(RecordedRun):
     """The host-side Run of a re-run: applies the mode's rules to every call."""
 
     def __init__(

@@ -14,9 +14,9 @@ import asyncio
 import time
 from typing import Any
 
-from ledger.errors import ApprovalDeniedError, EffectFailedError, ToolFailedError
-from sandbox.channel import ChannelError, check_request, encode, read_message
-from sandbox.errors import SandboxViolation
+from runledger.errors import ApprovalDeniedError, EffectFailedError, ToolFailedError
+from runledger.sandbox.channel import ChannelError, check_request, encode, read_message
+from runledger.sandbox.errors import SandboxViolation
 
 # Errors an agent may catch and handle: forwarded to the guest instead of ending the run.
 FORWARDED = (ToolFailedError, EffectFailedError, ApprovalDeniedError)

@@ -10,20 +10,22 @@ import sys
 import time
 from typing import Any
 
-from ledger.cli import nats_url, run_async, with_client
-from ledger.client import LedgerClient, connect
-from ledger.errors import ConfigurationError, RunNotFoundError
-from ledger.fold import fold
-from ledger.reader import load_run
-from ledger.trace import render_run
-from sandbox.containers import SandboxPolicy, SandboxPool
-from sandbox.diff import diff, render
-from sandbox.image import build_image, current_image, docker_client
-from sandbox.rerun import Rerunner, RerunRequest
-from sandbox.worker import run_worker, submit
+from runledger.cli.connect import nats_url, run_async, with_client
+from runledger.errors import ConfigurationError, RunNotFoundError
+from runledger.extras import require_extra
+from runledger.log.client import LedgerClient, connect
+from runledger.ops.trace import render_run
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+from runledger.sandbox.diff import diff, render
+from runledger.sandbox.image import build_image, current_image, docker_client
+from runledger.sandbox.rerun import Rerunner, RerunRequest
+from runledger.sandbox.worker import run_worker, submit
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    require_extra("sandbox", "`runledger sandbox build`")
     tag = build_image(args.base, log=lambda m: print(m, file=sys.stderr))
     print(tag)
     return 0
@@ -66,8 +68,9 @@ async def _wait_for(client: LedgerClient, run_id: str, timeout: float) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from projections.projector import default_db_path
-    from sandbox.sweep import progress_bar, select_runs, sweep
+    require_extra("sandbox", "`runledger sweep`")
+    from runledger.projections.projector import default_db_path
+    from runledger.sandbox.sweep import progress_bar, select_runs, sweep
 
     template = _request(argparse.Namespace(**{**vars(args), "run": "-"}))
 
@@ -94,6 +97,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
+    require_extra("sandbox", "`runledger rerun`")
     if args.where:
         if args.run:
             raise ConfigurationError("give either a RUN or --where, not both")
@@ -137,6 +141,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    require_extra("sandbox", "`runledger worker`")
     async def serve() -> int:
         docker = docker_client()
         policy = SandboxPolicy(image=args.image or current_image(docker), timeout_s=args.timeout)

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger.server import pid_alive
-from sandbox.channel import MAX_LINE, read_message
-from sandbox.errors import SandboxError, SandboxViolation
+from runledger.log.server import pid_alive
+from runledger.sandbox.channel import MAX_LINE, read_message
+from runledger.sandbox.errors import SandboxError, SandboxViolation
 
 LABEL = "runledger.sandbox"
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
-GUEST_COMMAND = ["python3", "-m", "sandbox.guest", "/run/runledger/broker.sock"]
+GUEST_COMMAND = ["python3", "-m", "runledger.sandbox.guest", "/run/runledger/broker.sock"]
 GUEST_ENVIRONMENT = {"PYTHONPATH": "/app:/opt/runledger:/opt/runledger/site"}
 
 

@@ -12,10 +12,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ledger.client import LedgerClient
-from ledger.fold import Checkpoint, StepRecord, fold
-from ledger.reader import load_run
-from sandbox.errors import SandboxError
+from runledger.log.client import LedgerClient
+from runledger.protect.runs import load_run
+from runledger.record.fold import Checkpoint, StepRecord, fold
+from runledger.sandbox.errors import SandboxError
 
 
 @dataclass

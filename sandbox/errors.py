@@ -10,7 +10,7 @@ SandboxError(LedgerError)
 
 from __future__ import annotations
 
-from ledger.errors import LedgerError
+from runledger.errors import LedgerError
 
 
 class SandboxError(LedgerError):

@@ -1,6 +1,6 @@
 """The guest: what runs inside the sandbox container.
 
-``python3 -m sandbox.guest /run/runledger/broker.sock`` imports the SDK (so a warm
+``python3 -m runledger.sandbox.guest /run/runledger/broker.sock`` imports the SDK (so a warm
 container has paid for it), connects to the broker, says hello and waits to be
 given a re-run: the agent to load and its input. The agent function then runs
 against ``RemoteRun``, whose every call is a request to the broker on the host,
@@ -18,10 +18,10 @@ import sys
 import traceback
 from typing import Any
 
-import ledger.errors as ledger_errors
-from ledger.agent import code_hash, load_agent
-from ledger.models import ModelResponse
-from sandbox.channel import MAX_LINE, encode, read_message
+import runledger.errors as ledger_errors
+from runledger.sandbox.channel import MAX_LINE, encode, read_message
+from runledger.sdk.agent import code_hash, load_agent
+from runledger.sdk.models import ModelResponse
 
 
 class RemoteError(Exception):
@@ -109,7 +109,7 @@ async def serve(socket_path: str) -> int:
         expected = start.get("agent_version")
         if expected and actual != expected:
             raise RuntimeError(f"the mounted agent code hashes to {actual}, the run expects {expected}")
-        output = await spec.fn(RemoteRun(reader, writer, start))  # type: ignore[arg-type]
+        output = await spec.fn(RemoteRun(reader, writer, start))
         message = {"id": -1, "op": "done", "output": output}
     except SystemExit:
         return 1

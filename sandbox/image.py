@@ -22,8 +22,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ledger.server import runledger_home
-from sandbox.errors import DockerUnavailableError, ImageError
+from runledger.log.server import runledger_home
+from runledger.sandbox.errors import DockerUnavailableError, ImageError
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"

@@ -19,22 +19,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ledger.agent import AgentSpec, load_agent
-from ledger.capture import PayloadProtector, client_opener, run_protector
-from ledger.client import LedgerClient
-from ledger.errors import RunNotFoundError, VersionMismatchError
-from ledger.events import RunForked, RunResumed, RunStarted, VersionTuple
-from ledger.fold import Checkpoint, apply, fold
-from ledger.ids import new_id
-from ledger.publish import RetryPolicy, SubjectWriter
-from ledger.reader import load_run
-from ledger.records import Recorded
-from ledger.runner import RunResult, drive
-from ledger.subjects import run_subject
-from sandbox.branch import BranchRun
-from sandbox.broker import Broker
-from sandbox.containers import SandboxPool
-from sandbox.errors import RerunRequestError, SandboxViolation
+from runledger.errors import RunNotFoundError, VersionMismatchError
+from runledger.log.client import LedgerClient
+from runledger.log.publish import RetryPolicy, SubjectWriter
+from runledger.log.subjects import run_subject
+from runledger.protect.capture import PayloadProtector, client_opener, run_protector
+from runledger.protect.runs import load_run
+from runledger.record.events import RunForked, RunResumed, RunStarted, VersionTuple
+from runledger.record.fold import Checkpoint, apply, fold
+from runledger.record.ids import new_id
+from runledger.record.records import Recorded
+from runledger.sandbox.branch import BranchRun
+from runledger.sandbox.broker import Broker
+from runledger.sandbox.containers import SandboxPool
+from runledger.sandbox.errors import RerunRequestError, SandboxViolation
+from runledger.sdk.agent import AgentSpec, load_agent
+from runledger.sdk.lifecycle import RunResult, drive
 
 Mode = Literal["replay", "redrive", "live", "counterfactual"]
 CHANGEABLE = ("model", "prompt", "agent")

@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger.client import LedgerClient
-from ledger.errors import LedgerError
-from ledger.fold import fold
-from ledger.reader import load_run
-from projections.projector import project
-from projections.store import ProjectionStore
-from sandbox.containers import SandboxPool
-from sandbox.diff import diff
-from sandbox.errors import RerunRequestError
-from sandbox.rerun import Rerunner, RerunRequest, RerunResult
+from runledger.errors import LedgerError
+from runledger.log.client import LedgerClient
+from runledger.projections.projector import project
+from runledger.projections.store import ProjectionStore
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sandbox.containers import SandboxPool
+from runledger.sandbox.diff import diff
+from runledger.sandbox.errors import RerunRequestError
+from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 
 
 @dataclass

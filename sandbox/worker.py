@@ -21,13 +21,12 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
-from ledger.client import LedgerClient
-from ledger.errors import LedgerError, PublishError, RunNotFoundError, VersionMismatchError
-from ledger.streams import CMD_STREAM
-from ledger.subjects import CMD_PREFIX
-from sandbox.containers import SandboxPolicy, SandboxPool
-from sandbox.errors import RerunRequestError
-from sandbox.rerun import Rerunner, RerunRequest, RerunResult
+from runledger.errors import LedgerError, PublishError, RunNotFoundError, VersionMismatchError
+from runledger.log.client import LedgerClient
+from runledger.log.subjects import CMD_PREFIX, CMD_STREAM
+from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+from runledger.sandbox.errors import RerunRequestError
+from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 
 RERUN_SUBJECT = f"{CMD_PREFIX}.rerun"
 CONSUMER = "rerun-workers"

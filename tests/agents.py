@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ledger import AgentSpec, Budgets, ModelResponse, Run, ScriptedModel
+from runledger import AgentSpec, Budgets, ModelResponse, Run, ScriptedModel
 
 
 def _count(name: str, value: Any) -> Any:

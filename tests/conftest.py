@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 import nats
 import pytest
 
-from ledger.client import LedgerClient, connect
-from ledger.cluster import ClusterState, LocalCluster
-from ledger.server import EmbeddedServer, ServerState
-from ledger.streams import LEDGER_STREAM
+from runledger.log.client import LedgerClient, connect
+from runledger.log.cluster import ClusterState, LocalCluster
+from runledger.log.server import EmbeddedServer, ServerState
+from runledger.log.subjects import LEDGER_STREAM
 
 T = TypeVar("T")
 IN_CI = os.environ.get("CI") == "true"
@@ -34,7 +34,7 @@ def nats_server(tmp_path: Path) -> Iterator[ServerState]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ClusterState]]:
-    """A fresh 3-node JetStream cluster on loopback (``ledger.cluster``)."""
+    """A fresh 3-node JetStream cluster on loopback (``runledger.log.cluster``)."""
     local = LocalCluster(home=tmp_path / "cluster-home")
     state = local.start(size=3, data_dir=tmp_path / "cluster-data")
     try:

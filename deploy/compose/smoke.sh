@@ -17,6 +17,6 @@ export RUNLEDGER_HOME
 "$rl" demo | tail -1
 "$rl" status | grep -A1 "stream LEDGER:"
 run=$("$rl" runs | awk 'NR==3{print $1}')
-"$rl" rerun "$run" --agent examples.refund_agent.agent:spec --mode redrive --at-step 1 --wait
+"$rl" rerun "$run" --agent runledger.examples.refund_agent.agent:spec --mode redrive --at-step 1 --wait
 sleep 3
 "${compose[@]}" logs --tail 1 projector

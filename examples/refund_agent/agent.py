@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ledger import NOT_FOUND, AgentSpec, Budgets, Run, ScriptedModel, tool
+from runledger import NOT_FOUND, AgentSpec, Budgets, Run, ScriptedModel, tool
 
 APPROVAL_THRESHOLD = 500.0
 SYSTEM_PROMPT = (

@@ -7,15 +7,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from examples.refund_agent.agent import TICKETS, spec
-from examples.refund_agent.payments import PaymentsService
-from ledger.client import connect
-from ledger.fold import fold
-from ledger.operator import approve
-from ledger.reader import load_run
-from ledger.runner import resume_run, start_run
-from ledger.trace import list_runs, render_run
-from ledger.verify import verify_runs
+from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import connect
+from runledger.ops.decisions import approve
+from runledger.ops.trace import list_runs, render_run
+from runledger.ops.verify import verify_runs
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sdk.lifecycle import resume_run, start_run
 
 
 async def main(url: str, show: Callable[[str], None] = print) -> int:

@@ -4,7 +4,7 @@ Every POST /refunds issues a new refund (two calls, two refunds) and every call 
 appended to a JSON-lines log, which is what the crash tests count. GET
 /refunds?order=ID lists the refunds of an order (what a reconcile function asks).
 
-Run it alone: ``python -m examples.refund_agent.payments --port 8099 --log payments.log``.
+Run it alone: ``python -m runledger.examples.refund_agent.payments --port 8099 --log payments.log``.
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger.cli import main
-from ledger.client import connect
-from ledger.cluster import LocalCluster
-from ledger.streams import LEDGER_STREAM, StreamSettings
+from runledger.cli.app import main
+from runledger.log.client import connect
+from runledger.log.cluster import LocalCluster
+from runledger.log.streams import StreamSettings
+from runledger.log.subjects import LEDGER_STREAM
 
 pytestmark = pytest.mark.integration
 

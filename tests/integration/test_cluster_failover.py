@@ -21,17 +21,17 @@ from typing import Any
 
 import pytest
 
-from examples.refund_agent.agent import refund
-from examples.refund_agent.payments import PaymentsService
-from ledger import AgentSpec, ModelResponse, Run, ScriptedModel
-from ledger.client import LedgerClient, connect
-from ledger.cluster import ClusterState, LocalCluster
-from ledger.errors import FencedError, PublishError
-from ledger.ids import new_id
-from ledger.publish import RetryPolicy
-from ledger.reader import load_run
-from ledger.runner import RunResult, resume_run, start_run
-from ledger.verify import verify_runs
+from runledger import AgentSpec, ModelResponse, Run, ScriptedModel
+from runledger.errors import FencedError, PublishError
+from runledger.examples.refund_agent.agent import refund
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import LedgerClient, connect
+from runledger.log.cluster import ClusterState, LocalCluster
+from runledger.log.publish import RetryPolicy
+from runledger.ops.verify import verify_runs
+from runledger.protect.runs import load_run
+from runledger.record.ids import new_id
+from runledger.sdk.lifecycle import RunResult, resume_run, start_run
 from tests.conftest import cluster_client, eventually, stream_leader
 
 pytestmark = pytest.mark.integration

@@ -18,9 +18,9 @@ import duckdb
 import pytest
 
 from bench.project import publish_raw, workload
-from ledger.client import connect
-from ledger.cluster import ClusterState, LocalCluster
-from ledger.streams import LEDGER_STREAM
+from runledger.log.client import connect
+from runledger.log.cluster import ClusterState, LocalCluster
+from runledger.log.subjects import LEDGER_STREAM
 from tests.conftest import eventually, stream_leader
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ async def test_the_projector_follows_through_a_rolling_kill_of_every_node(
     client = await connect(state.url)
     await publish_raw(client, workload(400))
     follower = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "project", "--follow", "--db", str(db), "--batch", "200"],
+        [sys.executable, "-m", "runledger.cli.app", "project", "--follow", "--db", str(db), "--batch", "200"],
         cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": state.url},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

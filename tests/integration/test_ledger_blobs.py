@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from ledger import AgentSpec, Run, ScriptedModel
-from ledger.blobs import BlobCorruptError, BlobMissingError, BlobStore, is_blob_ref
-from ledger.capture import DataPolicy, PayloadUnavailableError, client_opener
-from ledger.cli import main
-from ledger.client import LedgerClient
-from ledger.fold import fold
-from ledger.operator import approve
-from ledger.reader import load_run
-from ledger.runner import resume_run, start_run
-from ledger.streams import BLOB_BUCKET
+from runledger import AgentSpec, Run, ScriptedModel
+from runledger.cli import main
+from runledger.log.client import LedgerClient
+from runledger.log.subjects import BLOB_BUCKET
+from runledger.ops.decisions import approve
+from runledger.protect.blobs import BlobCorruptError, BlobMissingError, BlobStore, is_blob_ref
+from runledger.protect.capture import DataPolicy, PayloadUnavailableError, client_opener
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = pytest.mark.integration
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from ledger.agent import AgentSpec
-from ledger.cli import main
-from ledger.client import connect
-from ledger.events import ClockRead
-from ledger.models import ScriptedModel
-from ledger.run import Run
-from ledger.runner import start_run
-from ledger.subjects import run_subject
+from runledger import Run
+from runledger.cli import main
+from runledger.log.client import connect
+from runledger.log.subjects import run_subject
+from runledger.record.events import ClockRead
+from runledger.sdk.agent import AgentSpec
+from runledger.sdk.lifecycle import start_run
+from runledger.sdk.models import ScriptedModel
 from tests.unit.helpers import Chain
 
 pytestmark = pytest.mark.integration

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from examples.refund_agent.agent import TICKETS
+from runledger.examples.refund_agent.agent import TICKETS
 from tests.agents import calls
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-AGENT = "examples.refund_agent.agent:spec"
+AGENT = "runledger.examples.refund_agent.agent:spec"
 T1001 = next(t for t in TICKETS if t["ticket"] == "T-1001")  # a small refund: 5 steps, 2 effects
 T1004 = next(t for t in TICKETS if t["ticket"] == "T-1004")  # a large refund: needs approval
 
@@ -28,7 +28,7 @@ def payments(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """The payments service in its own process (it must outlive the agents we kill)."""
     log = tmp_path / "payments.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "examples.refund_agent.payments", "--log", str(log)],
+        [sys.executable, "-m", "runledger.examples.refund_agent.payments", "--log", str(log)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -44,7 +44,7 @@ def payments(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def runledger(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ledger.cli", *args],
+        [sys.executable, "-m", "runledger.cli.app", *args],
         cwd=ROOT,
         env={**os.environ, "RUNLEDGER_NATS_URL": url, **(env or {})},
         capture_output=True,
@@ -128,7 +128,7 @@ def test_two_resumes_at_once_exactly_one_proceeds(nats_url: str, payments: tuple
     barrier = {**env, "RUNLEDGER_PAUSE_AT": "resume:loaded", "RUNLEDGER_PAUSE_DIR": str(tmp_path / "barrier")}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "ledger.cli", "resume", "--nats", nats_url, "twice", "--agent", AGENT],
+            [sys.executable, "-m", "runledger.cli.app", "resume", "--nats", nats_url, "twice", "--agent", AGENT],
             cwd=ROOT,
             env={**os.environ, **barrier},
             stdout=subprocess.PIPE,

@@ -10,21 +10,22 @@ from typing import Any
 
 import pytest
 
-from ledger import AgentSpec, ModelResponse, Run, ScriptedModel
-from ledger.blobs import BlobMissingError, BlobStore, is_blob_ref
-from ledger.capture import DataPolicy, PayloadUnavailableError, client_opener
-from ledger.cli import main
-from ledger.client import LedgerClient
-from ledger.effects import read_key
-from ledger.erasure import erase_run
-from ledger.errors import LedgerError
-from ledger.fold import fold
-from ledger.keystore import KVKeyStore
-from ledger.operator import approve
-from ledger.reader import load_run, read_raw
-from ledger.runner import resume_run, start_run
-from ledger.server import ServerState
-from ledger.verify import verify_runs
+from runledger import AgentSpec, ModelResponse, Run, ScriptedModel
+from runledger.cli import main
+from runledger.errors import LedgerError
+from runledger.log.client import LedgerClient
+from runledger.log.reader import read_raw
+from runledger.log.server import ServerState
+from runledger.ops.decisions import approve
+from runledger.ops.verify import verify_runs
+from runledger.protect.blobs import BlobMissingError, BlobStore, is_blob_ref
+from runledger.protect.capture import DataPolicy, PayloadUnavailableError, client_opener
+from runledger.protect.erasure import erase_run
+from runledger.protect.keystore import KVKeyStore
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sdk.effects import read_key
+from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = pytest.mark.integration
 

@@ -1,14 +1,14 @@
-"""ledger.fastread.read_subject against a real server: a filtered subject (gaps in stream
+"""runledger.log.fastread.read_subject against a real server: a filtered subject (gaps in stream
 sequences), a start sequence, an empty subject, and the consumer deleted afterwards."""
 
 from __future__ import annotations
 
 import pytest
 
-from ledger.client import LedgerClient
-from ledger.fastread import read_subject
-from ledger.reader import _read_ordered, read_raw
-from ledger.streams import LEDGER_STREAM
+from runledger.log.client import LedgerClient
+from runledger.log.fastread import read_subject
+from runledger.log.reader import _read_ordered, read_raw
+from runledger.log.subjects import LEDGER_STREAM
 from tests.conftest import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

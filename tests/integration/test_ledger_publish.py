@@ -6,12 +6,13 @@ import asyncio
 
 import pytest
 
-from ledger.client import LedgerClient
-from ledger.errors import FencedError
-from ledger.events import ClockRead
-from ledger.publish import RetryPolicy, SubjectWriter, publish_fenced
-from ledger.reader import load_run, read_raw
-from ledger.subjects import run_subject
+from runledger.errors import FencedError
+from runledger.log.client import LedgerClient
+from runledger.log.publish import RetryPolicy, SubjectWriter, publish_fenced
+from runledger.log.reader import read_raw
+from runledger.log.subjects import run_subject
+from runledger.protect.runs import load_run
+from runledger.record.events import ClockRead
 
 pytestmark = pytest.mark.integration
 

@@ -17,15 +17,16 @@ from typing import Any
 
 import pytest
 
-from ledger import AgentSpec, ModelResponse, Run, ScriptedModel, ToolFailedError
-from ledger.capture import DataPolicy, client_opener
-from ledger.client import LedgerClient
-from ledger.operator import approve
-from ledger.reader import load_run, read_raw
-from ledger.redaction import SecretResolver
-from ledger.runner import resume_run, start_run
-from ledger.server import ServerState
-from ledger.trace import list_runs
+from runledger import AgentSpec, ModelResponse, Run, ScriptedModel, ToolFailedError
+from runledger.log.client import LedgerClient
+from runledger.log.reader import read_raw
+from runledger.log.server import ServerState
+from runledger.ops.decisions import approve
+from runledger.ops.trace import list_runs
+from runledger.protect.capture import DataPolicy, client_opener
+from runledger.protect.redaction import SecretResolver
+from runledger.protect.runs import load_run
+from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = pytest.mark.integration
 
@@ -179,7 +180,7 @@ async def _projection_dump(client: LedgerClient, tmp_path: Path) -> str:
     """Every value of every table of a fresh projection and of its Parquet export, as text, plus the raw file bytes."""
     import duckdb
 
-    from projections import export_parquet, project
+    from runledger.projections import export_parquet, project
 
     db = tmp_path / "ledger.duckdb"
     await project(client, db)
@@ -262,7 +263,7 @@ async def test_capture_policy_is_recorded_and_hash_only_keeps_structure(client: 
 
 
 async def test_a_secret_resolver_given_in_code(client: LedgerClient) -> None:
-    from ledger.capture import run_protector
+    from runledger.protect.capture import run_protector
 
     protector = await run_protector(client, "a", "res1", DataPolicy(), resolver=SecretResolver({"K": "v-123456"}))
     assert protector.resolve_secrets({"k": "secret://K"}) == {"k": "v-123456"}

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from ledger import AgentSpec, NondeterminismError, Run, ScriptedModel, VersionMismatchError
-from ledger.client import LedgerClient
-from ledger.fold import fold
-from ledger.operator import approve
-from ledger.reader import load_run
-from ledger.runner import resume_run, start_run
+from runledger import AgentSpec, NondeterminismError, Run, ScriptedModel, VersionMismatchError
+from runledger.log.client import LedgerClient
+from runledger.ops.decisions import approve
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = pytest.mark.integration
 

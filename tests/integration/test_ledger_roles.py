@@ -16,21 +16,21 @@ from typing import Any
 import nats
 import pytest
 
-from ledger import AgentSpec, Run, ScriptedModel
-from ledger.capture import DataPolicy
-from ledger.cli import main
-from ledger.client import LedgerClient, connect
-from ledger.erasure import erase_run
-from ledger.errors import LedgerError, PublishError
-from ledger.keystore import KEY_BUCKET
-from ledger.operator import approve
-from ledger.publish import RetryPolicy
-from ledger.reader import load_run
-from ledger.roles import RoleCredentials
-from ledger.runner import resume_run, start_run
-from ledger.server import EmbeddedServer, ServerState
-from ledger.streams import CMD_STREAM, LEDGER_STREAM
-from ledger.verify import verify_runs
+from runledger import AgentSpec, Run, ScriptedModel
+from runledger.cli import main
+from runledger.errors import LedgerError, PublishError
+from runledger.log.client import LedgerClient, connect
+from runledger.log.credentials import RoleCredentials
+from runledger.log.publish import RetryPolicy
+from runledger.log.server import EmbeddedServer, ServerState
+from runledger.log.subjects import CMD_STREAM, KEY_BUCKET, LEDGER_STREAM
+from runledger.ops.decisions import approve
+from runledger.ops.verify import verify_runs
+from runledger.protect.capture import DataPolicy
+from runledger.protect.erasure import erase_run
+from runledger.protect.roles import secure
+from runledger.protect.runs import load_run
+from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -40,7 +40,7 @@ FAST = RetryPolicy(deadline_s=1.5, ack_timeout_s=0.5)
 @pytest.fixture
 def secure_server(tmp_path: Path) -> Iterator[ServerState]:
     server = EmbeddedServer(home=tmp_path / "home")
-    state = server.start(data_dir=tmp_path / "data", secure_agents=["alpha", "beta"])
+    state = server.start(data_dir=tmp_path / "data", auth=secure(["alpha", "beta"]))
     try:
         yield state
     finally:

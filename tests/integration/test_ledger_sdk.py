@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from ledger import AgentSpec, OpenAIChatModel, PublishError, Run, ScriptedModel
-from ledger.client import connect
-from ledger.fold import fold
-from ledger.publish import RetryPolicy
-from ledger.reader import load_run
-from ledger.runner import start_run
-from ledger.server import EmbeddedServer
-from ledger.sync import SyncRun, resume_sync, run_sync, sync_agent
+from runledger import AgentSpec, OpenAIChatModel, PublishError, Run, ScriptedModel
+from runledger.log.client import connect
+from runledger.log.publish import RetryPolicy
+from runledger.log.server import EmbeddedServer
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sdk.lifecycle import start_run
+from runledger.sdk.sync import SyncRun, resume_sync, run_sync, sync_agent
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ def test_sync_facade_records_and_resumes(nats_url: str) -> None:
 
     import asyncio
 
-    from ledger.operator import approve
+    from runledger.ops.decisions import approve
 
     async def decide() -> None:
         async with await connect(nats_url) as client:

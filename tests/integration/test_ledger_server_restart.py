@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from ledger.agent import AgentSpec
-from ledger.client import connect
-from ledger.models import ScriptedModel
-from ledger.reader import load_run
-from ledger.run import Run
-from ledger.runner import start_run
-from ledger.server import EmbeddedServer
-from ledger.verify import verify_runs
+from runledger import Run
+from runledger.log.client import connect
+from runledger.log.server import EmbeddedServer
+from runledger.ops.verify import verify_runs
+from runledger.protect.runs import load_run
+from runledger.sdk.agent import AgentSpec
+from runledger.sdk.lifecycle import start_run
+from runledger.sdk.models import ScriptedModel
 from tests.conftest import eventually
 
 pytestmark = pytest.mark.integration

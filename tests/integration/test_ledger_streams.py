@@ -6,8 +6,9 @@ from unittest import mock
 
 import pytest
 
-from ledger.client import connect
-from ledger.streams import DAY, LEDGER_STREAM, StreamSettings
+from runledger.log.client import connect
+from runledger.log.streams import DAY, StreamSettings
+from runledger.log.subjects import LEDGER_STREAM
 
 pytestmark = pytest.mark.integration
 

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from ledger.canonical import canonical_json
-from ledger.cli import main
-from ledger.client import LedgerClient
-from ledger.events import ClockRead, ToolCalled, chain_hash
-from ledger.subjects import run_subject
-from ledger.verify import verify_runs
+from runledger.cli import main
+from runledger.log.client import LedgerClient
+from runledger.log.subjects import run_subject
+from runledger.ops.verify import verify_runs
+from runledger.record.canonical import canonical_json
+from runledger.record.events import ClockRead, ToolCalled, chain_hash
 from tests.unit.helpers import Chain
 
 pytestmark = pytest.mark.integration
@@ -129,9 +129,9 @@ async def test_the_cli_names_the_first_bad_sequence(client: LedgerClient, capsys
 
 
 async def _sealed_run(client: LedgerClient, run_id: str) -> None:
-    from ledger import AgentSpec, Run, ScriptedModel
-    from ledger.capture import DataPolicy
-    from ledger.runner import start_run
+    from runledger import AgentSpec, Run, ScriptedModel
+    from runledger.protect.capture import DataPolicy
+    from runledger.sdk.lifecycle import start_run
 
     async def agent(run: Run) -> object:
         await run.tool("read", {"q": 1}, fn=lambda a: "d" * 3000)
@@ -142,8 +142,8 @@ async def _sealed_run(client: LedgerClient, run_id: str) -> None:
 
 
 async def _append_forged(client: LedgerClient, run_id: str, body: object) -> int:
-    from ledger.events import Payload
-    from ledger.reader import load_run
+    from runledger.protect.runs import load_run
+    from runledger.record.events import Payload
 
     assert isinstance(body, Payload)
     log = await load_run(client, run_id, open_content=False)
@@ -163,7 +163,7 @@ async def test_deep_verify_passes_a_genuine_sealed_run(client: LedgerClient) -> 
 
 
 async def test_a_linked_forgery_at_the_tail_passes_the_chain_but_not_deep_verify(client: LedgerClient) -> None:
-    from ledger.events import RunCompleted
+    from runledger.record.events import RunCompleted
 
     await _sealed_run(client, "deep-forged")
     stream_seq = await _append_forged(client, "deep-forged", RunCompleted(output={"refund": 10_000}))
@@ -174,9 +174,9 @@ async def test_a_linked_forgery_at_the_tail_passes_the_chain_but_not_deep_verify
 
 
 async def test_content_sealed_under_another_key_fails_authentication(client: LedgerClient) -> None:
-    from ledger.capture import DataPolicy, PayloadProtector
-    from ledger.events import RunCompleted
-    from ledger.keystore import RunKeys
+    from runledger.protect.capture import DataPolicy, PayloadProtector
+    from runledger.protect.keystore import RunKeys
+    from runledger.record.events import RunCompleted
 
     await _sealed_run(client, "deep-key")
     impostor = PayloadProtector(DataPolicy(), RunKeys.generate("deep.deep-key"))  # same kid, wrong key
@@ -186,10 +186,10 @@ async def test_content_sealed_under_another_key_fails_authentication(client: Led
 
 
 async def test_a_swapped_blob_is_caught_and_an_erased_run_still_verifies(client: LedgerClient) -> None:
-    from ledger.blobs import is_blob_ref
-    from ledger.erasure import erase_run
-    from ledger.reader import load_run
-    from ledger.streams import BLOB_BUCKET
+    from runledger.log.subjects import BLOB_BUCKET
+    from runledger.protect.blobs import is_blob_ref
+    from runledger.protect.erasure import erase_run
+    from runledger.protect.runs import load_run
 
     await _sealed_run(client, "deep-blob")
     log = await load_run(client, "deep-blob", open_content=False)

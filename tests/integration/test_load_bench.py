@@ -7,9 +7,10 @@ import asyncio
 import pytest
 
 from bench.load import AGENT, RAW_STREAM, STEPS_PER_RUN, prepare, run_phase
-from ledger.client import connect
-from ledger.fold import fold
-from ledger.reader import load_run, subject_counts
+from runledger.log.client import connect
+from runledger.log.reader import subject_counts
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

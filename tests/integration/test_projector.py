@@ -18,13 +18,21 @@ import duckdb
 import pytest
 
 from bench.project import publish_raw, workload
-from examples.refund_agent.agent import TICKETS, spec
-from examples.refund_agent.payments import PaymentsService
-from ledger.agent import AgentSpec
-from ledger.canonical import digest
-from ledger.client import LedgerClient, connect
-from ledger.effects import KeyState, append_to_key
-from ledger.events import (
+from runledger import Run
+from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import LedgerClient, connect
+from runledger.log.publish import RetryPolicy, SubjectWriter
+from runledger.log.reader import decode_records, read_raw
+from runledger.log.server import EmbeddedServer
+from runledger.log.subjects import LEDGER_STREAM, run_subject
+from runledger.ops.decisions import approve
+from runledger.projections.errors import StreamMismatchError
+from runledger.projections.projector import project, rebuild
+from runledger.protect.roles import secure
+from runledger.protect.runs import load_run
+from runledger.record.canonical import digest
+from runledger.record.events import (
     EffectCommitted,
     EffectIntended,
     RunCompleted,
@@ -32,19 +40,12 @@ from ledger.events import (
     RunStarted,
     VersionTuple,
 )
-from ledger.fold import fold
-from ledger.models import ScriptedModel
-from ledger.operator import approve
-from ledger.publish import RetryPolicy, SubjectWriter
-from ledger.reader import decode_records, load_run, read_raw
-from ledger.records import Recorded
-from ledger.run import Run
-from ledger.runner import resume_run, start_run
-from ledger.server import EmbeddedServer
-from ledger.streams import LEDGER_STREAM
-from ledger.subjects import run_subject
-from projections.errors import StreamMismatchError
-from projections.projector import project, rebuild
+from runledger.record.fold import fold
+from runledger.record.records import Recorded
+from runledger.sdk.agent import AgentSpec
+from runledger.sdk.effects import KeyState, append_to_key
+from runledger.sdk.lifecycle import resume_run, start_run
+from runledger.sdk.models import ScriptedModel
 from tests.agents import spender_spec
 from tests.conftest import eventually
 from tests.unit.projections.tables import snapshot
@@ -123,7 +124,7 @@ async def stream_messages(client: LedgerClient) -> int:
 
 
 def structure(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint without its content fields (ledger.capture.CONTENT_FIELDS and error texts).
+    """A checkpoint without its content fields (runledger.protect.capture.CONTENT_FIELDS and error texts).
 
     The projection folds events as stored, so content sealed under a run's key stays sealed
     in DuckDB (analysts do not get plaintext; erasing a run's key erases it there too). Resume
@@ -162,7 +163,7 @@ def runledger(
     url: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ledger.cli", *args],
+        [sys.executable, "-m", "runledger.cli.app", *args],
         cwd=ROOT,
         env={**os.environ, "RUNLEDGER_NATS_URL": url, **(env or {})},
         capture_output=True,
@@ -335,7 +336,7 @@ async def test_follow_keeps_up_and_stops_cleanly_on_sigterm(client: LedgerClient
     db = tmp_path / "ledger.duckdb"
     await publish_raw(client, workload(1000))
     follower = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "project", "--follow", "--db", str(db), "--batch", "500"],
+        [sys.executable, "-m", "runledger.cli.app", "project", "--follow", "--db", str(db), "--batch", "500"],
         cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": client.url},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -370,7 +371,7 @@ async def test_follow_keeps_up_and_stops_cleanly_on_sigterm(client: LedgerClient
 async def test_worker_processes_fold_the_same_and_exit(
     client: LedgerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import projections.projector as projector_module
+    import runledger.projections.projector as projector_module
 
     monkeypatch.setattr(projector_module, "WORKERS_FROM", 1)  # use the workers for a small backlog too
     runs = await build_ledger(client, tmp_path, load_events=4000)
@@ -428,7 +429,7 @@ async def test_follow_survives_a_server_restart(tmp_path: Path) -> None:
         client = await connect(state.url)
         await publish_raw(client, workload(500))
         follower = subprocess.Popen(
-            [sys.executable, "-m", "ledger.cli", "project", "--follow", "--db", str(db)],
+            [sys.executable, "-m", "runledger.cli.app", "project", "--follow", "--db", str(db)],
             cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": state.url},
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -460,7 +461,7 @@ async def test_follow_survives_a_server_restart(tmp_path: Path) -> None:
 async def test_an_analyst_role_projects_with_the_fast_reader(tmp_path: Path) -> None:
     """On a server started with --secure: the analyst's login and inbox prefix, read-only."""
     server = EmbeddedServer(home=tmp_path / "home")
-    state = server.start(data_dir=tmp_path / "data", secure_agents=["alpha"])
+    state = server.start(data_dir=tmp_path / "data", auth=secure(["alpha"]))
     try:
         admin = await connect(state.url, user_credentials=str(Path(state.creds_dir) / "admin.json"))
         await publish_raw(admin, workload(1500))

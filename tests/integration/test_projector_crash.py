@@ -12,8 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ledger.client import LedgerClient
-from projections.projector import rebuild
+from runledger.log.client import LedgerClient
+from runledger.projections.projector import rebuild
 from tests.integration.test_projector import (
     assert_checkpoints_equal_resume_fold,
     build_ledger,
@@ -92,7 +92,7 @@ async def test_sigkill_from_outside_at_any_moment(client: LedgerClient, tmp_path
     env = {**os.environ, "RUNLEDGER_NATS_URL": client.url}
     for delay in (1.0, 2.0, 1.5):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ledger.cli", "project", "--db", str(db), "--batch", "700", "--quiet"],
+            [sys.executable, "-m", "runledger.cli.app", "project", "--db", str(db), "--batch", "700", "--quiet"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:

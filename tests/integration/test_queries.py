@@ -11,13 +11,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from ledger.client import LedgerClient
-from ledger.fold import fold
-from ledger.reader import decode_records, read_raw
-from ledger.subjects import run_subject
-from projections.projector import project
-from projections.queries import run_sql
-from projections.store import ProjectionStore
+from runledger.log.client import LedgerClient
+from runledger.log.reader import decode_records, read_raw
+from runledger.log.subjects import run_subject
+from runledger.projections.projector import project
+from runledger.projections.queries import run_sql
+from runledger.projections.store import ProjectionStore
+from runledger.record.fold import fold
 from tests.integration.test_projector import build_ledger, runledger
 
 pytestmark = pytest.mark.integration

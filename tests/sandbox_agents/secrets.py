@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger import AgentSpec, Run, ScriptedModel, tool
+from runledger import AgentSpec, Run, ScriptedModel, tool
 
 API_KEY = "sk-proj-" + "Q7x9" * 10
 CARD = "4111 1111 1111 1111"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.events import GENESIS, Event, Payload, RunStarted, VersionTuple, make_event
+from runledger.record.events import GENESIS, Event, Payload, RunStarted, VersionTuple, make_event
 
 VERSION = VersionTuple(agent_version="code:test", model="scripted-1", prompt_hash="p0", tool_schema_hashes={})
 

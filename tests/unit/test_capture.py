@@ -6,9 +6,16 @@ import json
 
 import pytest
 
-from ledger.capture import DataPolicy, PayloadOpener, PayloadProtector, PayloadUnavailableError, is_marker, is_sealed
-from ledger.events import ErrorInfo, RunFailed, ToolCalled, decode
-from ledger.keystore import KeyStoreError, MemoryKeyStore
+from runledger.protect.capture import (
+    DataPolicy,
+    PayloadOpener,
+    PayloadProtector,
+    PayloadUnavailableError,
+    is_marker,
+    is_sealed,
+)
+from runledger.protect.keystore import KeyStoreError, MemoryKeyStore
+from runledger.record.events import ErrorInfo, RunFailed, ToolCalled, decode
 from tests.unit.helpers import Chain
 
 SECRET = "sk-proj-Abcdefghij0123456789KLMNOPqrstuv"

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ledger.canonical import canonical_json
-from ledger.errors import EventDecodeError, UnknownSchemaVersionError
-from ledger.events import (
+from runledger.errors import EventDecodeError, UnknownSchemaVersionError
+from runledger.record.canonical import canonical_json
+from runledger.record.events import (
     PAYLOADS,
     UPCASTERS,
     ClockRead,

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from ledger.errors import ChainError
-from ledger.events import (
+from runledger.errors import ChainError
+from runledger.record.events import (
     ApprovalRequested,
     ApprovalResolved,
     BudgetGranted,
@@ -21,7 +21,7 @@ from ledger.events import (
     ToolCalled,
     Usage,
 )
-from ledger.fold import Checkpoint, fold
+from runledger.record.fold import Checkpoint, fold
 from tests.unit.helpers import Chain
 
 

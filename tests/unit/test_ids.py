@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger import ids
+from runledger.record import ids
 
 
 def _reference(ms: int, rnd: bytes) -> str:

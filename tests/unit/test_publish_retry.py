@@ -15,8 +15,8 @@ import pytest
 from nats.js.api import PubAck
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
-from ledger.errors import FencedError, PublishError
-from ledger.publish import RetryPolicy, publish_fenced, retrying
+from runledger.errors import FencedError, PublishError
+from runledger.log.publish import RetryPolicy, publish_fenced, retrying
 
 FAST = RetryPolicy(deadline_s=2.0, ack_timeout_s=0.1, backoff_s=0.001, max_backoff_s=0.002)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger import redaction
-from ledger.redaction import (
+from runledger.protect import redaction
+from runledger.protect.redaction import (
     FieldPaths,
     RedactionPolicy,
     Redactor,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import ConfigurationError
-from ledger.roles import RoleCredentials, generate, permissions
+from runledger.errors import ConfigurationError
+from runledger.protect.roles import RoleCredentials, generate, permissions
 
 
 def test_an_agent_may_publish_only_its_own_runs_and_no_commands() -> None:

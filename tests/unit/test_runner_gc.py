@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from ledger.runner import _pause_gc
+from runledger.sdk.lifecycle import _pause_gc
 
 
 def test_the_collector_comes_back_when_the_last_pause_ends() -> None:

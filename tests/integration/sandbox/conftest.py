@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from examples.refund_agent.payments import PaymentsService
-from ledger.client import LedgerClient
-from sandbox.containers import LABEL, SandboxPolicy, SandboxPool
-from sandbox.image import build_image, docker_client
-from sandbox.rerun import Rerunner
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import LedgerClient
+from runledger.sandbox.containers import LABEL, SandboxPolicy, SandboxPool
+from runledger.sandbox.image import build_image, docker_client
+from runledger.sandbox.rerun import Rerunner
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 

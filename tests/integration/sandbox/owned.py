@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.containers import LABEL
+from runledger.sandbox.containers import LABEL
 
 
 def containers_of(docker: Any, *pids: int) -> list[str]:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-import sandbox.broker as broker_module
-from ledger.client import LedgerClient
-from ledger.runner import start_run
-from sandbox.rerun import Rerunner, RerunRequest
+import runledger.sandbox.broker as broker_module
+from runledger.log.client import LedgerClient
+from runledger.sandbox.rerun import Rerunner, RerunRequest
+from runledger.sdk.lifecycle import start_run
 from tests.sandbox_agents.secrets import API_KEY, CARD, spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]

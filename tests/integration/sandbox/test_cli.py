@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from examples.refund_agent.agent import TICKETS, spec
-from examples.refund_agent.payments import PaymentsService
-from ledger.cli import main
-from ledger.client import connect
-from ledger.runner import start_run
+from runledger.cli import main
+from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import connect
+from runledger.sdk.lifecycle import start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
-AGENT = "examples.refund_agent.agent:spec"
+AGENT = "runledger.examples.refund_agent.agent:spec"
 
 
 def record(url: str, run_id: str) -> None:
@@ -34,7 +34,8 @@ def test_rerun_replay_local_and_diff(
     assert "model.called" in out and "effect.committed" in out and "refund:order-88" in out
 
     code = main(["rerun", "cli-parent", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
-                 "--at-step", "2", "--base-mode", "live", "--set", "model=examples.refund_agent.agent:strict_model",
+                 "--at-step", "2", "--base-mode", "live",
+                 "--set", "model=runledger.examples.refund_agent.agent:strict_model",
                  "--local"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0, out

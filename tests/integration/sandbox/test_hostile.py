@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ledger.client import LedgerClient
-from ledger.fold import fold
-from ledger.reader import load_run
-from ledger.runner import start_run
-from sandbox.containers import SandboxPolicy, SandboxPool
-from sandbox.rerun import Rerunner, RerunRequest
+from runledger.log.client import LedgerClient
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+from runledger.sandbox.rerun import Rerunner, RerunRequest
+from runledger.sdk.lifecycle import start_run
 from tests.sandbox_agents.hostile import benign_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]

@@ -6,18 +6,18 @@ import socket
 
 import pytest
 
-from examples.refund_agent.agent import TICKETS, spec
-from examples.refund_agent.payments import PaymentsService
-from ledger.client import LedgerClient
-from ledger.fold import fold
-from ledger.reader import load_run
-from ledger.runner import start_run
-from sandbox.diff import diff
-from sandbox.errors import RerunRequestError
-from sandbox.rerun import Rerunner, RerunRequest
+from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import LedgerClient
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+from runledger.sandbox.diff import diff
+from runledger.sandbox.errors import RerunRequestError
+from runledger.sandbox.rerun import Rerunner, RerunRequest
+from runledger.sdk.lifecycle import start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
-AGENT = "examples.refund_agent.agent:spec"
+AGENT = "runledger.examples.refund_agent.agent:spec"
 T1001 = TICKETS[0]
 
 
@@ -80,7 +80,7 @@ async def test_counterfactual_model_makes_a_different_decision_at_the_fork(
     await start_run(client, spec(), T1001, run_id="p-cf")
     request = RerunRequest(
         parent_run_id="p-cf", agent=AGENT, mode="counterfactual", fork_step=2, base_mode="live",
-        change={"model": "examples.refund_agent.agent:strict_model"},
+        change={"model": "runledger.examples.refund_agent.agent:strict_model"},
     )  # fmt: skip
     result = await rerunner.rerun(request)
     assert result.status == "completed", result.error
@@ -111,7 +111,7 @@ async def test_redrive_reports_the_first_divergence(client: LedgerClient, rerunn
     await start_run(client, spec(), T1001, run_id="p-div")
     request = RerunRequest(
         parent_run_id="p-div", agent=AGENT, mode="counterfactual", fork_step=2, base_mode="redrive",
-        change={"model": "examples.refund_agent.agent:strict_model"},
+        change={"model": "runledger.examples.refund_agent.agent:strict_model"},
     )  # fmt: skip
     result = await rerunner.rerun(request)
     assert result.status == "failed" and result.reason == "diverged"

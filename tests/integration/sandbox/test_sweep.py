@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from examples.refund_agent.agent import TICKETS, spec
-from examples.refund_agent.payments import PaymentsService
-from ledger.cli import main
-from ledger.client import connect
-from ledger.runner import start_run
+from runledger.cli import main
+from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import connect
+from runledger.sdk.lifecycle import start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
-AGENT = "examples.refund_agent.agent:spec"
+AGENT = "runledger.examples.refund_agent.agent:spec"
 
 
 def test_sweep_reports_divergence_and_exits_nonzero_on_regression(
@@ -29,7 +29,10 @@ def test_sweep_reports_divergence_and_exits_nonzero_on_regression(
                 await start_run(client, spec(), ticket, run_id=f"sweep-{ticket['ticket']}")
 
     asyncio.run(record())
-    strict = ["--mode", "counterfactual", "--at-step", "2", "--set", "model=examples.refund_agent.agent:strict_model"]
+    strict = [
+        "--mode", "counterfactual", "--at-step", "2",
+        "--set", "model=runledger.examples.refund_agent.agent:strict_model",
+    ]  # fmt: skip
     code = main(["rerun", "--nats", nats_url, "--agent", AGENT, "--where", "status = 'completed'", *strict])
     out = capsys.readouterr().out
     assert code == 1, out

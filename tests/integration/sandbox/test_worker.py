@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
-from examples.refund_agent.agent import TICKETS, spec
-from examples.refund_agent.payments import PaymentsService
-from ledger.client import LedgerClient
-from ledger.reader import load_run
-from ledger.runner import start_run
-from sandbox.containers import SandboxPolicy
-from sandbox.rerun import RerunRequest
-from sandbox.worker import run_worker, submit
+from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import LedgerClient
+from runledger.protect.runs import load_run
+from runledger.sandbox.containers import SandboxPolicy
+from runledger.sandbox.rerun import RerunRequest
+from runledger.sandbox.worker import run_worker, submit
+from runledger.sdk.lifecycle import start_run
 from tests.conftest import eventually
 from tests.integration.sandbox.owned import containers_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[3]
-AGENT = "examples.refund_agent.agent:spec"
+AGENT = "runledger.examples.refund_agent.agent:spec"
 
 
 async def test_a_queued_rerun_is_executed_by_a_worker(
@@ -47,7 +47,7 @@ async def test_a_queued_rerun_is_executed_by_a_worker(
 
 def _worker(url: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "worker", "--nats", url, "--pool", "0", "--max-requests", "1",
+        [sys.executable, "-m", "runledger.cli.app", "worker", "--nats", url, "--pool", "0", "--max-requests", "1",
          "--ack-wait", "2"],
         cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -18,27 +18,27 @@ from typing import Any
 
 import pytest
 
-from examples.refund_agent.agent import TICKETS, spec
-from examples.refund_agent.payments import PaymentsService
-from ledger.client import LedgerClient
-from ledger.errors import RunNotFoundError
-from ledger.reader import load_run
-from ledger.runner import start_run
-from sandbox.rerun import RerunRequest
-from sandbox.worker import submit
+from runledger.errors import RunNotFoundError
+from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.payments import PaymentsService
+from runledger.log.client import LedgerClient
+from runledger.protect.runs import load_run
+from runledger.sandbox.rerun import RerunRequest
+from runledger.sandbox.worker import submit
+from runledger.sdk.lifecycle import start_run
 from tests.conftest import eventually
 from tests.integration.sandbox.owned import containers_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[3]
-AGENT = "examples.refund_agent.agent:spec"
+AGENT = "runledger.examples.refund_agent.agent:spec"
 RERUNS = 20
 
 
 def worker(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "ledger.cli", "worker", "--nats", url, "--pool", "1", "--ack-wait", "3"],
+            [sys.executable, "-m", "runledger.cli.app", "worker", "--nats", url, "--pool", "1", "--ack-wait", "3"],
             cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 

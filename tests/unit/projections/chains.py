@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.canonical import canonical_json, digest
-from ledger.events import (
+from runledger.log.subjects import effect_subject, run_subject
+from runledger.record.canonical import canonical_json, digest
+from runledger.record.events import (
     GENESIS,
     ApprovalRequested,
     ApprovalResolved,
@@ -27,8 +28,7 @@ from ledger.events import (
     chain_hash,
     make_event,
 )
-from ledger.records import RawRecord
-from ledger.subjects import effect_subject, run_subject
+from runledger.record.records import RawRecord
 
 VERSION = VersionTuple(agent_version="code:t", model="m-1", prompt_hash="p0", tool_schema_hashes={"lookup": "h"})
 

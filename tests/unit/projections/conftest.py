@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from projections.projector import Projector
-from projections.store import ProjectionStore, StreamIdentity
+from runledger.projections.projector import Projector
+from runledger.projections.store import ProjectionStore, StreamIdentity
 
 IDENTITY = StreamIdentity(stream="LEDGER", created="2026-03-01T00:00:00.000000001Z", server_name="n1")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from projections.errors import SchemaTooNewError
-from projections.migrations import LATEST, MIGRATIONS, current_version, migrate
+from runledger.projections.errors import SchemaTooNewError
+from runledger.projections.migrations import LATEST, MIGRATIONS, current_version, migrate
 
 
 def test_a_fresh_file_gets_every_migration_in_order(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_every_table_and_view_exists_and_is_queryable(tmp_path: Path) -> None:
 
 
 def test_a_failed_migration_leaves_the_file_at_its_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from projections import migrations
+    from runledger.projections import migrations
 
     con = duckdb.connect(str(tmp_path / "m.duckdb"))
     broken = [*MIGRATIONS, migrations.Migration("broken", "CREATE TABLE x (a INTEGER); SELECT * FROM nowhere")]

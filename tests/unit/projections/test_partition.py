@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger.canonical import digest
-from ledger.effects import fold_key
-from ledger.errors import EventDecodeError
-from ledger.events import (
+from runledger.errors import EventDecodeError
+from runledger.log.reader import decode_records
+from runledger.projections.store import ProjectionStore
+from runledger.record.canonical import digest
+from runledger.record.events import (
     EffectCommitted,
     EffectFailed,
     EffectIntended,
@@ -21,10 +22,9 @@ from ledger.events import (
     RunStarted,
     decode,
 )
-from ledger.fold import fold
-from ledger.reader import decode_records
-from ledger.records import Recorded
-from projections.store import ProjectionStore
+from runledger.record.fold import fold
+from runledger.record.records import Recorded
+from runledger.sdk.effects import fold_key
 from tests.unit.projections.chains import (
     VERSION,
     Stream,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import projections
+import runledger.projections as projections
 
 
 def test_all_is_sorted_and_importable() -> None:
@@ -12,7 +12,7 @@ def test_all_is_sorted_and_importable() -> None:
 
 
 def test_every_error_is_a_projection_error_and_a_ledger_error() -> None:
-    from ledger.errors import LedgerError
+    from runledger.errors import LedgerError
 
     for name in projections.__all__:
         obj = getattr(projections, name)

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from ledger.events import RunStarted
-from ledger.fold import fold
-from ledger.reader import decode_records
-from projections.errors import ProjectionError, QueryError
-from projections.queries import QueryResult, checkpoint_at, format_result, run_sql
-from projections.store import ProjectionStore
+from runledger.log.reader import decode_records
+from runledger.projections.errors import ProjectionError, QueryError
+from runledger.projections.queries import QueryResult, checkpoint_at, format_result, run_sql
+from runledger.projections.store import ProjectionStore
+from runledger.record.events import RunStarted
+from runledger.record.fold import fold
 from tests.unit.projections.chains import VERSION, Stream, full_run, model, run_chain, tool
 from tests.unit.projections.conftest import projector_for
 

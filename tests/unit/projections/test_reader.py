@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from projections.errors import StreamReadError
-from projections.reader import ProtocolParser, parse_ack_subject
+from runledger.projections.errors import StreamReadError
+from runledger.projections.reader import ProtocolParser, parse_ack_subject
 
 
 def _hmsg(subject: str, reply: str, headers: bytes, body: bytes) -> bytes:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ledger.events import BudgetGranted, RunResumed
-from ledger.fold import fold
-from projections.rows import (
+from runledger.projections.rows import (
     RunFold,
     TableBuffer,
     add_checkpoint,
@@ -16,6 +14,8 @@ from projections.rows import (
     checkpoint_json,
     i64,
 )
+from runledger.record.events import BudgetGranted, RunResumed
+from runledger.record.fold import fold
 from tests.unit.projections.chains import Stream, approval_run, failed_run, forked_run, full_run, run_chain
 
 

@@ -10,9 +10,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from projections.errors import ProjectionError, ProjectionLockedError, StreamMismatchError
-from projections.partition import PartitionProjector
-from projections.store import ProjectionStore, StreamIdentity, replace_file
+from runledger.projections.errors import ProjectionError, ProjectionLockedError, StreamMismatchError
+from runledger.projections.partition import PartitionProjector
+from runledger.projections.store import ProjectionStore, StreamIdentity, replace_file
 from tests.unit.projections.chains import Stream, full_run
 from tests.unit.projections.conftest import IDENTITY, projector_for
 from tests.unit.projections.tables import table_rows

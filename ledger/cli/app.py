@@ -1,0 +1,70 @@
+"""The ``runledger`` program: assembles the sub-commands each package owns, runs one, reports errors.
+
+Packages register through the ``runledger.commands`` entry-point group (see pyproject.toml),
+each with ``register(subparsers, common)``, so the core never imports ``runledger.projections``
+or ``runledger.sandbox``. A sub-command sets ``func(args) -> int``. A package whose extra is not
+installed is listed with the one line that installs it, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from importlib.metadata import entry_points
+from typing import Any
+
+from runledger.cli import commands
+from runledger.cli.connect import common_parser
+from runledger.errors import LedgerError, MissingExtraError
+from runledger.extras import COMMANDS_OF_EXTRA, require_extra
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runledger", description="A flight recorder and re-drive bench for AI-agent runs."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = common_parser()
+    registrars = {ep.name: ep for ep in entry_points(group="runledger.commands")}
+    if "ledger" not in registrars:  # running from a source tree that was never installed
+        commands.register(sub, common)
+    for name in sorted(registrars):
+        try:
+            registrars[name].load()(sub, common)
+        except MissingExtraError as exc:
+            _unavailable(sub, exc.extra)
+    return parser
+
+
+def _unavailable(sub: Any, extra: str) -> None:
+    """Register the commands of an extra that is not installed: each says what to install."""
+    for name in COMMANDS_OF_EXTRA.get(extra, ()):
+
+        def explain(args: argparse.Namespace, name: str = name) -> int:
+            require_extra(extra, f"`runledger {name}`")
+            return 0
+
+        p = sub.add_parser(name, help=f"(not installed: pip install 'runledger[{extra}]')", add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=explain)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except LedgerError as exc:
+        print(f"runledger: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

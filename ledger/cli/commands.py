@@ -1,0 +1,505 @@
+"""The ``ledger`` package's sub-commands of ``runledger``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from runledger.cli.connect import run_async, with_client
+from runledger.errors import ConfigurationError, LedgerError
+from runledger.log.client import ENV_URL, LedgerClient, connect
+from runledger.log.cluster import LocalCluster
+from runledger.log.server import EmbeddedServer, pid_alive
+from runledger.log.streams import StreamSettings
+from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, LEDGER_STREAM
+from runledger.protect.roles import secure
+from runledger.protect.runs import load_run
+from runledger.record.events import json_schemas
+from runledger.record.fold import fold
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
+
+
+# -- server ------------------------------------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return _up_cluster(args)
+    if LocalCluster().state() is not None:
+        raise ConfigurationError("a local cluster is running: `runledger down` first, or use it")
+    server = EmbeddedServer()
+    already = server.state()
+    if already is not None and args.secure and not already.creds_dir:
+        raise ConfigurationError("the embedded server is running without --secure: `runledger down` first")
+    state = server.start(
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        port=args.port,
+        sync_always=not args.no_fsync,
+        auth=secure(list(args.agent or [])) if args.secure else None,
+    )
+    admin = str(Path(state.creds_dir) / "admin.json") if state.creds_dir else None
+
+    async def streams() -> None:
+        client = await connect(state.url, user_credentials=admin)
+        await client.close()
+
+    run_async(streams())
+    print(("already running" if already else "started") + f": {state.url}  (pid {state.pid}, data {state.data_dir})")
+    print(f"streams {LEDGER_STREAM}, {CMD_STREAM} and object store {BLOB_BUCKET} are ready; log: {state.log}")
+    print(f"use it from other shells with: export RUNLEDGER_NATS_URL={state.url}")
+    if state.creds_dir:
+        print(f"secure: logins required; role credentials files (mode 0600) are in {state.creds_dir}:")
+        for path in sorted(Path(state.creds_dir).glob("*.json")):
+            print(f"  {path}")
+        print("connect with: export RUNLEDGER_CREDS=<file>  (or --creds FILE; the CLI defaults to admin.json)")
+    if args.foreground:
+        print("staying attached; Ctrl-C stops the server")
+        try:
+            while server.state() is not None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            server.stop()
+    return 0
+
+
+def _up_cluster(args: argparse.Namespace) -> int:
+    if args.secure or args.port:
+        raise ConfigurationError("--cluster takes neither --secure nor --port (see deploy/nats/cluster/ for both)")
+    if EmbeddedServer().state() is not None:
+        raise ConfigurationError("the one-node embedded server is running: `runledger down` first")
+    cluster = LocalCluster()
+    already = cluster.state()
+    state = cluster.start(
+        size=args.cluster, data_dir=Path(args.data_dir) if args.data_dir else None, sync_always=not args.no_fsync
+    )
+
+    async def streams() -> None:
+        # New streams get as many replicas as there are nodes, up to 3.
+        settings = StreamSettings.from_env()
+        if settings.replicas is None:
+            settings = replace(settings, replicas=min(3, args.cluster))
+        client = await connect(state.url, settings=settings, ready_timeout=60)
+        await client.close()
+
+    run_async(streams())
+    print(("already running" if already else "started") + f": a {len(state.nodes)}-node JetStream cluster")
+    for node in state.nodes:
+        print(f"  {node.name}: {node.url}  (pid {node.pid}, data {node.data_dir}, log {node.log})")
+    replicas = min(3, args.cluster)
+    print(f"streams {LEDGER_STREAM}, {CMD_STREAM} and object store {BLOB_BUCKET} are ready, {replicas} replicas")
+    print(f"use it from other shells with: export RUNLEDGER_NATS_URL={state.url}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    stopped = EmbeddedServer().stop()
+    print("stopped the embedded nats-server" if stopped else "no embedded nats-server was running")
+    if LocalCluster().stop():
+        print("stopped the local cluster")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = EmbeddedServer().state()
+    cluster = LocalCluster().state()
+    if state is None and cluster is None and not (args.nats or os.environ.get(ENV_URL)):
+        print("embedded nats-server: not running (start it with `runledger up`)")
+        return 1
+    if state is not None:
+        print(f"embedded nats-server: running at {state.url} (pid {state.pid}, data {state.data_dir})")
+    if cluster is not None:
+        print(f"local cluster: {cluster.url}")
+        for node in cluster.nodes:
+            health = "running" if pid_alive(node.pid) else "DOWN"
+            print(f"  {node.name}: {health} (pid {node.pid}, data {node.data_dir})")
+
+    async def info(client: LedgerClient) -> None:
+        for name in (LEDGER_STREAM, CMD_STREAM):
+            si = await client.js.stream_info(name)
+            c = si.config
+            print(
+                f"stream {name}: {si.state.messages} messages, {si.state.bytes} bytes, "
+                f"first seq {si.state.first_seq}, last seq {si.state.last_seq}; storage {c.storage}, "
+                f"replicas {c.num_replicas}, duplicate window {c.duplicate_window:g}s, "
+                f"max age {'none' if not c.max_age else f'{c.max_age / 86400:g} days'}, "
+                f"deny delete {c.deny_delete}, deny purge {c.deny_purge}"
+            )
+            if si.cluster is not None and si.cluster.leader:
+                peers = ", ".join(
+                    f"{r.name} ({'current' if r.current else 'catching up'})" for r in si.cluster.replicas or []
+                )
+                print(f"  leader {si.cluster.leader}; replicas {peers}")
+
+    with_client(args, info)
+    return 0
+
+
+# -- schema ------------------------------------------------------------------------------------------------
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    schemas = json_schemas()
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for type_, schema in schemas.items():
+            (out / f"{type_}.schema.json").write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {len(schemas)} schemas to {out}")
+    else:
+        _print_json(schemas)
+    return 0
+
+
+# -- trace replay ------------------------------------------------------------------------------------------
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from runledger.ops.trace import list_runs
+
+    runs = with_client(args, lambda c: list_runs(c, status=args.status, agent=args.agent))
+    if args.json:
+        _print_json([r.to_dict() for r in runs])
+        return 0
+    if not runs:
+        print("no runs" + (" matching" if args.status or args.agent else " yet: try `runledger demo`"))
+        return 0
+    print(f"{'run':<27} {'agent':<14} {'status':<10} {'steps':>5} {'tokens':>6}  {'started':<27} note")
+    for r in runs:
+        note = r.error or ""
+        if r.pending_approvals:
+            note = "awaiting approval " + ", ".join(r.pending_approvals)
+        if r.in_doubt:
+            note = "effect in doubt " + ", ".join(r.in_doubt)
+        if r.parent:
+            note = f"fork of {r.parent} " + note
+        print(
+            f"{r.run_id:<27} {r.agent:<14} {r.status:<10} {r.steps:>5} {r.tokens:>6}  {r.started_at or '':<27} {note}"
+        )
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from runledger.ops.trace import render_run
+
+    async def show(client: LedgerClient) -> int:
+        log = await load_run(client, args.run)
+        cp = fold(log.records, check_chain=False)
+        if args.fetch:
+            # Bodies stored by reference are fetched (hash-verified) only on request, and only
+            # for the step asked for: a run may have read gigabytes.
+            await _fetch_bodies(client, log, args.step)
+        if args.json:
+            events = [r.event.model_dump(mode="json") | {"stream_seq": r.stream_seq} for r in log.records]
+            if args.step is not None:
+                events = [e for e in events if e["payload"].get("step") == args.step]
+            _print_json(
+                {
+                    "run_id": cp.run_id,
+                    "agent": cp.agent,
+                    "status": cp.status,
+                    "version": cp.version,
+                    "spent": cp.spent,
+                    "limits": cp.limits,
+                    "events": events,
+                    "quarantined": [
+                        {"stream_seq": q.stream_seq, "reason": q.reason, "raw": q.raw.decode("utf-8", "replace")}
+                        for q in log.quarantined
+                    ],
+                }
+            )
+        else:
+            print(render_run(log, cp, step=args.step))
+        return 0
+
+    return with_client(args, show)
+
+
+async def _fetch_bodies(client: LedgerClient, log: Any, step: int | None) -> None:
+    from runledger.protect.capture import client_opener
+    from runledger.record.records import Recorded
+
+    opener = client_opener(client)
+    for i, rec in enumerate(log.records):
+        if step is None or rec.event.step == step:
+            log.records[i] = Recorded(await opener.open_event(rec.event, fetch=True), rec.stream_seq, rec.subject)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from runledger.ops.verify import verify_runs
+
+    results = with_client(args, lambda c: verify_runs(c, args.run, deep=args.deep))
+    if args.run and not results:
+        raise LedgerError(f"no run {args.run!r} in the ledger: list runs with `runledger runs`")
+    bad = [r for r in results if not r.ok]
+    if args.json:
+        _print_json([r.__dict__ for r in results])
+    else:
+        for r in results:
+            if r.ok:
+                print(f"ok   {r.run_id}  {r.events} events, chain intact")
+            else:
+                print(
+                    f"BAD  {r.run_id}  first bad event at stream seq {r.first_bad_stream_seq} "
+                    f"(event seq {r.first_bad_seq}): {r.reason}"
+                )
+                for p in r.problems[1:5]:
+                    print(f"       also {p}")
+        print(f"{len(results) - len(bad)} of {len(results)} runs verified")
+    return 1 if bad else 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    async def cp(client: LedgerClient) -> int:
+        log = await load_run(client, args.run)
+        checkpoint = fold(log.records, upto_step=args.at_step)
+        c = checkpoint
+        if args.json:
+            _print_json(c.to_dict())
+        else:
+            print(f"checkpoint of {c.run_id} at step {c.last_step} (event seq {c.next_seq - 1})")
+            print(f"status {c.status}; spent {c.spent}; limits {c.limits}")
+            print(f"committed keys {c.committed_keys}; in doubt {c.in_doubt_keys}")
+            print(f"pending approvals {sorted(c.pending_approvals)}; last stream seq {c.last_stream_seq}")
+            print(f"{len(checkpoint.steps)} steps recorded; --json prints the whole checkpoint")
+        return 0
+
+    return with_client(args, cp)
+
+
+# -- driving runs ------------------------------------------------------------------------------------------
+
+
+def _print_result(result: Any) -> int:
+    if result.nothing_to_do:
+        print(
+            f"run {result.run_id} is {result.status}: nothing to do"
+            + (f" (pending approvals: {', '.join(result.pending)})" if result.pending else "")
+        )
+        return 0
+    print(f"run {result.run_id}: {result.status}" + (f" ({result.reason})" if result.reason else ""))
+    if result.error:
+        print(result.error)
+    if result.output is not None:
+        print(json.dumps(result.output, ensure_ascii=False, sort_keys=True))
+    return 0 if result.status in ("completed", "suspended") else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runledger.sdk.agent import load_agent
+    from runledger.sdk.lifecycle import start_run
+
+    spec = load_agent(args.agent)
+    payload = _json_arg(args.input, "--input")
+    return _print_result(with_client(args, lambda c: start_run(c, spec, payload, run_id=args.run_id)))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from runledger.sdk.agent import load_agent
+    from runledger.sdk.lifecycle import resume_run
+
+    spec = load_agent(args.agent)
+    return _print_result(with_client(args, lambda c: resume_run(c, spec, args.run)))
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from runledger.ops.decisions import approve
+
+    with_client(
+        args, lambda c: approve(c, args.run, args.request, by=args.by, approved=not args.deny, reason=args.reason or "")
+    )
+    print(
+        f"{'denied' if args.deny else 'approved'} {args.request} on run {args.run}; "
+        f"continue it with `runledger resume {args.run} --agent MODULE:ATTR`"
+    )
+    return 0
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    from runledger.protect.erasure import erase_run
+
+    by = args.by or os.environ.get("USER") or ""
+    result = with_client(args, lambda c: erase_run(c, args.run, reason=args.reason, by=by))
+    print(
+        f"erased run {result.run_id}: key {result.kid} "
+        f"{'destroyed' if result.keys_destroyed else 'already gone'}, {result.blobs_deleted} blob(s) deleted"
+        + ("; run.erased recorded" if result.recorded else "; run.erased was already recorded")
+    )
+    print("its content is unreadable through every reader; its structure stays queryable and `verify` still passes")
+    print("re-project (runledger project --rebuild) to drop content derived before the erasure")
+    if result.plaintext_events:
+        print(
+            f"WARNING: {result.plaintext_events} event(s) of this run were recorded unsealed (encrypt=False): "
+            "their content stays in the stream until its retention window expires"
+        )
+    return 0
+
+
+def cmd_effects_resolve(args: argparse.Namespace) -> int:
+    from runledger.sdk.effects import resolve_key
+
+    if args.committed == args.not_committed:
+        raise ConfigurationError("say what happened: --committed or --not-committed")
+    result = _json_arg(args.result, "--result")
+    state = with_client(
+        args,
+        lambda c: resolve_key(
+            c, args.key, committed=args.committed, by=args.by, reason=args.reason or "", result=result
+        ),
+    )
+    print(
+        f"effect {args.key} resolved as {'committed' if args.committed else 'not committed'} "
+        f"(now {state.status}); resume run {state.run_id} to continue"
+    )
+    return 0
+
+
+def cmd_effects_show(args: argparse.Namespace) -> int:
+    from runledger.sdk.effects import read_key
+
+    state = with_client(args, lambda c: read_key(c, args.key))
+    _print_json({k: v for k, v in state.__dict__.items() if k not in ("last_hash",)})
+    return 0
+
+
+def cmd_budget_grant(args: argparse.Namespace) -> int:
+    from runledger.ops.decisions import grant_budget
+
+    with_client(
+        args,
+        lambda c: grant_budget(
+            c,
+            args.run,
+            by=args.by,
+            turns=args.turns,
+            tokens=args.tokens,
+            seconds=args.seconds,
+            reason=args.reason or "",
+        ),
+    )
+    print(f"granted to run {args.run}; resume it to continue")
+    return 0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("up", help="start the embedded nats-server and create the streams")
+    p.add_argument("--data-dir", help="JetStream store directory (default ~/.runledger/data or $RUNLEDGER_HOME/data)")
+    p.add_argument("--port", type=int, help="client port (default: a free one)")
+    p.add_argument("--foreground", action="store_true", help="stay attached until Ctrl-C")
+    p.add_argument(
+        "--no-fsync", action="store_true", help="ack before fsync (faster; an acked event can be lost on power failure)"
+    )
+    p.add_argument("--secure", action="store_true", help="require logins: generate users and permissions for the roles")
+    p.add_argument("--agent", action="append", metavar="NAME", help="with --secure: an agent user (repeatable)")
+    p.add_argument(
+        "--cluster", type=int, metavar="N", help="start N nodes on loopback as a JetStream cluster (3: replicas 3)"
+    )
+    p.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop the embedded nats-server").set_defaults(func=cmd_down)
+    sub.add_parser("status", parents=[common], help="server and stream status").set_defaults(func=cmd_status)
+
+    p = sub.add_parser("schema", help="export the JSON Schema of every event type")
+    p.add_argument("--out", help="write one file per event type into this directory")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("runs", parents=[common], help="list runs")
+    p.add_argument("--status", choices=["running", "suspended", "completed", "failed"])
+    p.add_argument("--agent")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("show", parents=[common], help="trace replay: a run's timeline, executing nothing")
+    p.add_argument("run")
+    p.add_argument("--step", type=int, help="print one step's full inputs and outputs")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--fetch", action="store_true", help="fetch bodies stored by reference (with --step: that step's only)"
+    )
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("verify", parents=[common], help="check hash chains and sequences")
+    p.add_argument("run", nargs="?")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also check content: sealed values authenticate under the run's key, blobs match their hashes",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("checkpoint", parents=[common], help="fold a run into its checkpoint")
+    p.add_argument("run")
+    p.add_argument("--at-step", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_checkpoint)
+
+    p = sub.add_parser("run", parents=[common], help="start a new run of an agent")
+    p.add_argument("--agent", required=True, metavar="MODULE:ATTR")
+    p.add_argument("--input", help="the run's input as JSON")
+    p.add_argument("--run-id", help="use this run id (default: a new sortable id)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resume", parents=[common], help="resume a crashed or suspended run")
+    p.add_argument("run")
+    p.add_argument("--agent", required=True, metavar="MODULE:ATTR")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("approve", parents=[common], help="approve (or --deny) a pending approval")
+    p.add_argument("run")
+    p.add_argument("request")
+    p.add_argument("--by", required=True)
+    p.add_argument("--deny", action="store_true")
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_approve)
+
+    p = sub.add_parser(
+        "erase", parents=[common], help="erase a run's content (destroy its key, delete its blobs); structure stays"
+    )
+    p.add_argument("run")
+    p.add_argument("--reason", required=True, help="why (recorded in the run)")
+    p.add_argument("--by", help="who erases (default: $USER)")
+    p.set_defaults(func=cmd_erase)
+
+    effects = sub.add_parser("effects", help="inspect and resolve side effects").add_subparsers(metavar="ACTION")
+    p = effects.add_parser("resolve", parents=[common], help="settle an in-doubt effect")
+    p.add_argument("key")
+    p.add_argument("--committed", action="store_true", help="the external system shows it happened")
+    p.add_argument("--not-committed", action="store_true", help="it did not happen: the run may act again")
+    p.add_argument("--result", help="the effect's result as JSON (with --committed)")
+    p.add_argument("--by", required=True)
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_effects_resolve)
+    p = effects.add_parser("show", parents=[common], help="the state of an idempotency key")
+    p.add_argument("key")
+    p.set_defaults(func=cmd_effects_show)
+
+    budget = sub.add_parser("budget", help="budgets").add_subparsers(metavar="ACTION")
+    p = budget.add_parser("grant", parents=[common], help="record extra budget for a run")
+    p.add_argument("run")
+    p.add_argument("--turns", type=int, default=0)
+    p.add_argument("--tokens", type=int, default=0)
+    p.add_argument("--seconds", type=float, default=0.0)
+    p.add_argument("--by", required=True)
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_budget_grant)
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)

@@ -1,0 +1,83 @@
+"""How a sub-command reaches the ledger: which server (``--nats``, ``$RUNLEDGER_NATS_URL``, the
+local cluster, else the embedded server), with which credentials, and one connection per command.
+Every package's sub-commands share these, so the three packages' commands agree on where the log is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from runledger.errors import LedgerError
+from runledger.log.client import ENV_URL, LedgerClient, connect
+from runledger.log.cluster import LocalCluster
+from runledger.log.server import EmbeddedServer
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
+    """--nats, else RUNLEDGER_NATS_URL, else the local cluster, else the embedded server (started if need be)."""
+    url: str | None = getattr(args, "nats", None) or os.environ.get(ENV_URL)
+    if url:
+        return url
+    cluster = LocalCluster().state()
+    if cluster is not None:
+        return cluster.url
+    server = EmbeddedServer()
+    state = server.state()
+    if state is None:
+        if not start:
+            raise LedgerError("no embedded server is running: start it with `runledger up`")
+        state = server.start()
+        log.warning("started the embedded nats-server at %s (data in %s)", state.url, state.data_dir)
+    return state.url
+
+
+def credentials(args: argparse.Namespace) -> str | None:
+    """--creds, else $RUNLEDGER_CREDS, else the admin credentials of a secure embedded server."""
+    creds: str | None = getattr(args, "creds", None) or os.environ.get("RUNLEDGER_CREDS")
+    if creds:
+        return creds
+    if getattr(args, "nats", None) or os.environ.get(ENV_URL):
+        return None
+    state = EmbeddedServer().state()
+    if state is not None and state.creds_dir:
+        return os.path.join(state.creds_dir, "admin.json")
+    return None
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def with_client(args: argparse.Namespace, fn: Callable[[LedgerClient], Awaitable[T]]) -> T:
+    """Connect (per --nats / env / embedded), call ``fn(client)``, close."""
+
+    async def go() -> T:
+        client = await connect(nats_url(args), user_credentials=credentials(args))
+        try:
+            return await fn(client)
+        finally:
+            await client.close()
+
+    return run_async(go())
+
+
+def common_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--nats", metavar="URL", help=f"NATS server URL (default: ${ENV_URL}, else the embedded server)"
+    )
+    common.add_argument(
+        "--creds",
+        metavar="FILE",
+        help="credentials file of a role (runledger up --secure writes them; default: $RUNLEDGER_CREDS)",
+    )
+    return common

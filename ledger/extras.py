@@ -1,0 +1,40 @@
+"""The optional parts of runledger and what each needs: checked before a feature is used.
+
+The core (``pip install runledger``) is what an agent needs to publish and resume. Analysts add
+``[projections]`` (DuckDB, pyarrow), operators and workers ``[sandbox]`` (the Docker SDK). A
+command or import that needs a missing extra raises ``MissingExtraError`` naming the one line
+that installs it, instead of a ``ModuleNotFoundError`` from deep inside.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+from runledger.errors import MissingExtraError
+
+MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
+    "projections": ("duckdb", "pyarrow", "pytz"),
+    "sandbox": ("docker", "duckdb", "pyarrow", "pytz"),
+}
+
+# The sub-commands of a package that cannot even be imported without its extra, so that calling
+# one names the extra (tests/unit/test_extras.py checks this against what the packages register).
+COMMANDS_OF_EXTRA: dict[str, tuple[str, ...]] = {
+    "projections": ("export", "project", "quarantine", "sql"),
+}
+
+
+@functools.cache
+def _missing(extra: str) -> str | None:
+    for module in MODULES_OF_EXTRA[extra]:
+        if importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
+def require_extra(extra: str, feature: str) -> None:
+    """Raise ``MissingExtraError`` unless every module of ``extra`` can be imported."""
+    missing = _missing(extra)
+    if missing is not None:
+        raise MissingExtraError(extra, feature, missing)

@@ -1,0 +1,155 @@
+"""Reading the log back: raw records of a subject filter, decoded events of one run.
+
+Reads speak the NATS protocol on a connection of their own (``runledger.log.fastread``: a filtered
+push consumer, ~5 us a message against nats-py's ~30-100) and fall back, where that reader
+cannot connect (TLS, credentials files, nkeys), to nats-py's ordered push consumer with a
+callback (the fastest reader in nats-py, PITFALLS). Neither is trusted blindly: a
+slow-consumer error, a pending count that skips, a read that does not drain the consumer or
+a count short of what the server reports for the filter is an error, not a shorter history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from runledger.errors import EventDecodeError, LedgerError, RunNotFoundError
+from runledger.log.client import LedgerClient
+from runledger.log.fastread import ReaderUnavailable, read_subject
+from runledger.log.subjects import LEDGER_STREAM, any_agent_run_subject, parse_run_subject, run_subject
+from runledger.record.events import Event, decode_fast
+from runledger.record.records import Quarantined, RawRecord, Recorded
+
+
+@dataclass
+class RunLog:
+    run_id: str
+    agent: str
+    subject: str
+    records: list[Recorded] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
+
+    @property
+    def events(self) -> list[Event]:
+        return [r.event for r in self.records]
+
+    @property
+    def last_stream_seq(self) -> int:
+        """The subject's last stream sequence: what a writer fences on. Garbage published onto
+        the subject is not part of the chain but still moves it, so quarantined bytes count."""
+        return max([r.stream_seq for r in self.records] + [q.stream_seq for q in self.quarantined], default=0)
+
+
+async def subject_counts(client: LedgerClient, subject_filter: str) -> dict[str, int]:
+    """Messages per subject matching ``subject_filter`` (from the stream's own state)."""
+    try:
+        info = await client.js.stream_info(LEDGER_STREAM, subjects_filter=subject_filter)
+    except NotFoundError as exc:
+        raise LedgerError(f"stream {LEDGER_STREAM} does not exist: run `runledger up`") from exc
+    return dict(info.state.subjects or {})
+
+
+async def read_raw(
+    client: LedgerClient, subject_filter: str, *, start_seq: int = 1, timeout: float = 30.0
+) -> list[RawRecord]:
+    """Every message on ``subject_filter`` from ``start_seq`` on, in stream order.
+
+    Raises LedgerError (LedgerReadError when the read was incomplete: read again)."""
+    try:
+        return await read_subject(client, LEDGER_STREAM, subject_filter, start_seq=start_seq, timeout=timeout)
+    except ReaderUnavailable:
+        pass  # TLS, a credentials file or an nkey: nats-py's reader below
+    return await _read_ordered(client, subject_filter, start_seq=start_seq, timeout=timeout)
+
+
+async def _read_ordered(
+    client: LedgerClient, subject_filter: str, *, start_seq: int, timeout: float
+) -> list[RawRecord]:
+    expected = sum((await subject_counts(client, subject_filter)).values())
+    if expected == 0:
+        return []
+    out: list[RawRecord] = []
+    done = asyncio.Event()
+    slow_before = client.slow_consumer_errors
+
+    async def on_msg(msg: Any) -> None:
+        meta = msg.metadata
+        out.append(RawRecord(meta.sequence.stream, msg.subject, msg.data, msg.headers))
+        if meta.num_pending == 0:
+            done.set()
+
+    config = ConsumerConfig(
+        # A named consumer is created through $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>,
+        # where a role's permissions can restrict the filter (runledger.protect.roles); the unnamed form
+        # cannot be restricted.
+        name=f"rl{uuid.uuid4().hex}",
+        deliver_policy=DeliverPolicy.ALL if start_seq <= 1 else DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start_seq if start_seq > 1 else None,
+    )
+    try:
+        sub = await client.js.subscribe(
+            subject_filter,
+            stream=LEDGER_STREAM,
+            config=config,
+            cb=on_msg,
+            ordered_consumer=True,
+            pending_msgs_limit=1_000_000,
+            pending_bytes_limit=1024 * 1024 * 1024,
+        )
+    except (TimeoutError, nats.errors.Error) as exc:
+        raise LedgerError(
+            f"cannot read {subject_filter} ({type(exc).__name__}): the server did not answer, or these "
+            "credentials may not read it (a refused JetStream request looks like a timeout)"
+        ) from exc
+    try:
+        await asyncio.wait_for(done.wait(), timeout=timeout)
+    except TimeoutError as exc:
+        raise LedgerError(f"reading {subject_filter} timed out after {timeout:g}s with {len(out)} messages") from exc
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+    if client.slow_consumer_errors != slow_before:
+        raise LedgerError(f"reading {subject_filter}: the client dropped messages (slow consumer); retry")
+    if start_seq <= 1 and len(out) < expected:
+        raise LedgerError(f"reading {subject_filter}: got {len(out)} messages, the stream holds {expected}")
+    return out
+
+
+def decode_records(raws: list[RawRecord]) -> tuple[list[Recorded], list[Quarantined]]:
+    good: list[Recorded] = []
+    bad: list[Quarantined] = []
+    for raw in raws:
+        try:
+            good.append(Recorded(decode_fast(raw.data), raw.stream_seq, raw.subject))
+        except EventDecodeError as exc:
+            bad.append(Quarantined(raw.stream_seq, raw.subject, raw.data, exc.reason))
+    return good, bad
+
+
+async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = None) -> RunLog:
+    """All events of one run as stored (content still sealed), quarantining what does not decode.
+
+    Raises RunNotFoundError. Knowing the ``agent`` reads the run's own subject, which an agent
+    role may read; the default finds the run under any agent (roles that may read every run).
+    ``runledger.protect.runs.load_run`` reads a run with its content opened.
+    """
+    raws = await read_raw(client, run_subject(agent, run_id) if agent else any_agent_run_subject(run_id))
+    if not raws:
+        raise RunNotFoundError(run_id)
+    parsed = parse_run_subject(raws[0].subject)
+    good, bad = decode_records(raws)
+    return RunLog(
+        run_id=run_id, agent=parsed[0] if parsed else "", subject=raws[0].subject, records=good, quarantined=bad
+    )
+
+
+async def list_run_subjects(client: LedgerClient) -> dict[str, int]:
+    """Every run subject in the ledger with its event count."""
+    return await subject_counts(client, "ledger.run.>")

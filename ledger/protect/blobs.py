@@ -1,0 +1,147 @@
+"""Payloads by reference: large bodies in the object store LEDGER_BLOBS, named by their sha256.
+
+An event field whose value is larger than the run's threshold carries a reference
+instead of the value::
+
+    {"$ref": "blob", "sha256": "<hex of the stored bytes>", "size": <stored bytes>,
+     "media_type": "application/json", "enc": "A256GCM", "kid": "<agent>.<run_id>"}
+
+(``enc``/``kid`` only when the body is sealed under the run's data key; the stored bytes
+are then the ciphertext, so the name reveals nothing about the content.) The body is
+the canonical JSON of the field's value. Readers fetch it on demand and verify the
+hash before using it; a checkpoint keeps the reference, so its size is bounded
+whatever the agent reads.
+
+The object store is addressed by name, not content (PITFALLS), so objects are named
+by their sha256 and put only when absent: two identical bodies are stored once and a
+retried put is a no-op. Reads stream chunks into a temporary file
+(``get(name, writeinto=...)``): ``get()`` into memory is quadratic in the size.
+
+``nats`` is imported inside ``BlobStore``'s methods: ``runledger.protect.capture`` needs this module's
+references but not the store, and the sandbox guest imports capture without a NATS client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from runledger.errors import LedgerError
+from runledger.log.subjects import BLOB_BUCKET
+
+if TYPE_CHECKING:
+    from runledger.log.client import LedgerClient
+
+MEDIA_JSON = "application/json"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class BlobError(LedgerError):
+    pass
+
+
+class BlobMissingError(BlobError):
+    def __init__(self, sha256: str) -> None:
+        self.sha256 = sha256
+        super().__init__(
+            f"blob {sha256} is not in the object store {BLOB_BUCKET} (expired with the retention window, "
+            "deleted by an erasure, or never stored): the value cannot be shown"
+        )
+
+
+class BlobCorruptError(BlobError):
+    def __init__(self, sha256: str, actual: str) -> None:
+        self.sha256 = sha256
+        self.actual = actual
+        super().__init__(f"blob {sha256} does not match its hash (got {actual}): the object store was altered")
+
+
+def is_blob_ref(value: Any) -> bool:
+    """True for a reference written by this module (exact shape, so user data is rarely mistaken)."""
+    return (
+        isinstance(value, dict)
+        and value.get("$ref") == "blob"
+        and isinstance(value.get("sha256"), str)
+        and bool(_HEX64.match(value["sha256"]))
+        and isinstance(value.get("size"), int)
+    )
+
+
+def blob_ref(data: bytes, media_type: str = MEDIA_JSON, **extra: Any) -> dict[str, Any]:
+    return {"$ref": "blob", "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "media_type": media_type} | {
+        k: v for k, v in extra.items() if v is not None
+    }
+
+
+class BlobStore:
+    """Put and fetch bodies by sha256 in LEDGER_BLOBS."""
+
+    def __init__(self, client: LedgerClient) -> None:
+        self._client = client
+        self._store: Any = None
+
+    async def _os(self) -> Any:
+        from nats.js.errors import BucketNotFoundError, NotFoundError
+
+        if self._store is None:
+            try:
+                self._store = await self._client.js.object_store(BLOB_BUCKET)
+            except (BucketNotFoundError, NotFoundError) as exc:
+                raise BlobError(f"the object store {BLOB_BUCKET} does not exist: run `runledger up`") from exc
+        return self._store
+
+    async def put(self, data: bytes, media_type: str = MEDIA_JSON, **extra: Any) -> dict[str, Any]:
+        """Store ``data`` under its sha256 unless already there; return the reference."""
+        import nats
+
+        ref = blob_ref(data, media_type, **extra)
+        store = await self._os()
+        if not await self.exists(ref["sha256"]):
+            try:
+                await store.put(ref["sha256"], data)
+            except (TimeoutError, nats.errors.Error) as exc:
+                raise BlobError(f"could not store blob {ref['sha256']} ({type(exc).__name__}: {exc})") from exc
+        return ref
+
+    async def exists(self, sha256: str) -> bool:
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+        store = await self._os()
+        try:
+            info = await store.get_info(sha256)
+        except (ObjectNotFoundError, NotFoundError):
+            return False
+        return not getattr(info, "deleted", False)
+
+    async def fetch(self, ref: dict[str, Any]) -> bytes:
+        """The stored bytes of ``ref``, hash-verified. Raises BlobMissingError or BlobCorruptError."""
+        import nats.js.errors
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+        sha = ref["sha256"]
+        store = await self._os()
+        with tempfile.TemporaryFile() as f:
+            try:
+                await store.get(sha, writeinto=f)
+            except (ObjectNotFoundError, NotFoundError) as exc:
+                raise BlobMissingError(sha) from exc
+            except nats.js.errors.DigestMismatchError as exc:
+                raise BlobCorruptError(sha, "a chunk digest mismatch") from exc
+            f.seek(0)
+            data = f.read()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != sha:
+            raise BlobCorruptError(sha, actual)
+        return data
+
+    async def delete(self, sha256: str) -> bool:
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+        store = await self._os()
+        with contextlib.suppress(ObjectNotFoundError, NotFoundError):
+            await store.delete(sha256)
+            return True
+        return False

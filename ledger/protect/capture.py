@@ -1,0 +1,349 @@
+"""What a run records of its content, and how readers get it back.
+
+Every event has *structure* (type, step, tool and model names, args digests, token
+usage, durations, statuses, idempotency keys) and *content* (the fields listed in
+``CONTENT_FIELDS``: inputs, model requests and responses, tool arguments and outputs,
+effect arguments and results, approval arguments, run outputs, error messages and
+tracebacks). Structure is always recorded as is: the fold, budgets, resume checks
+and the projections run on it. Content goes through ``PayloadProtector`` in the
+SDK, before any byte leaves the agent process:
+
+1. **capture policy** (recorded in ``run.started.capture``): ``full`` records content
+   as the agent saw it (only values that ``secret://`` references resolved to are
+   removed); ``redacted`` (the default) also applies the run's ``Redactor`` (detectors
+   and field paths, ``runledger.protect.redaction``); ``hash-only`` records
+   ``{"$hash": sha256 of the redacted value, "size": n}`` and nothing else.
+2. **sealing** (``DataPolicy.encrypt``, on by default): the value's canonical JSON is
+   encrypted under the run's data key (``runledger.protect.keystore``) as
+   ``{"$enc": "A256GCM", "kid": ..., "ct": base64}``; error messages and tracebacks
+   (string fields) as ``"«sealed:A256GCM:<kid>:<base64>»"``. Erasing a run destroys the
+   key, which makes this unreadable everywhere while the hash chain (over the
+   ciphertext) still verifies.
+3. **by reference**: a value whose (sealed) bytes exceed ``blob_threshold`` is stored
+   in the object store and replaced by a blob reference (``runledger.protect.blobs``).
+
+Trade-off, on purpose: the agent always gets the real values in live mode; the
+*record* holds what the policy kept. A resume replays recorded values, so a redacted
+step replays with its tokens (``«redacted:...»``) in place of the secrets, and a
+``hash-only`` step, or a step of an erased run, cannot be replayed at all
+(``PayloadUnavailableError``). Credentials belong in ``secret://NAME`` references,
+which replay unchanged and are resolved again where the tool runs. ``args_digest`` is
+computed over the real arguments, so the nondeterminism check of a resume still holds;
+it is a sha256, which does not reveal its input (a low-entropy secret in the arguments,
+like a card number, could be confirmed by brute force against it: pass those by
+reference).
+
+``PayloadOpener`` is the other half: it unseals content fields with the run's key
+(when available) and, on request, fetches and verifies blobs. Readers that cannot
+open a value (no key: erased, or no permission) leave the sealed form in place, so
+nothing ever shows ciphertext as if it were content, and a resume that needs it fails
+with a clear error.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from runledger.errors import LedgerError
+from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
+from runledger.protect.keystore import ALG, KeyStore, KeyStoreError, KVKeyStore, RunKeys, run_kid
+from runledger.protect.redaction import RedactionPolicy, Redactor, SecretResolver
+from runledger.record.canonical import canonical_json
+from runledger.record.events import Event, Payload
+
+if TYPE_CHECKING:
+    from runledger.log.client import LedgerClient
+
+Capture = Literal["full", "redacted", "hash-only"]
+DEFAULT_BLOB_THRESHOLD = 64 * 1024
+
+# Content fields of each event type (top-level payload keys). Everything else is structure.
+CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "run.started": ("input",),
+    "run.completed": ("output",),
+    "model.called": ("request", "response"),
+    "tool.called": ("args", "output"),
+    "effect.intended": ("args",),
+    "effect.committed": ("result",),
+    "effect.resolved": ("result",),
+    "effect.simulated": ("args", "result"),
+    "approval.requested": ("args",),
+}
+# Event types whose ``error`` (an ErrorInfo) carries content in ``message`` and ``traceback``.
+ERROR_TYPES = frozenset({"run.failed", "model.called", "tool.called", "effect.failed"})
+ERROR_TEXT_FIELDS = ("message", "traceback")
+MAX_TRACEBACK = 16 * 1024
+
+_SEALED_TEXT = re.compile(r"^«sealed:A256GCM:([A-Za-z0-9_.-]+):([A-Za-z0-9+/=]+)»$")
+
+
+class PayloadUnavailableError(LedgerError):
+    """Recorded content that cannot be read back: hash-only capture, an erased run, a missing blob."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        self.reason = reason
+        super().__init__(
+            f"{what} is not available: {reason}. A run recorded with capture=hash-only, or erased, "
+            "cannot be resumed or re-driven past this step; its structure is still readable"
+        )
+
+
+@dataclass(frozen=True)
+class DataPolicy:
+    """A run's content policy: capture mode, redaction, sealing, and the by-reference threshold."""
+
+    capture: Capture = "redacted"
+    redaction: RedactionPolicy = field(default_factory=RedactionPolicy)
+    encrypt: bool = True
+    blob_threshold: int = DEFAULT_BLOB_THRESHOLD
+
+
+def is_sealed(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("$enc") == ALG and "kid" in value and "ct" in value
+
+
+def is_hashed(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 2 and "$hash" in value and "size" in value
+
+
+def is_sealed_text(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("«sealed:") and bool(_SEALED_TEXT.match(value))
+
+
+def content_values(event: Event) -> list[Any]:
+    """The content of ``event`` as recorded: its content fields and error texts (non-null)."""
+    p = event.payload
+    values = [p.get(f) for f in CONTENT_FIELDS.get(event.type, ()) if p.get(f) is not None]
+    err = p.get("error") if event.type in ERROR_TYPES else None
+    if isinstance(err, dict):
+        values += [err.get(f) for f in ERROR_TEXT_FIELDS if isinstance(err.get(f), str)]
+    return values
+
+
+def is_marker(value: Any) -> bool:
+    """True for any stand-in this module writes in place of content."""
+    return is_sealed(value) or is_blob_ref(value) or is_hashed(value) or is_sealed_text(value)
+
+
+class PayloadProtector:
+    """The write side: turns a payload into what may be recorded. One per run (it holds the run's keys)."""
+
+    def __init__(
+        self,
+        policy: DataPolicy,
+        keys: RunKeys | None,
+        blobs: BlobStore | None = None,
+        resolver: SecretResolver | None = None,
+    ) -> None:
+        if policy.encrypt and keys is None:
+            raise LedgerError("sealing content needs the run's keys: pass keys or DataPolicy(encrypt=False)")
+        if policy.capture != "full" and keys is None:
+            raise LedgerError(f"capture={policy.capture} needs the run's token key: pass keys")
+        self.policy = policy
+        self.keys = keys
+        self.blobs = blobs
+        # Without keys (capture=full, no sealing) tokens of resolved secrets still need a key:
+        # a process-local one is fine, since they are never joined across runs.
+        token_key = keys.token_key if keys is not None else hashlib.sha256(b"runledger-full-capture").digest()
+        self.redactor = Redactor(token_key, policy.redaction)
+        self.resolver = resolver or SecretResolver()
+        self.resolver.on_resolve = lambda name, value: self.redactor.add_secret(value, f"secret:{name}")
+
+    async def protect(self, body: Payload) -> Payload:
+        """``body`` as it may be recorded (validated against its own schema again)."""
+        fields = CONTENT_FIELDS.get(body.TYPE, ())
+        has_error = body.TYPE in ERROR_TYPES and getattr(body, "error", None) is not None
+        if not fields and not has_error:
+            return body
+        data = body.model_dump(mode="json")
+        for name in fields:
+            if data.get(name) is not None:
+                data[name] = await self.protect_value(name, data[name])
+        if has_error:
+            err = dict(data["error"])
+            for name in ERROR_TEXT_FIELDS:
+                if isinstance(err.get(name), str):
+                    err[name] = self.protect_text(err[name][-MAX_TRACEBACK:] if name == "traceback" else err[name])
+            data["error"] = err
+        return type(body).model_validate(data)
+
+    def _clean(self, name: str, value: Any) -> Any:
+        if is_marker(value):
+            return value  # already protected (a branch copying a recorded reference)
+        if self.policy.capture == "full":
+            return self._known_only(value)
+        return self.redactor.redact(value, (name,))
+
+    def _known_only(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redactor.redact_known(value)
+        if isinstance(value, dict):
+            return {k: self._known_only(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._known_only(v) for v in value]
+        return value
+
+    async def protect_value(self, name: str, value: Any) -> Any:
+        value = self._clean(name, value)
+        if is_marker(value):
+            return value
+        raw = canonical_json(value)
+        if self.policy.capture == "hash-only":
+            return {"$hash": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
+        if self.policy.encrypt:
+            assert self.keys is not None
+            sealed = self.keys.seal(raw)
+            if self.blobs is not None and len(sealed) > self.policy.blob_threshold:
+                return await self.blobs.put(sealed, MEDIA_JSON, enc=ALG, kid=self.keys.kid)
+            return {"$enc": ALG, "kid": self.keys.kid, "ct": base64.b64encode(sealed).decode("ascii")}
+        if self.blobs is not None and len(raw) > self.policy.blob_threshold:
+            return await self.blobs.put(raw, MEDIA_JSON)
+        return value
+
+    def protect_text(self, text: str) -> str:
+        text = self._clean("error", text)
+        if self.policy.capture == "hash-only":
+            return f"«hash:{hashlib.sha256(text.encode()).hexdigest()}»"
+        if self.policy.encrypt:
+            assert self.keys is not None
+            sealed = base64.b64encode(self.keys.seal(text.encode("utf-8"))).decode("ascii")
+            return f"«sealed:{ALG}:{self.keys.kid}:{sealed}»"
+        return text
+
+    def resolve_secrets(self, args: Any) -> Any:
+        """``args`` with ``secret://NAME`` references resolved, for the tool only (never recorded)."""
+        return self.resolver.resolve(args)
+
+
+KeyLookup = Callable[[str], Awaitable[RunKeys | None]]
+
+
+class PayloadOpener:
+    """The read side: unseals content with run keys and fetches blob bodies, verifying hashes.
+
+    ``strict`` opening (a resume replaying a value) raises PayloadUnavailableError when a
+    value cannot be read; lenient opening (a reader showing a run) leaves it sealed.
+    """
+
+    def __init__(self, keys: KeyStore | None, blobs: BlobStore | None = None) -> None:
+        self._store = keys
+        self._blobs = blobs
+        self._cache: dict[str, RunKeys | None] = {}
+
+    def remember(self, keys: RunKeys) -> None:
+        self._cache[keys.kid] = keys
+
+    async def key(self, kid: str) -> RunKeys | None:
+        if kid not in self._cache:
+            try:
+                self._cache[kid] = None if self._store is None else await self._store.get(kid)
+            except KeyStoreError:
+                self._cache[kid] = None
+        return self._cache[kid]
+
+    async def open_event(self, event: Event, *, fetch: bool = False) -> Event:
+        """``event`` with its content fields opened where possible (lenient). Same hash: the
+        returned event is for reading; the chain is verified over the stored bytes."""
+        fields = CONTENT_FIELDS.get(event.type, ())
+        p = event.payload
+        err = p.get("error") if event.type in ERROR_TYPES else None
+        if not any(is_marker(p.get(f)) for f in fields) and not (
+            isinstance(err, dict) and any(is_sealed_text(err.get(f)) for f in ERROR_TEXT_FIELDS)
+        ):
+            return event
+        data = dict(p)
+        for name in fields:
+            data[name] = await self.open_value(data.get(name), strict=False, fetch=fetch)
+        if isinstance(err, dict):
+            err = dict(err)
+            for name in ERROR_TEXT_FIELDS:
+                if isinstance(err.get(name), str):
+                    err[name] = await self.open_text(err[name], strict=False)
+            data["error"] = err
+        return event.model_copy(update={"payload": data})
+
+    async def open_value(self, value: Any, *, strict: bool = True, fetch: bool = True) -> Any:
+        """The content behind ``value`` (itself when it is plain content)."""
+        for _ in range(8):  # a branch may wrap a copied reference in its own seal
+            if is_sealed(value):
+                keys = await self.key(value["kid"])
+                if keys is None:
+                    if strict:
+                        raise PayloadUnavailableError(f"content sealed under {value['kid']}", _no_key(value["kid"]))
+                    return value
+                value = _loads(keys.unseal(base64.b64decode(value["ct"])))
+            elif is_blob_ref(value):
+                if not fetch or self._blobs is None:
+                    if strict:
+                        raise PayloadUnavailableError(f"blob {value['sha256']}", "no object store to fetch it from")
+                    return value
+                enc_kid = value.get("kid") if value.get("enc") else None
+                keys = await self.key(enc_kid) if enc_kid else None
+                if enc_kid and keys is None:
+                    if strict:
+                        raise PayloadUnavailableError(f"blob {value['sha256']}", _no_key(enc_kid))
+                    return value
+                try:
+                    data = await self._blobs.fetch(value)
+                except LedgerError as exc:
+                    if strict:
+                        raise PayloadUnavailableError(f"blob {value['sha256']}", str(exc)) from exc
+                    return value
+                value = _loads(keys.unseal(data) if keys is not None else data)
+            elif is_hashed(value):
+                if strict:
+                    raise PayloadUnavailableError("content", "the run was recorded with capture=hash-only")
+                return value
+            else:
+                return value
+        return value
+
+    async def open_text(self, text: str, *, strict: bool = True) -> str:
+        m = _SEALED_TEXT.match(text)
+        if m is None:
+            return text
+        keys = await self.key(m.group(1))
+        if keys is None:
+            if strict:
+                raise PayloadUnavailableError(f"text sealed under {m.group(1)}", _no_key(m.group(1)))
+            return text
+        return keys.unseal(base64.b64decode(m.group(2))).decode("utf-8")
+
+
+def _no_key(kid: str) -> str:
+    return f"the key {kid} is not in the key store (the run was erased, or this role may not read it)"
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data)
+
+
+async def run_protector(
+    client: LedgerClient,
+    agent: str,
+    run_id: str,
+    policy: DataPolicy,
+    *,
+    resolver: SecretResolver | None = None,
+    keystore: KeyStore | None = None,
+) -> PayloadProtector:
+    """The protector of one run, with its keys created (first start) or fetched (resume).
+
+    Raises KeyStoreError for a run whose keys were destroyed (erased runs are not continued)."""
+    keys: RunKeys | None = None
+    if policy.encrypt or policy.capture != "full":
+        store = keystore or KVKeyStore(client.js)
+        keys = await store.create(run_kid(agent, run_id))
+    return PayloadProtector(policy, keys, BlobStore(client), resolver)
+
+
+def client_opener(client: LedgerClient) -> PayloadOpener:
+    """A lenient-or-strict reader of content for this connection (KV key store, object store)."""
+    return PayloadOpener(KVKeyStore(client.js), BlobStore(client))

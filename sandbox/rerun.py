@@ -117,13 +117,19 @@ def branch_spec(host: AgentSpec, request: RerunRequest) -> tuple[AgentSpec, str,
 
 
 def code_location(spec: AgentSpec) -> tuple[Path, str]:
-    """(directory holding the agent's top-level package, package name): what is mounted read-only."""
+    """(directory holding the agent's top-level package, package name): what is mounted read-only.
+
+    For an agent inside ``runledger`` itself: (the subpackage's folder, its dotted name)."""
     fn = inspect.unwrap(spec.fn)
     module = fn.__module__
     source = inspect.getsourcefile(fn)
     if source is None or "." not in module:
         raise RerunRequestError(f"the agent function must live in a package to be sandboxed (it is in {module!r})")
     parts = module.split(".")
+    if parts[0] == "runledger" and len(parts) > 2:
+        # An agent shipped inside runledger (its example): the subpackage's folder, wherever it is mapped from.
+        subpackage = importlib.import_module(".".join(parts[:2]))
+        return Path(subpackage.__file__ or source).resolve().parent, subpackage.__name__
     path = Path(source).resolve()
     return path.parents[len(parts) - 1], parts[0]
 

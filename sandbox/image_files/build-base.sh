@@ -8,9 +8,11 @@
 set -euo pipefail
 
 TAG=${1:-runledger/debian-python:bookworm}
-HERE=$(cd "$(dirname "$0")" && pwd)
 
-"$HERE/../docker/ensure-docker.sh"
+if ! docker info >/dev/null 2>&1; then
+    echo "build-base: no Docker engine answers; start one (in a checkout: deploy/docker/ensure-docker.sh)" >&2
+    exit 1
+fi
 docker image inspect "$TAG" >/dev/null 2>&1 && exit 0
 
 # Serialise concurrent builds of the same machine's base.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import logging
 import re
 import shutil
@@ -29,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import runledger
-import runledger.examples
-import runledger.sandbox
 from runledger.log.server import runledger_home
 from runledger.sandbox.errors import DockerUnavailableError, ImageError
 
@@ -67,11 +66,14 @@ def _package_tree(into: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", *GUEST_LEAVES_OUT)
     core = Path(runledger.__file__).resolve().parent
     shutil.copytree(core, into, ignore=ignore)
-    for module in (runledger.sandbox, runledger.examples):
-        source = Path(module.__file__ or "").resolve().parent
-        target = into / module.__name__.rpartition(".")[2]
-        if source != target and not (core / target.name).is_dir():
-            shutil.copytree(source, target, ignore=ignore, dirs_exist_ok=True)
+    for name in ("runledger.sandbox", "runledger.examples"):
+        # Located, not imported: the examples sit above the sandbox and the sandbox must not import them.
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ImageError(f"{name} is not installed: reinstall runledger")
+        source = Path(next(iter(spec.submodule_search_locations))).resolve()
+        if not (core / name.rpartition(".")[2]).is_dir():
+            shutil.copytree(source, into / name.rpartition(".")[2], ignore=ignore, dirs_exist_ok=True)
 
 
 def docker_client() -> Any:

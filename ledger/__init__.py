@@ -14,7 +14,7 @@ layers below it (``tests/unit/test_layers.py`` keeps it so)::
     ├── sdk              the agent SDK: the Run API, start and resume, agents, tools,
     │                    model adapters, effects, the sync facade
     ├── ops              what operators read and decide: traces, verification, approvals, grants
-    ├── cli              the ``runledger`` program and the core's sub-commands
+    ├── cli              the ``runledger`` program (also ``python -m runledger``) and the core's sub-commands
     ├── projections      [projections] DuckDB read models of the log, SQL for analysts
     ├── sandbox          [sandbox] re-runs in Docker sandboxes, workers, diffs of branches
     └── examples         the example refund agent and the ``runledger demo`` command
@@ -26,11 +26,16 @@ Names are imported on first use (PEP 562): ``from runledger import tool`` loads 
 needs. The sandbox guest depends on this: it imports the Run API and the fold, and must not
 pay for the NATS client, cryptography or the analytics stack in every container it starts
 (docs/sandbox.md, "Start-up cost").
+
+Each package has one error tree, in its ``errors`` module. The library logs to the ``runledger``
+loggers (``logging.getLogger(__name__)``) and never writes to the terminal; programs do (the CLI,
+the sandbox guest, the example's payments service).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,13 +49,14 @@ if TYPE_CHECKING:
         LedgerError,
         MissingExtraError,
         NondeterminismError,
+        PayloadUnavailableError,
         PublishError,
         SuspendedForApproval,
         ToolFailedError,
         VersionMismatchError,
     )
     from runledger.log.client import LedgerClient, connect
-    from runledger.protect.capture import DataPolicy, PayloadUnavailableError
+    from runledger.protect.capture import DataPolicy
     from runledger.protect.redaction import RedactionPolicy, SecretResolver
     from runledger.record.events import Budgets, Event, VersionTuple
     from runledger.record.fold import Checkpoint, fold
@@ -73,6 +79,7 @@ _MODULE_OF: dict[str, str] = {
             "LedgerError",
             "MissingExtraError",
             "NondeterminismError",
+            "PayloadUnavailableError",
             "PublishError",
             "SuspendedForApproval",
             "ToolFailedError",
@@ -81,7 +88,7 @@ _MODULE_OF: dict[str, str] = {
         "runledger.errors",
     ),
     **dict.fromkeys(["LedgerClient", "connect"], "runledger.log.client"),
-    **dict.fromkeys(["DataPolicy", "PayloadUnavailableError"], "runledger.protect.capture"),
+    **dict.fromkeys(["DataPolicy"], "runledger.protect.capture"),
     **dict.fromkeys(["RedactionPolicy", "SecretResolver"], "runledger.protect.redaction"),
     **dict.fromkeys(["Budgets", "Event", "VersionTuple"], "runledger.record.events"),
     **dict.fromkeys(["Checkpoint", "fold"], "runledger.record.fold"),
@@ -136,6 +143,12 @@ __all__ = [
     "sync_agent",
     "tool",
 ]
+
+
+# A library logs and leaves the terminal to the program: records of the ``runledger`` loggers
+# reach nowhere (not even Python's last-resort stderr handler for warnings) until the program
+# configures logging, as the CLI's main does.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,8 @@
-"""Every error the ledger package raises.
+"""Every error the core raises: one tree under ``LedgerError``.
 
     LedgerError
     ├── ConfigurationError            bad command-line or environment input
+    │   └── SecretNotFoundError       a ``secret://NAME`` reference resolves nowhere where the tool runs
     ├── MissingExtraError             an optional part is not installed (also an ImportError)
     ├── ServerError                   the embedded nats-server could not start / stop
     │   ├── PortInUseError
@@ -14,8 +15,15 @@
     ├── RunNotFoundError
     ├── LedgerReadError               a subject or the stream could not be read completely and in order
     │   └── StreamGapError            a stream sequence went missing between two messages
+    ├── ReaderUnavailable             the fast readers cannot speak to this server (nats-py reads instead)
+    ├── KeyStoreError                 a run's keys cannot be created, read or used (erased, altered, unreachable)
+    ├── BlobError                     the object store cannot store a blob
+    │   ├── BlobMissingError          a referenced blob is not in the object store
+    │   └── BlobCorruptError          a blob does not match its hash
+    ├── PayloadUnavailableError       recorded content cannot be read back (hash-only, erased, missing blob)
+    ├── ModelError                    a model adapter failed (HTTP error, bad response, no scripted reply left)
     ├── VersionMismatchError          resume with a different version tuple
-    ├── NondeterminismError           replayed code made a different call than the record
+    ├── NondeterminismError           replayed code made a call the record cannot answer (or a re-drive diverged)
     ├── EffectInDoubtError            an effect was claimed but has no recorded outcome
     ├── EffectFailedError             the effect function raised; the failure is recorded
     ├── BudgetExhaustedError          a run hit a turn, token or wall-clock limit
@@ -25,13 +33,23 @@
     ├── EffectClaimedElsewhereError   another run holds an unresolved claim on the key
     └── ChainError                    the hash chain or sequence of a run is broken
 
+The projections and the sandbox extend the tree under ``ProjectionError`` and ``SandboxError``
+(``runledger.projections.errors``, ``runledger.sandbox.errors``). Every exception class of the
+package is defined in one of these three modules (tests/unit/test_errors.py keeps it so).
+
 Messages say what is wrong and what to do next. Third-party errors (nats, OS) are
-translated at the boundary with ``raise ... from exc``.
+translated at the boundary with ``raise ... from exc``. An error whose ``__init__`` takes
+anything but the message defines ``__reduce__`` (its arguments, then its attributes), so that
+it survives pickling into another process unchanged.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# The object store of blobs, named here because this module imports nothing of the package;
+# runledger.log.subjects.BLOB_BUCKET is the same name (tests/unit/test_errors.py checks it).
+_BLOB_BUCKET = "LEDGER_BLOBS"
 
 
 class LedgerError(Exception):
@@ -40,6 +58,19 @@ class LedgerError(Exception):
 
 class ConfigurationError(LedgerError):
     pass
+
+
+class SecretNotFoundError(ConfigurationError):
+    def __init__(self, name: str, where: str) -> None:
+        self.name = name
+        self.where = where
+        super().__init__(
+            f"secret://{name} could not be resolved: no environment variable RUNLEDGER_SECRET_{name} or {name}"
+            f"{where}. Provide it where the tool runs; it is never recorded"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.where), self.__dict__)
 
 
 class MissingExtraError(LedgerError, ImportError):
@@ -54,7 +85,7 @@ class MissingExtraError(LedgerError, ImportError):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.extra, self.feature, self.missing))
+        return (type(self), (self.extra, self.feature, self.missing), self.__dict__)
 
 
 class ServerError(LedgerError):
@@ -69,30 +100,45 @@ class PortInUseError(ServerError):
             f"or stop whatever listens there (`ss -ltnp 'sport = :{port}'`)"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.port,), self.__dict__)
+
 
 class DataDirError(ServerError):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
+        self.reason = reason
         super().__init__(f"data dir {path!r} is not usable: {reason}; pass a writable --data-dir DIR")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.reason), self.__dict__)
 
 
 class ConnectionFailedError(LedgerError):
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
+        self.reason = reason
         super().__init__(
             f"no NATS server reachable at {url}: {reason}. Start one with `runledger up`, "
             "or point --nats / RUNLEDGER_NATS_URL at a running server"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.url, self.reason), self.__dict__)
 
 
 class PublishError(LedgerError):
     def __init__(self, subject: str, msg_id: str, reason: str) -> None:
         self.subject = subject
         self.msg_id = msg_id
+        self.reason = reason
         super().__init__(
             f"event {msg_id} on {subject} was not acknowledged: {reason}. Nothing after it was "
             "recorded; resume the run once the server is reachable (`runledger resume RUN ...`)"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.subject, self.msg_id, self.reason), self.__dict__)
 
 
 class FencedError(PublishError):
@@ -108,6 +154,9 @@ class FencedError(PublishError):
         self.subject = subject
         self.msg_id = msg_id
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.subject, self.msg_id, self.expected, self.actual), self.__dict__)
+
 
 class EventDecodeError(LedgerError):
     def __init__(self, reason: str, raw: bytes = b"") -> None:
@@ -115,16 +164,32 @@ class EventDecodeError(LedgerError):
         self.raw = raw
         super().__init__(reason)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.raw), self.__dict__)
+
 
 class UnknownSchemaVersionError(EventDecodeError):
     def __init__(self, type_: str, version: int, known: int, raw: bytes = b"") -> None:
         self.type = type_
         self.version = version
+        self.known = known
         super().__init__(
             f"event type {type_!r} has schema_version {version}, this runledger knows up to {known}: "
             "upgrade runledger to read it",
             raw,
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.type, self.version, self.known, self.raw), self.__dict__)
+
+
+class RunNotFoundError(LedgerError):
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id!r} in the ledger: list runs with `runledger runs`")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id,), self.__dict__)
 
 
 class LedgerReadError(LedgerError):
@@ -140,11 +205,61 @@ class StreamGapError(LedgerReadError):
             f"read stream sequence {got} where {expected} was expected: messages were lost on the way; read again"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.expected, self.got), self.__dict__)
 
-class RunNotFoundError(LedgerError):
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"no run {run_id!r} in the ledger: list runs with `runledger runs`")
+
+class ReaderUnavailable(LedgerError):
+    """The fast readers cannot talk to this server (TLS, credentials files...): use nats-py's."""
+
+
+class KeyStoreError(LedgerError):
+    pass
+
+
+class BlobError(LedgerError):
+    pass
+
+
+class BlobMissingError(BlobError):
+    def __init__(self, sha256: str) -> None:
+        self.sha256 = sha256
+        super().__init__(
+            f"blob {sha256} is not in the object store {_BLOB_BUCKET} (expired with the retention window, "
+            "deleted by an erasure, or never stored): the value cannot be shown"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.sha256,), self.__dict__)
+
+
+class BlobCorruptError(BlobError):
+    def __init__(self, sha256: str, actual: str) -> None:
+        self.sha256 = sha256
+        self.actual = actual
+        super().__init__(f"blob {sha256} does not match its hash (got {actual}): the object store was altered")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.sha256, self.actual), self.__dict__)
+
+
+class PayloadUnavailableError(LedgerError):
+    """Recorded content that cannot be read back: hash-only capture, an erased run, a missing blob."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        self.reason = reason
+        super().__init__(
+            f"{what} is not available: {reason}. A run recorded with capture=hash-only, or erased, "
+            "cannot be resumed or re-driven past this step; its structure is still readable"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.what, self.reason), self.__dict__)
+
+
+class ModelError(LedgerError):
+    pass
 
 
 class VersionMismatchError(LedgerError):
@@ -160,17 +275,44 @@ class VersionMismatchError(LedgerError):
             + "\nResume with the recorded code, model, prompt and tools, or fork a counterfactual branch."
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.recorded, self.current), self.__dict__)
+
 
 class NondeterminismError(LedgerError):
-    def __init__(self, run_id: str, step: int, recorded: str, attempted: str) -> None:
+    """Replayed code made a call that the record cannot answer, at ``step``.
+
+    Two cases, told apart by ``diverged`` and named by ``failure_reason`` (what a branch records
+    in ``run.failed``):
+
+    - ``"nondeterminism"``: a resume, or a branch before its fork point, replayed code that calls
+      something other than the record: the code changed. ``run_id`` is the run being replayed.
+    - ``"diverged"`` (``diverged=True``): a re-drive past its fork point, where the live model
+      made a call that the parent's record cannot answer: the outcome of the experiment, not a
+      changed program. ``run_id`` is the parent whose record was asked.
+    """
+
+    def __init__(self, run_id: str, step: int, recorded: str, attempted: str, diverged: bool = False) -> None:
         self.run_id = run_id
         self.step = step
         self.recorded = recorded
         self.attempted = attempted
-        super().__init__(
-            f"run {run_id} step {step}: the code now calls {attempted} where the record has {recorded}. "
-            "The agent code changed before the resume point; resume with the recorded code or fork a branch"
-        )
+        self.diverged = diverged
+        self.failure_reason = "diverged" if diverged else "nondeterminism"
+        if diverged:
+            message = (
+                f"re-drive of {run_id} diverged at step {step}: the agent called {attempted}, "
+                f"the record has {recorded}; the record cannot answer it"
+            )
+        else:
+            message = (
+                f"run {run_id} step {step}: the code now calls {attempted} where the record has {recorded}. "
+                "The agent code changed before the resume point; resume with the recorded code or fork a branch"
+            )
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.step, self.recorded, self.attempted, self.diverged), self.__dict__)
 
 
 class EffectInDoubtError(LedgerError):
@@ -184,12 +326,18 @@ class EffectInDoubtError(LedgerError):
             f"system, then run `runledger effects resolve {key} --committed` or `--not-committed`, and resume"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.step, self.key), self.__dict__)
+
 
 class EffectFailedError(LedgerError):
     def __init__(self, key: str, error: str) -> None:
         self.key = key
         self.error = error
         super().__init__(f"effect {key!r} failed: {error}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.error), self.__dict__)
 
 
 class BudgetExhaustedError(LedgerError):
@@ -203,12 +351,19 @@ class BudgetExhaustedError(LedgerError):
             f"grant more explicitly with `runledger budget grant {run_id} --{budget} N --by NAME`"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.budget, self.used, self.limit), self.__dict__)
+
 
 class ApprovalDeniedError(LedgerError):
     def __init__(self, run_id: str, request_id: str, reason: str | None) -> None:
         self.run_id = run_id
         self.request_id = request_id
+        self.reason = reason
         super().__init__(f"run {run_id}: approval {request_id} was denied" + (f": {reason}" if reason else ""))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.request_id, self.reason), self.__dict__)
 
 
 class SuspendedForApproval(LedgerError):
@@ -223,14 +378,21 @@ class SuspendedForApproval(LedgerError):
             f"`runledger approve {run_id} {request_id} --by NAME [--deny]`, then resume"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.request_id, self.action), self.__dict__)
+
 
 class ChainError(LedgerError):
     def __init__(self, run_id: str, seq: int, stream_seq: int | None, reason: str) -> None:
         self.run_id = run_id
         self.seq = seq
         self.stream_seq = stream_seq
+        self.reason = reason
         where = f" (stream sequence {stream_seq})" if stream_seq is not None else ""
         super().__init__(f"run {run_id}: event {seq}{where}: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.seq, self.stream_seq, self.reason), self.__dict__)
 
 
 class ToolFailedError(LedgerError):
@@ -240,14 +402,22 @@ class ToolFailedError(LedgerError):
         self.name = name
         self.step = step
         self.error_type = error_type
+        self.message = message
         super().__init__(f"tool {name!r} (step {step}) raised {error_type}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.step, self.error_type, self.message), self.__dict__)
 
 
 class EffectClaimedElsewhereError(LedgerError):
     def __init__(self, key: str, run_id: str, step: int) -> None:
         self.key = key
         self.run_id = run_id
+        self.step = step
         super().__init__(
             f"effect {key!r} is claimed by run {run_id} step {step} and has no outcome yet: "
             f"resume that run, or resolve with `runledger effects resolve {key} --committed/--not-committed`"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.run_id, self.step), self.__dict__)

@@ -12,10 +12,13 @@
         └── QueryError                        an analyst's SQL failed
 
 Messages say what is wrong and what to do next. DuckDB and NATS errors are translated at
-the boundary with ``raise ... from exc``.
+the boundary with ``raise ... from exc``. An error whose ``__init__`` takes anything but the
+message defines ``__reduce__``, so that it survives pickling into another process unchanged.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from runledger.errors import LedgerError
 
@@ -33,6 +36,9 @@ class ProjectionFileError(ProjectionError):
             "with `runledger project --rebuild`"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.reason), self.__dict__)
+
 
 class ProjectionLockedError(ProjectionFileError):
     def __init__(self, path: str, holder: str | None = None) -> None:
@@ -47,6 +53,9 @@ class ProjectionLockedError(ProjectionFileError):
         self.path = path
         self.reason = "locked"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.holder), self.__dict__)
+
 
 class SchemaTooNewError(ProjectionFileError):
     def __init__(self, path: str, found: int, known: int) -> None:
@@ -60,6 +69,9 @@ class SchemaTooNewError(ProjectionFileError):
         self.path = path
         self.reason = "schema too new"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.found, self.known), self.__dict__)
+
 
 class StreamMismatchError(ProjectionError):
     def __init__(self, path: str, recorded: str, actual: str) -> None:
@@ -71,6 +83,9 @@ class StreamMismatchError(ProjectionError):
             "a different history, which would be mixed with the one already projected. Point --db at "
             "another file, or start this one over from the new stream with `runledger project --rebuild`"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.recorded, self.actual), self.__dict__)
 
 
 class StreamReadError(ProjectionError):
@@ -87,6 +102,9 @@ class SequenceGapError(StreamReadError):
             "resumes from the last committed position"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.expected, self.got), self.__dict__)
+
 
 class EventsExpiredError(StreamReadError):
     def __init__(self, position: int, first_seq: int) -> None:
@@ -98,9 +116,15 @@ class EventsExpiredError(StreamReadError):
             "`runledger project --rebuild` projects what the stream still holds into a fresh file"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.position, self.first_seq), self.__dict__)
+
 
 class QueryError(ProjectionError):
     def __init__(self, sql: str, reason: str) -> None:
         self.sql = sql
         self.reason = reason
         super().__init__(f"query failed: {reason}. The tables and their columns are listed in docs/tables.md")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.sql, self.reason), self.__dict__)

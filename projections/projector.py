@@ -29,8 +29,8 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import os
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -59,6 +59,8 @@ from runledger.projections.store import (
 )
 from runledger.projections.workers import LocalPartitions, Partitions, PartitionWork, ProcessPartitions, partition_of
 from runledger.record.records import RawRecord
+
+logger = logging.getLogger(__name__)
 
 DB_NAME = "ledger.duckdb"
 BATCH = 2 * PULL_BATCH  # events a transaction: fewer commits (each fsyncs) at ~20 MB of memory
@@ -198,12 +200,11 @@ class Projector:
         if state.last_seq + 1 < status.first_seq:
             raise EventsExpiredError(state.last_seq, status.first_seq)
         if state.fold_fingerprint != fold_fingerprint():
-            if self.progress is not None:
-                print(
-                    f"runledger: note: {self.store.path} was projected by other fold code; rows derived "
-                    "from now on follow the new code. `runledger project --rebuild` makes them uniform",
-                    file=sys.stderr,
-                )
+            logger.warning(
+                "%s was projected by other fold code; rows derived from now on follow the new code. "
+                "`runledger project --rebuild` makes them uniform",
+                self.store.path,
+            )
             self.store.set_fingerprint(fold_fingerprint())
         self._file_had_rows = state.last_seq >= state.first_seq
         position = state.last_seq
@@ -409,7 +410,9 @@ def _carry_over_prices(store: ProjectionStore, old: Path) -> None:
         finally:
             store.con.execute("DETACH previous")
     except duckdb.Error as exc:  # an unreadable old file must not stop its own rebuild
-        print(f"runledger: warning: model_prices not carried over from {old}: {exc}", file=sys.stderr)
+        logger.warning(
+            "model_prices not carried over from %s: %s. The rebuilt file has none: insert them again", old, exc
+        )
 
 
 def _sql_string(text: str) -> str:

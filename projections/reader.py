@@ -31,12 +31,12 @@ from typing import Any, Protocol
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from runledger.errors import ReaderUnavailable
 from runledger.log import fastread
 from runledger.log.client import LedgerClient
 from runledger.log.fastread import PULL_BATCH as PULL_BATCH
 from runledger.log.fastread import PULL_MAX_BYTES as PULL_MAX_BYTES
 from runledger.log.fastread import ProtocolParser as ProtocolParser
-from runledger.log.fastread import ReaderUnavailable
 from runledger.projections.errors import SequenceGapError, StreamReadError
 from runledger.record.records import RawRecord
 

@@ -6,7 +6,8 @@ and the changed version-tuple element. What each call does, by mode:
 | mode           | step < k                       | step >= k                                                   |
 |----------------|--------------------------------|-------------------------------------------------------------|
 | redrive        | served from the parent's record| model live; tools, effects, clock, random from the record   |
-|                |                                | by position; a call the record cannot answer: DivergenceError|
+|                |                                | by position; a call the record cannot answer diverges       |
+|                |                                | (NondeterminismError, diverged=True)                        |
 | live           | served from the parent's record| model and read tools live; effects through dry-run stubs:   |
 |                |                                | a committed key returns its recorded result, a new key is   |
 |                |                                | simulated (effect.simulated) unless effects are allowed     |
@@ -40,7 +41,6 @@ from runledger.record.events import (
     Usage,
 )
 from runledger.record.fold import Checkpoint, StepRecord
-from runledger.sandbox.errors import DivergenceError
 from runledger.sdk.effects import read_key
 from runledger.sdk.models import ModelResponse
 from runledger.sdk.run import RecordedRun
@@ -92,7 +92,7 @@ class BranchRun(RecordedRun):
         recorded = "nothing (the parent ended before this step)" if rec is None else f"{rec.kind} {rec.name!r}"
         if step < self.fork_step:
             return NondeterminismError(self.run_id, step, recorded, attempted)
-        return DivergenceError(self.parent.run_id, step, recorded, attempted)
+        return NondeterminismError(self.parent.run_id, step, recorded, attempted, diverged=True)
 
     def _from_record(self, step: int) -> bool:
         return step < self.fork_step or self.mode == "redrive"

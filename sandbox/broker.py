@@ -15,20 +15,11 @@ import time
 from typing import Any
 
 from runledger.errors import ApprovalDeniedError, EffectFailedError, ToolFailedError
-from runledger.sandbox.channel import ChannelError, check_request, encode, read_message
-from runledger.sandbox.errors import SandboxViolation
+from runledger.sandbox.channel import check_request, encode, read_message
+from runledger.sandbox.errors import AgentFailedError, ChannelError, SandboxViolation
 
 # Errors an agent may catch and handle: forwarded to the guest instead of ending the run.
 FORWARDED = (ToolFailedError, EffectFailedError, ApprovalDeniedError)
-
-
-class AgentFailedError(Exception):
-    """The agent function raised inside the sandbox; recorded with its own type and traceback."""
-
-    def __init__(self, error: dict[str, Any]) -> None:
-        self.remote_type = str(error.get("type", "Exception"))[:200]
-        self.remote_traceback = str(error.get("traceback", ""))[-20_000:] or None
-        super().__init__(str(error.get("message", ""))[:20_000])
 
 
 class Broker:

@@ -16,12 +16,10 @@ import asyncio
 import json
 from typing import Any
 
+from runledger.sandbox.errors import ChannelError
+
 MAX_LINE = 4 * 1024 * 1024
 OPS = frozenset({"hello", "model", "tool", "effect", "approval", "now", "random", "done", "failed"})
-
-
-class ChannelError(Exception):
-    """A malformed, oversized or unexpected message."""
 
 
 def encode(message: dict[str, Any]) -> bytes:

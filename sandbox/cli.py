@@ -20,7 +20,7 @@ from runledger.record.fold import fold
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
 from runledger.sandbox.diff import diff, render
 from runledger.sandbox.image import build_image, current_image, docker_client
-from runledger.sandbox.rerun import Rerunner, RerunRequest
+from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 from runledger.sandbox.worker import run_worker, submit
 
 
@@ -67,10 +67,19 @@ async def _wait_for(client: LedgerClient, run_id: str, timeout: float) -> Any:
     raise ConfigurationError(f"branch {run_id} did not finish within {timeout:g}s; is a worker running?")
 
 
+def _progress_bar(done: int, total: int) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger sweep`")
     from runledger.projections.projector import default_db_path
-    from runledger.sandbox.sweep import progress_bar, select_runs, sweep
+    from runledger.sandbox.sweep import select_runs, sweep
 
     template = _request(argparse.Namespace(**{**vars(args), "run": "-"}))
 
@@ -86,7 +95,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 return 0
             print(f"re-driving {len(run_ids)} runs ({args.mode})", file=sys.stderr)
             summary = await sweep(client, pool, run_ids, template, concurrency=args.concurrency,
-                                  progress=progress_bar)  # fmt: skip
+                                  progress=_progress_bar)  # fmt: skip
         finally:
             await pool.close()
             await client.close()
@@ -140,6 +149,15 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     return with_client(args, queued)
 
 
+def _print_result(request: RerunRequest, outcome: RerunResult | Exception) -> None:
+    """One line per re-run handled: its branch's outcome on stdout, an error on stderr."""
+    if isinstance(outcome, Exception):
+        print(f"re-run {request.request_id}: error: {outcome}", file=sys.stderr)
+    else:
+        print(f"re-run {request.request_id}: branch {outcome.run_id} {outcome.status}"
+              + (f" ({outcome.reason})" if outcome.reason else ""), flush=True)  # fmt: skip
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger worker`")
     async def serve() -> int:
@@ -153,7 +171,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         try:
             await run_worker(client, docker, policy=policy, concurrency=args.concurrency, pool_size=args.pool,
-                             max_requests=args.max_requests, ack_wait_s=args.ack_wait, stop=stop)  # fmt: skip
+                             max_requests=args.max_requests, ack_wait_s=args.ack_wait, stop=stop,
+                             on_result=_print_result)  # fmt: skip
         finally:
             await client.close()
         return 0

@@ -20,12 +20,9 @@ from typing import Any
 
 import runledger.errors as ledger_errors
 from runledger.sandbox.channel import MAX_LINE, encode, read_message
+from runledger.sandbox.errors import RemoteError
 from runledger.sdk.agent import code_hash, load_agent
 from runledger.sdk.models import ModelResponse
-
-
-class RemoteError(Exception):
-    """An error the broker reported for a call, when no SDK error type matches it."""
 
 
 def _rebuild_error(error: dict[str, Any]) -> Exception:
@@ -87,7 +84,11 @@ class RemoteRun:
         return float(await self._call("random"))
 
 
+NO_BROKER = 2  # serve's exit code when nothing answers at the socket path
+
+
 async def serve(socket_path: str) -> int:
+    """Serve one re-run for the broker at ``socket_path``; returns the guest's exit code."""
     for _ in range(200):  # the broker creates the socket before starting us; allow for slow mounts
         try:
             reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_LINE)
@@ -95,8 +96,7 @@ async def serve(socket_path: str) -> int:
         except OSError:
             await asyncio.sleep(0.05)
     else:
-        print(f"guest: no broker at {socket_path}", file=sys.stderr)
-        return 2
+        return NO_BROKER
     writer.write(encode({"id": 0, "op": "hello"}))
     await writer.drain()
     hello = await read_message(reader)
@@ -131,7 +131,13 @@ async def serve(socket_path: str) -> int:
 
 
 def main() -> None:
-    code = asyncio.run(serve(sys.argv[1] if len(sys.argv) > 1 else "/run/runledger/broker.sock"))
+    socket_path = sys.argv[1] if len(sys.argv) > 1 else "/run/runledger/broker.sock"
+    code = asyncio.run(serve(socket_path))
+    if code == NO_BROKER:
+        # The guest is a program of its own (the container's command), and this is its main: what
+        # it has to say goes to its own stderr. Nothing configures logging in the container, and
+        # the host sees the exit code either way (the sandbox's description names it).
+        print(f"guest: no broker at {socket_path}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     # Exit without finalizing the interpreter: the outcome was sent and the container is removed

@@ -12,11 +12,10 @@ month's failures.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from runledger.errors import LedgerError
 from runledger.log.client import LedgerClient
@@ -84,8 +83,11 @@ async def sweep(
     template: RerunRequest,
     *,
     concurrency: int = 2,
-    progress: Any = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SweepSummary:
+    """Re-drive ``run_ids`` as ``template`` asks, ``concurrency`` at a time, and summarise.
+
+    ``progress(done, total)`` is called after each run (the CLI draws a bar with it)."""
     rerunner = Rerunner(client, pool)
     summary = SweepSummary(total=len(run_ids))
     queue: asyncio.Queue[str] = asyncio.Queue()
@@ -131,12 +133,3 @@ async def sweep(
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
     return summary
-
-
-def progress_bar(done: int, total: int) -> None:
-    width = 30
-    filled = int(width * done / total) if total else width
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +27,8 @@ from runledger.log.subjects import CMD_PREFIX, CMD_STREAM
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
 from runledger.sandbox.errors import RerunRequestError
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
+
+logger = logging.getLogger(__name__)
 
 RERUN_SUBJECT = f"{CMD_PREFIX}.rerun"
 CONSUMER = "rerun-workers"
@@ -53,7 +55,11 @@ async def run_worker(
     on_result: Callable[[RerunRequest, RerunResult | Exception], None] | None = None,
     reap_interval_s: float = 10.0,
 ) -> int:
-    """Serve re-run requests until ``stop`` is set (or ``max_requests`` were handled). Returns the count."""
+    """Serve re-run requests until ``stop`` is set (or ``max_requests`` were handled). Returns the count.
+
+    Each request's outcome (its branch's result, or the error that stopped it) goes to
+    ``on_result`` (``runledger worker`` prints it); without one, it is logged on this module's
+    logger (INFO, errors at WARNING), like everything else the worker has to say."""
     stop = stop or asyncio.Event()
     config = ConsumerConfig(
         durable_name=CONSUMER, ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s, max_deliver=10,
@@ -69,10 +75,10 @@ async def run_worker(
         if on_result is not None:
             on_result(request, outcome)
         elif isinstance(outcome, Exception):
-            print(f"re-run {request.request_id}: error: {outcome}", file=sys.stderr)
+            logger.warning("re-run %s: error: %s", request.request_id, outcome)
         else:
-            print(f"re-run {request.request_id}: branch {outcome.run_id} {outcome.status}"
-                  + (f" ({outcome.reason})" if outcome.reason else ""), flush=True)  # fmt: skip
+            logger.info("re-run %s: branch %s %s%s", request.request_id, outcome.run_id, outcome.status,
+                        f" ({outcome.reason})" if outcome.reason else "")  # fmt: skip
 
     async def heartbeat(msg: Any) -> None:
         while True:
@@ -85,7 +91,7 @@ async def run_worker(
         try:
             request = RerunRequest.model_validate_json(msg.data)
         except ValidationError as exc:
-            print(f"worker: dropping a malformed re-run request: {exc.errors()[0]['msg']}", file=sys.stderr)
+            logger.warning("worker: dropping a malformed re-run request: %s", exc.errors()[0]["msg"])
             await msg.term()
             return
         beat = asyncio.create_task(heartbeat(msg))
@@ -112,10 +118,11 @@ async def run_worker(
             try:
                 reaped = await asyncio.to_thread(pool.reap_orphans)
             except Exception as exc:  # docker-py raises several types; the next round tries again
-                print(f"worker: reaping orphaned sandboxes failed: {exc}", file=sys.stderr)
+                logger.warning("worker: reaping orphaned sandboxes failed: %s; trying again in %gs", exc,
+                               reap_interval_s)  # fmt: skip
                 continue
             if reaped:
-                print(f"worker: removed {reaped} sandboxes left by a dead worker", file=sys.stderr, flush=True)
+                logger.info("worker: removed %d sandboxes left by a dead worker", reaped)
 
     async def loop() -> None:
         while not stop.is_set() and (max_requests is None or handled < max_requests):

@@ -50,3 +50,62 @@ def calls(log: Path) -> list[dict[str, Any]]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+# -- an ordinary agent: parallel tool calls, unsorted dicts, prompts built with json.dumps -----------------
+
+
+def _lookup(args: dict[str, Any]) -> dict[str, Any]:
+    """A read tool returning a dict in no sorted order (as most real tools do)."""
+    delay = float(os.environ.get("TEST_TOOL_DELAY", "0"))
+    if delay:
+        import random
+        import time
+
+        time.sleep(random.uniform(0, delay))  # parallel calls finish in any order
+    shard = args["shard"]
+    return {"zeta": shard * 3, "order": args["order"], "alpha": {"y": 1.5, "b": [shard, "x"]}, "mid": None}
+
+
+def _effect_counter(name: str) -> Any:
+    def act(args: Any) -> Any:
+        return _count(name, args)
+
+    return act
+
+
+async def ordinary(run: Run) -> dict[str, Any]:
+    """One model turn asks for 8 lookups at once; their results go back into the next prompt
+    with ``json.dumps`` (no ``sort_keys``); then two effects run in parallel."""
+    import asyncio
+
+    order = run.input["order"]
+    plan = await run.model([{"role": "user", "content": f"look up {order} on every shard"}])
+    shards = json.loads(plan.content)["shards"]
+    found = await asyncio.gather(
+        *(run.tool("lookup", {"order": order, "shard": s}, fn=_lookup) for s in shards)
+    )
+    decision = await run.model([{"role": "user", "content": "results: " + json.dumps(found)}])
+    charged, told = await asyncio.gather(
+        # Keys name the order and the run: the crash tests run the same order many times over.
+        run.effect("charge", {"order": order, "amount": 7}, key=f"charge:{order}:{run.run_id}",
+                   fn=_effect_counter("charge")),
+        run.effect("notify", {"order": order, "text": decision.content}, key=f"notify:{order}:{run.run_id}",
+                   fn=_effect_counter("notify")),
+    )  # fmt: skip
+    return {"decision": decision.content, "charged": charged, "told": told, "found": found}
+
+
+def _ordinary_model(messages: list[dict[str, Any]]) -> str:
+    text = str(messages[-1]["content"])
+    if text.startswith("look up"):
+        return json.dumps({"shards": list(range(8))})
+    # The reply depends on the exact prompt text: a prompt built differently after a resume
+    # (another key order) would change it and be caught as a divergence.
+    import hashlib
+
+    return "approve:" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def ordinary_spec() -> AgentSpec:
+    return AgentSpec("ordinary", ordinary, ScriptedModel(_ordinary_model, name="scripted-ordinary"), agent_version="v1")

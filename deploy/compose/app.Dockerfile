@@ -14,5 +14,5 @@ RUN set -e; \
 ENV PYTHONPATH=/opt/runledger:/opt/runledger/site \
     PYTHONUNBUFFERED=1 \
     RUNLEDGER_HOME=/var/lib/runledger
-ENTRYPOINT ["python3", "-m", "runledger.cli.app"]
+ENTRYPOINT ["python3", "-m", "runledger"]
 CMD ["--help"]

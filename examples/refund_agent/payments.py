@@ -82,6 +82,8 @@ def main() -> None:
     parser.add_argument("--log", required=True)
     args = parser.parse_args()
     service = PaymentsService(Path(args.log), port=args.port)
+    # This is the program's main, and its URL is its output: whoever starts it reads the first
+    # line of stdout to find the port it got (tests/integration/test_ledger_crash.py does).
     print(service.url, flush=True)
     service.server.serve_forever()
 

@@ -41,7 +41,7 @@ from urllib.parse import unquote
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from runledger.errors import LedgerError, LedgerReadError, StreamGapError
+from runledger.errors import LedgerError, LedgerReadError, ReaderUnavailable, StreamGapError
 from runledger.log.client import LedgerClient
 from runledger.record.records import RawRecord
 
@@ -54,10 +54,6 @@ CONNECT_TIMEOUT_S = 5.0
 # A subject read's consumer is deleted when the read ends; this bounds how long one outlives a
 # reader that could not delete it (a crash, or a role without $JS.API.CONSUMER.DELETE).
 SUBJECT_CONSUMER_IDLE_S = 10.0
-
-
-class ReaderUnavailable(LedgerError):
-    """The fast readers cannot talk to this server (TLS, credentials files...): use nats-py's."""
 
 
 def parse_ack_subject(reply: bytes, error: type[LedgerError] = LedgerReadError) -> tuple[int, int]:

@@ -20,9 +20,9 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from runledger.errors import EventDecodeError, LedgerError, RunNotFoundError
+from runledger.errors import EventDecodeError, LedgerError, ReaderUnavailable, RunNotFoundError
 from runledger.log.client import LedgerClient
-from runledger.log.fastread import ReaderUnavailable, read_subject
+from runledger.log.fastread import read_subject
 from runledger.log.subjects import LEDGER_STREAM, any_agent_run_subject, parse_run_subject, run_subject
 from runledger.record.events import Event, decode_fast
 from runledger.record.records import Quarantined, RawRecord, Recorded

@@ -6,21 +6,19 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from runledger.errors import EventDecodeError
+from runledger.errors import EventDecodeError, KeyStoreError, PayloadUnavailableError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import read_raw
 from runledger.log.subjects import any_agent_run_subject, parse_run_subject
 from runledger.protect.blobs import is_blob_ref
 from runledger.protect.capture import (
     PayloadOpener,
-    PayloadUnavailableError,
     client_opener,
     content_values,
     is_marker,
     is_sealed,
     is_sealed_text,
 )
-from runledger.protect.keystore import KeyStoreError
 from runledger.record.events import GENESIS, decode
 from runledger.record.records import RawRecord
 

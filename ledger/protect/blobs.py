@@ -29,7 +29,7 @@ import re
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from runledger.errors import LedgerError
+from runledger.errors import BlobCorruptError, BlobError, BlobMissingError
 from runledger.log.subjects import BLOB_BUCKET
 
 if TYPE_CHECKING:
@@ -37,26 +37,6 @@ if TYPE_CHECKING:
 
 MEDIA_JSON = "application/json"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-class BlobError(LedgerError):
-    pass
-
-
-class BlobMissingError(BlobError):
-    def __init__(self, sha256: str) -> None:
-        self.sha256 = sha256
-        super().__init__(
-            f"blob {sha256} is not in the object store {BLOB_BUCKET} (expired with the retention window, "
-            "deleted by an erasure, or never stored): the value cannot be shown"
-        )
-
-
-class BlobCorruptError(BlobError):
-    def __init__(self, sha256: str, actual: str) -> None:
-        self.sha256 = sha256
-        self.actual = actual
-        super().__init__(f"blob {sha256} does not match its hash (got {actual}): the object store was altered")
 
 
 def is_blob_ref(value: Any) -> bool:

@@ -50,9 +50,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from runledger.errors import LedgerError
+from runledger.errors import KeyStoreError, LedgerError, PayloadUnavailableError
 from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
-from runledger.protect.keystore import ALG, KeyStore, KeyStoreError, KVKeyStore, RunKeys, run_kid
+from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
 from runledger.protect.redaction import RedactionPolicy, Redactor, SecretResolver
 from runledger.record.canonical import canonical_json
 from runledger.record.events import Event, Payload
@@ -81,18 +81,6 @@ ERROR_TEXT_FIELDS = ("message", "traceback")
 MAX_TRACEBACK = 16 * 1024
 
 _SEALED_TEXT = re.compile(r"^«sealed:A256GCM:([A-Za-z0-9_.-]+):([A-Za-z0-9+/=]+)»$")
-
-
-class PayloadUnavailableError(LedgerError):
-    """Recorded content that cannot be read back: hash-only capture, an erased run, a missing blob."""
-
-    def __init__(self, what: str, reason: str) -> None:
-        self.what = what
-        self.reason = reason
-        super().__init__(
-            f"{what} is not available: {reason}. A run recorded with capture=hash-only, or erased, "
-            "cannot be resumed or re-driven past this step; its structure is still readable"
-        )
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from runledger.errors import LedgerError
+from runledger.errors import KeyStoreError
 from runledger.log.subjects import KEY_BUCKET, KEY_STREAM
 
 if TYPE_CHECKING:
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
 ALG = "A256GCM"
 _NONCE = 12
 DELETE_DENIED = 10057
-
-
-class KeyStoreError(LedgerError):
-    pass
 
 
 def run_kid(agent: str, run_id: str) -> str:

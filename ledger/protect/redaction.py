@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runledger.errors import ConfigurationError
+from runledger.errors import ConfigurationError, SecretNotFoundError
 from runledger.record.canonical import canonical_json
 
 TOKEN_OPEN, TOKEN_CLOSE = "«", "»"
@@ -483,15 +483,6 @@ def contains_token(text: str) -> bool:
 
 
 # -- credentials by reference ----------------------------------------------------------------------------
-
-
-class SecretNotFoundError(ConfigurationError):
-    def __init__(self, name: str, where: str) -> None:
-        self.name = name
-        super().__init__(
-            f"secret://{name} could not be resolved: no environment variable RUNLEDGER_SECRET_{name} or {name}"
-            f"{where}. Provide it where the tool runs; it is never recorded"
-        )
 
 
 class SecretResolver:

@@ -34,6 +34,13 @@ def jsonable(value: Any) -> Any:
         raise TypeError(f"value of type {type(value).__name__} cannot be recorded as JSON: {exc}") from exc
 
 
+def as_recorded(value: Any) -> Any:
+    """``value`` as a replay will return it: through the canonical JSON the record keeps (keys
+    sorted, numbers as JSON reads them back). What an agent receives live goes through this, so
+    code that serializes a result into its next prompt sends the same text live and on resume."""
+    return json.loads(canonical_json(value))
+
+
 def digest(value: Any) -> str:
     """sha256 hex of the canonical JSON of ``value``."""
     return hashlib.sha256(canonical_json(value)).hexdigest()

@@ -36,7 +36,7 @@ from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.log.subjects import run_subject
 from runledger.protect.capture import DataPolicy, PayloadProtector, client_opener, run_protector
 from runledger.protect.runs import load_run
-from runledger.record.canonical import jsonable
+from runledger.record.canonical import as_recorded, jsonable
 from runledger.record.events import Budgets, RunCompleted, RunFailed, RunForked, RunResumed, RunStarted
 from runledger.record.fold import Checkpoint, fold
 from runledger.record.ids import new_id
@@ -102,7 +102,7 @@ async def start_run(
     protector = await run_protector(client, spec.name, run_id, data)
     writer = _writer(client, spec.name, run_id, cp, policy, protector)
     run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
-    run._input = jsonable(input)
+    run._input = as_recorded(jsonable(input))  # the agent sees the input as a resume will
     await run._append(
         RunStarted(
             agent=spec.name,
@@ -209,10 +209,11 @@ def _pause_gc() -> Callable[[], None]:
 async def drive(run: RecordedRun, spec: AgentSpec, *, record_nondeterminism: bool = False) -> RunResult:
     """Call the agent function with ``run`` and record how it ended.
 
-    An exception class may carry ``failure_reason`` (e.g. the sandbox's "diverged",
-    "sandbox") to name the reason recorded in ``run.failed``. A NondeterminismError is
-    recorded only when ``record_nondeterminism`` (a branch, whose code is the point of the
-    experiment); on resume it is the caller's error and leaves the run as it was.
+    An exception may carry ``failure_reason`` (e.g. the sandbox's "sandbox") to name the
+    reason recorded in ``run.failed``. A NondeterminismError (reason "nondeterminism", or
+    "diverged" for a re-drive past its fork point) is recorded only when
+    ``record_nondeterminism`` (a branch, whose code is the point of the experiment); on resume
+    it is the caller's error and leaves the run as it was.
     """
     try:
         output = await spec.fn(run)
@@ -225,7 +226,7 @@ async def drive(run: RecordedRun, spec: AgentSpec, *, record_nondeterminism: boo
     except NondeterminismError as exc:
         if not record_nondeterminism:
             raise
-        return await _fail(run, "nondeterminism", exc, with_traceback=False)
+        return await _fail(run, exc.failure_reason, exc, with_traceback=False)
     except BudgetExhaustedError as exc:
         return await _fail(run, "budget_exhausted", exc, with_traceback=False)
     except ApprovalDeniedError as exc:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runledger.errors import LedgerError
+from runledger.errors import ModelError
 
 
 class ModelResponse(BaseModel):
@@ -34,10 +34,6 @@ class ModelAdapter(Protocol):
     name: str
 
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse: ...
-
-
-class ModelError(LedgerError):
-    pass
 
 
 def _count_tokens(text: str) -> int:

@@ -35,17 +35,17 @@ from runledger.errors import (
     EffectInDoubtError,
     FencedError,
     NondeterminismError,
+    PayloadUnavailableError,
     SuspendedForApproval,
     ToolFailedError,
 )
 from runledger.protect.capture import (
     PayloadOpener,
     PayloadProtector,
-    PayloadUnavailableError,
     client_opener,
     is_marker,
 )
-from runledger.record.canonical import digest, jsonable
+from runledger.record.canonical import as_recorded, digest, jsonable
 from runledger.record.events import (
     ApprovalRequested,
     ClockRead,
@@ -85,7 +85,10 @@ def error_info(exc: BaseException, with_traceback: bool = True) -> ErrorInfo:
 
 
 class RecordedRun:
-    """The ``Run`` of a live or resumed run, recording every step to the log. Not thread-safe."""
+    """The ``Run`` of a live or resumed run, recording every step to the log.
+
+    Calls may overlap (tasks of one event loop; not threads): step numbers are taken in call
+    order, so the same code makes the same numbering on replay, and appends are serialized."""
 
     def __init__(
         self,
@@ -108,6 +111,7 @@ class RecordedRun:
         self._opener: PayloadOpener | None = None
         self._input: Any = _UNSET
         self._next_step = 0
+        self._append_lock = asyncio.Lock()
         self._on_live: Callable[[], None] | None = None  # called once, when the first live step is taken
         self._segment_wall = time.time()
         self._seconds_at_segment = checkpoint.spent["seconds"]
@@ -175,8 +179,12 @@ class RecordedRun:
         return args if self._protector is None else self._protector.resolve_secrets(args)
 
     async def _append(self, body: Payload) -> Event:
-        event = await self._writer.append(body)
-        apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
+        # Steps may be in flight together (asyncio.gather of tool calls): the run's one writer
+        # appends them one at a time, each fenced on the one before, and folds each before the
+        # next is appended, so the chain, the fence and the checkpoint never see two at once.
+        async with self._append_lock:
+            event = await self._writer.append(body)
+            apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
         return event
 
     def _take_step(self) -> tuple[int, StepRecord | None]:
@@ -263,7 +271,7 @@ class RecordedRun:
         limit = self._cp.limits.get("tokens")
         if limit is not None and self._cp.spent["tokens"] > limit:
             raise BudgetExhaustedError(self.run_id, "tokens", self._cp.spent["tokens"], limit)
-        return response
+        return response.model_copy(update={"tool_calls": as_recorded(response.tool_calls)})
 
     # -- tools ---------------------------------------------------------------------------------------
 
@@ -322,7 +330,7 @@ class RecordedRun:
         self._after_step(step)
         if info is not None:
             raise ToolFailedError(declared.name, step, info.type, info.message) from failure
-        return output
+        return as_recorded(output)
 
     # -- effects -------------------------------------------------------------------------------------
 
@@ -449,7 +457,7 @@ class RecordedRun:
         crash_point(f"effect:{key}:recorded")
         await self._append(EffectCommitted(step=step, key=key, result=result, duration_ms=duration))
         self._after_step(step)
-        return result
+        return as_recorded(result)
 
     async def _append_key(self, state: KeyState, body: Payload) -> KeyState:
         from runledger.sdk.effects import append_to_key, read_key

@@ -35,7 +35,7 @@ async def test_the_projector_follows_through_a_rolling_kill_of_every_node(
     client = await connect(state.url)
     await publish_raw(client, workload(400))
     follower = subprocess.Popen(
-        [sys.executable, "-m", "runledger.cli.app", "project", "--follow", "--db", str(db), "--batch", "200"],
+        [sys.executable, "-m", "runledger", "project", "--follow", "--db", str(db), "--batch", "200"],
         cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": state.url},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

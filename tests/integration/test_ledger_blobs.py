@@ -11,11 +11,12 @@ import pytest
 
 from runledger import AgentSpec, Run, ScriptedModel
 from runledger.cli import main
+from runledger.errors import BlobCorruptError, BlobMissingError, PayloadUnavailableError
 from runledger.log.client import LedgerClient
 from runledger.log.subjects import BLOB_BUCKET
 from runledger.ops.decisions import approve
-from runledger.protect.blobs import BlobCorruptError, BlobMissingError, BlobStore, is_blob_ref
-from runledger.protect.capture import DataPolicy, PayloadUnavailableError, client_opener
+from runledger.protect.blobs import BlobStore, is_blob_ref
+from runledger.protect.capture import DataPolicy, client_opener
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run

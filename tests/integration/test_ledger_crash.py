@@ -44,7 +44,7 @@ def payments(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def runledger(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runledger.cli.app", *args],
+        [sys.executable, "-m", "runledger", *args],
         cwd=ROOT,
         env={**os.environ, "RUNLEDGER_NATS_URL": url, **(env or {})},
         capture_output=True,
@@ -128,7 +128,7 @@ def test_two_resumes_at_once_exactly_one_proceeds(nats_url: str, payments: tuple
     barrier = {**env, "RUNLEDGER_PAUSE_AT": "resume:loaded", "RUNLEDGER_PAUSE_DIR": str(tmp_path / "barrier")}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "runledger.cli.app", "resume", "--nats", nats_url, "twice", "--agent", AGENT],
+            [sys.executable, "-m", "runledger", "resume", "--nats", nats_url, "twice", "--agent", AGENT],
             cwd=ROOT,
             env={**os.environ, **barrier},
             stdout=subprocess.PIPE,

@@ -12,14 +12,14 @@ import pytest
 
 from runledger import AgentSpec, ModelResponse, Run, ScriptedModel
 from runledger.cli import main
-from runledger.errors import LedgerError
+from runledger.errors import BlobMissingError, LedgerError, PayloadUnavailableError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import read_raw
 from runledger.log.server import ServerState
 from runledger.ops.decisions import approve
 from runledger.ops.verify import verify_runs
-from runledger.protect.blobs import BlobMissingError, BlobStore, is_blob_ref
-from runledger.protect.capture import DataPolicy, PayloadUnavailableError, client_opener
+from runledger.protect.blobs import BlobStore, is_blob_ref
+from runledger.protect.capture import DataPolicy, client_opener
 from runledger.protect.erasure import erase_run
 from runledger.protect.keystore import KVKeyStore
 from runledger.protect.runs import load_run

@@ -163,7 +163,7 @@ def runledger(
     url: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runledger.cli.app", *args],
+        [sys.executable, "-m", "runledger", *args],
         cwd=ROOT,
         env={**os.environ, "RUNLEDGER_NATS_URL": url, **(env or {})},
         capture_output=True,
@@ -336,7 +336,7 @@ async def test_follow_keeps_up_and_stops_cleanly_on_sigterm(client: LedgerClient
     db = tmp_path / "ledger.duckdb"
     await publish_raw(client, workload(1000))
     follower = subprocess.Popen(
-        [sys.executable, "-m", "runledger.cli.app", "project", "--follow", "--db", str(db), "--batch", "500"],
+        [sys.executable, "-m", "runledger", "project", "--follow", "--db", str(db), "--batch", "500"],
         cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": client.url},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -429,7 +429,7 @@ async def test_follow_survives_a_server_restart(tmp_path: Path) -> None:
         client = await connect(state.url)
         await publish_raw(client, workload(500))
         follower = subprocess.Popen(
-            [sys.executable, "-m", "runledger.cli.app", "project", "--follow", "--db", str(db)],
+            [sys.executable, "-m", "runledger", "project", "--follow", "--db", str(db)],
             cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": state.url},
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip

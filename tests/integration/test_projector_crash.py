@@ -92,7 +92,7 @@ async def test_sigkill_from_outside_at_any_moment(client: LedgerClient, tmp_path
     env = {**os.environ, "RUNLEDGER_NATS_URL": client.url}
     for delay in (1.0, 2.0, 1.5):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runledger.cli.app", "project", "--db", str(db), "--batch", "700", "--quiet"],
+            [sys.executable, "-m", "runledger", "project", "--db", str(db), "--batch", "700", "--quiet"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
+from runledger.errors import KeyStoreError, PayloadUnavailableError
 from runledger.protect.capture import (
     DataPolicy,
     PayloadOpener,
     PayloadProtector,
-    PayloadUnavailableError,
     is_marker,
     is_sealed,
 )
-from runledger.protect.keystore import KeyStoreError, MemoryKeyStore
+from runledger.protect.keystore import MemoryKeyStore
 from runledger.record.events import ErrorInfo, RunFailed, ToolCalled, decode
 from tests.unit.helpers import Chain
 

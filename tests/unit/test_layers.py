@@ -24,7 +24,7 @@ LAYERS = [
     ("runledger.protect",),
     ("runledger.sdk",),
     ("runledger.ops",),
-    ("runledger.cli",),
+    ("runledger.cli", "runledger.__main__"),
     ("runledger.projections",),
     ("runledger.sandbox",),
     ("runledger.examples",),

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from runledger.errors import SecretNotFoundError
 from runledger.protect import redaction
 from runledger.protect.redaction import (
     FieldPaths,
     RedactionPolicy,
     Redactor,
-    SecretNotFoundError,
     SecretResolver,
     contains_token,
     is_token,

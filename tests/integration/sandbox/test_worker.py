@@ -47,7 +47,7 @@ async def test_a_queued_rerun_is_executed_by_a_worker(
 
 def _worker(url: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "runledger.cli.app", "worker", "--nats", url, "--pool", "0", "--max-requests", "1",
+        [sys.executable, "-m", "runledger", "worker", "--nats", url, "--pool", "0", "--max-requests", "1",
          "--ack-wait", "2"],
         cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

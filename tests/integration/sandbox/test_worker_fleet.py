@@ -38,7 +38,7 @@ RERUNS = 20
 def worker(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "runledger.cli.app", "worker", "--nats", url, "--pool", "1", "--ack-wait", "3"],
+            [sys.executable, "-m", "runledger", "worker", "--nats", url, "--pool", "1", "--ack-wait", "3"],
             cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 

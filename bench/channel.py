@@ -4,7 +4,7 @@ Workload: a container from the sandbox image runs a Python echo loop (one JSON l
 the same line out); the host sends N 200-byte JSON lines one at a time and times each
 round trip. (a) unix socket: the host listens on a socket in a directory mounted into the
 container, the guest connects. (b) stdio: the container is created with stdin open and
-attached (``attach_socket`` before ``start``, as PITFALLS prescribe); replies are read
+attached (``attach_socket`` before ``start``, so that no early output is missed); replies are read
 through docker's 8-byte stream frame headers. Same image, same hardening, same run.
 
     python -m bench.channel [--n 2000]

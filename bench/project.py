@@ -10,7 +10,7 @@ window awaited with a timeout and republished on timeout: dedup makes that safe)
 
 Measured, in one run on one server (fsync off: reads are measured, not writes):
 - raw read: nats-py's ordered push consumer with a callback that only counts (the
-  fastest nats-py reader, PITFALLS), until it has every message of the stream;
+  fastest nats-py reader, as measured here), until it has every message of the stream;
 - the projector's own reader doing nothing with the messages (for transparency);
 - rebuild: ``runledger project --rebuild`` in-process (read, decode, fold, Arrow, DuckDB,
   one transaction a batch, swap), events/s and the file size;
@@ -195,7 +195,7 @@ async def publish_raw(client: LedgerClient, messages: Iterator[Message], *, chun
     """Publish pre-built events fast; returns how many. Each one is stored exactly once.
 
     Core-NATS publishes (no per-message ack: ~60x faster than ``js.publish`` here, and
-    ``publish_async`` futures can hang, PITFALLS) in chunks; after each chunk the stream's
+    ``publish_async`` futures can hang: nats.py issue 985) in chunks; after each chunk the stream's
     message count must reach what was sent, else the chunk is sent again with awaited
     ``js.publish`` and the same ``Nats-Msg-Id`` (dedup makes repeats no-ops).
     """

@@ -107,7 +107,7 @@ def _decode(data: bytes) -> Event | tuple[str, str]:
         return decode_fast(data)
     except EventDecodeError as exc:
         return exc.reason, type(exc).__name__
-    except Exception as exc:  # a reader never crashes on bytes (DESIGN): decode can raise others (NaN)
+    except Exception as exc:  # a reader never crashes on bytes: decode can raise others (NaN)
         return f"the decoder raised {type(exc).__name__}: {exc}", type(exc).__name__
 
 

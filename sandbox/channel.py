@@ -1,6 +1,6 @@
 """The narrow channel between a sandboxed agent and its broker: JSON lines over a unix socket.
 
-Chosen over attached stdio: PITFALLS measured a round trip of ~0.07 ms over a mounted unix
+Chosen over attached stdio: we measured a round trip of ~0.07 ms over a mounted unix
 socket against ~0.26 ms over docker's attached stdio, which also needs hand-parsed 8-byte
 frame headers and can stall dockerd when attached with logs. Every line is capped
 (``MAX_LINE``); anything that is not one JSON object per line ends the re-run.

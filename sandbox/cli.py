@@ -77,7 +77,7 @@ def _progress_bar(done: int, total: int) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    require_extra("sandbox", "`runledger sweep`")
+    require_extra("sandbox", "`runledger rerun --where`")
     from runledger.projections.projector import default_db_path
     from runledger.sandbox.sweep import select_runs, sweep
 

@@ -16,7 +16,7 @@ import datetime as dt
 import os
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import runledger.errors as ledger_errors
 from runledger.sandbox.channel import MAX_LINE, encode, read_message
@@ -147,3 +147,10 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+if TYPE_CHECKING:  # mypy checks that RemoteRun is a Run (runledger.sdk.api); nothing runs here
+    from runledger.sdk.api import Run
+
+    def _is_a_run(run: RemoteRun) -> Run:
+        return run

@@ -76,7 +76,8 @@ async def connect(
 
     async def on_error(exc: Exception) -> None:
         # A slow consumer means the client dropped messages: readers check for it
-        # and fail rather than silently skip (PITFALLS: ordered consumers lose messages).
+        # and fail rather than silently skip (nats-py's ordered consumer loses messages
+        # silently when it drops them for a slow consumer).
         if isinstance(exc, nats.errors.SlowConsumerError) and "c" in holder:
             holder["c"].slow_consumer_errors += 1
 

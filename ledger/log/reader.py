@@ -3,7 +3,7 @@
 Reads speak the NATS protocol on a connection of their own (``runledger.log.fastread``: a filtered
 push consumer, ~5 us a message against nats-py's ~30-100) and fall back, where that reader
 cannot connect (TLS, credentials files, nkeys), to nats-py's ordered push consumer with a
-callback (the fastest reader in nats-py, PITFALLS). Neither is trusted blindly: a
+callback (the fastest reader in nats-py, as measured here). Neither is trusted blindly: a
 slow-consumer error, a pending count that skips, a read that does not drain the consumer or
 a count short of what the server reports for the filter is an error, not a shorter history.
 """

@@ -12,8 +12,8 @@ the canonical JSON of the field's value. Readers fetch it on demand and verify t
 hash before using it; a checkpoint keeps the reference, so its size is bounded
 whatever the agent reads.
 
-The object store is addressed by name, not content (PITFALLS), so objects are named
-by their sha256 and put only when absent: two identical bodies are stored once and a
+The object store is addressed by name, not content (identical bodies under two names are
+stored twice), so objects are named by their sha256 and put only when absent: two identical bodies are stored once and a
 retried put is a no-op. Reads stream chunks into a temporary file
 (``get(name, writeinto=...)``): ``get()`` into memory is quadratic in the size.
 

@@ -21,7 +21,8 @@ Nobody but admin may create, update, delete or purge a stream (``$JS.API.STREAM.
 DELETE|PURGE``): JetStream permission violations surface in nats-py as timeouts, so a
 forbidden action fails slowly but surely; the reason reaches ``error_cb``.
 
-How reads are scoped (PITFALLS): an ordered consumer created through the unnamed API subject
+How reads are scoped (nats-py behaviour, checked by tests/integration/test_ledger_roles.py): an
+ordered consumer created through the unnamed API subject
 ``$JS.API.CONSUMER.CREATE.<stream>`` cannot be restricted to a filter, so ``runledger.log.reader``
 names its consumers, which puts the filter into the API subject
 (``$JS.API.CONSUMER.CREATE.LEDGER.<name>.<filter>``) where a permission can match it. Direct

@@ -549,3 +549,10 @@ def _response_from_record(output: Any) -> ModelResponse:
         input_tokens=usage.get("input_tokens", 0),
         output_tokens=usage.get("output_tokens", 0),
     )
+
+
+if TYPE_CHECKING:  # mypy checks that RecordedRun is a Run (runledger.sdk.api); nothing runs here
+    from runledger.sdk.api import Run
+
+    def _is_a_run(run: RecordedRun) -> Run:
+        return run

@@ -19,13 +19,14 @@ from runledger.sdk.agent import AgentFn, AgentSpec
 from runledger.sdk.api import Run
 from runledger.sdk.lifecycle import RunResult, resume_run, start_run
 from runledger.sdk.models import ModelResponse
-from runledger.sdk.tools import Tool, ToolFn
+from runledger.sdk.tools import EffectClass, Tool, ToolFn
 
 T = TypeVar("T")
 
 
 class SyncRun:
-    """The blocking twin of Run; methods have the same meaning and arguments."""
+    """The blocking twin of ``Run``: methods have the same meaning and arguments, and it wraps any
+    implementation of ``Run`` (a recorded run, the sandbox guest's, a re-run's)."""
 
     def __init__(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         self._run = run
@@ -48,8 +49,19 @@ class SyncRun:
     def tool(self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None) -> Any:
         return self._call(self._run.tool(tool, args, fn=fn))
 
-    def effect(self, name: str, args: Any, *, key: str, fn: ToolFn, reconcile: Any = None) -> Any:
-        return self._call(self._run.effect(name, args, key=key, fn=fn, reconcile=reconcile))
+    def effect(
+        self,
+        name: str,
+        args: Any,
+        *,
+        key: str,
+        fn: ToolFn,
+        reconcile: Any = None,
+        effect_class: EffectClass = "write",
+    ) -> Any:
+        return self._call(
+            self._run.effect(name, args, key=key, fn=fn, reconcile=reconcile, effect_class=effect_class)
+        )
 
     def approval(self, action: str, args: Any = None) -> dict[str, Any]:
         return self._call(self._run.approval(action, args))

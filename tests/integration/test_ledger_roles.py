@@ -1,6 +1,6 @@
 """Roles against a real server started with --secure: each forbidden action refused, each allowed one working.
 
-A JetStream permission violation surfaces in nats-py as a timeout (PITFALLS), so every
+A JetStream permission violation surfaces in nats-py as a timeout (the reason only reaches error_cb), so every
 refusal is also checked in the server's log, where nats-server names the violation:
 a refusal is a refusal, not a slow server.
 """

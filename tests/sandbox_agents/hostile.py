@@ -74,7 +74,7 @@ async def read_env(run: Run) -> Any:
 async def write_outside(run: Run) -> Any:
     await run.tool("read_doc", 1)
     results = {}
-    for path in ("/etc/passwd", "/app/evil.py", "/opt/runledger/ledger/__init__.py", "/tmp/ok.txt"):
+    for path in ("/etc/passwd", "/app/evil.py", "/opt/runledger/runledger/__init__.py", "/tmp/ok.txt"):
         try:
             with open(path, "a") as f:
                 f.write("x")

@@ -80,7 +80,7 @@ async def test_hostile_agent_code_is_contained_and_reported(
         for fragment in fragments:
             assert fragment in text, text[:2000]
         assert "CONNECTED" not in text
-        for path in ("/etc/passwd", "/app/evil.py", "/opt/runledger/ledger/__init__.py"):
+        for path in ("/etc/passwd", "/app/evil.py", "/opt/runledger/runledger/__init__.py"):
             assert f"'{path}': 'WRITTEN'" not in text
         assert "sk-live-should-never-leak" not in text
         assert cp.committed_keys == [] and cp.simulated_keys == []

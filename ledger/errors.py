@@ -292,12 +292,24 @@ class NondeterminismError(LedgerError):
       changed program. ``run_id`` is the parent whose record was asked.
     """
 
-    def __init__(self, run_id: str, step: int, recorded: str, attempted: str, diverged: bool = False) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        step: int,
+        recorded: str,
+        attempted: str,
+        diverged: bool = False,
+        *,
+        attempted_args: Any = None,
+        detail: str = "",
+    ) -> None:
         self.run_id = run_id
         self.step = step
         self.recorded = recorded
         self.attempted = attempted
         self.diverged = diverged
+        self.attempted_args = attempted_args  # what the code passes now, for the side-by-side diff
+        self.detail = detail
         self.failure_reason = "diverged" if diverged else "nondeterminism"
         if diverged:
             message = (
@@ -305,14 +317,38 @@ class NondeterminismError(LedgerError):
                 f"the record has {recorded}; the record cannot answer it"
             )
         else:
+            # Resume refuses a changed version tuple before replaying, so here the tuple is the
+            # recorded one: the message must not claim the code changed, only list what can cause it.
             message = (
-                f"run {run_id} step {step}: the code now calls {attempted} where the record has {recorded}. "
-                "The agent code changed before the resume point; resume with the recorded code or fork a branch"
+                f"run {run_id} step {step}: replaying the journal, the agent now calls {attempted} "
+                f"where the record has {recorded}."
+                + (f"\n{detail}" if detail else "")
+                + "\nThe version tuple is the recorded one, so one of these differs between the recorded run "
+                "and this replay: the code, changed without a new agent_version; a value the agent reads "
+                "outside the Run API (clock, randomness, environment, files, set iteration order); a value "
+                "that differs between live and replay; or a record that was forged (run `runledger verify`). "
+                "Resume with the recorded code, or fork a branch from an earlier step"
             )
         super().__init__(message)
 
+    def with_detail(self, detail: str) -> NondeterminismError:
+        """The same error with ``detail`` (the recorded and attempted arguments side by side) in its message."""
+        return type(self)(
+            self.run_id, self.step, self.recorded, self.attempted, self.diverged,
+            attempted_args=self.attempted_args, detail=detail,
+        )  # fmt: skip
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.run_id, self.step, self.recorded, self.attempted, self.diverged), self.__dict__)
+        return (_rebuild_nondeterminism, (self.__dict__,))
+
+
+def _rebuild_nondeterminism(state: dict[str, Any]) -> NondeterminismError:
+    fields = ("run_id", "step", "recorded", "attempted", "diverged")
+    error = NondeterminismError(
+        *(state[f] for f in fields), attempted_args=state.get("attempted_args"), detail=state.get("detail", "")
+    )
+    error.__dict__.update(state)
+    return error
 
 
 class EffectInDoubtError(LedgerError):

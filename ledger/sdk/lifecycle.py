@@ -12,7 +12,9 @@ caller's error, not the run's outcome).
 
 from __future__ import annotations
 
+import difflib
 import gc
+import json
 import os
 import socket
 import time
@@ -34,12 +36,20 @@ from runledger.errors import (
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.log.subjects import run_subject
-from runledger.protect.capture import DataPolicy, PayloadProtector, client_opener, run_protector
+from runledger.protect.capture import (
+    DataPolicy,
+    PayloadOpener,
+    PayloadProtector,
+    client_opener,
+    is_marker,
+    run_protector,
+)
 from runledger.protect.runs import load_run
 from runledger.record.canonical import as_recorded, jsonable
 from runledger.record.events import Budgets, RunCompleted, RunFailed, RunForked, RunResumed, RunStarted
 from runledger.record.fold import Checkpoint, fold
 from runledger.record.ids import new_id
+from runledger.record.records import Recorded
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.crashpoints import crash_point, pause_point
 from runledger.sdk.run import RecordedRun, error_info
@@ -170,11 +180,49 @@ async def resume_run(
         run._segment_wall = time.time()
         run._seconds_at_segment = cp.spent["seconds"]
         run._on_live = end_pause  # the agent's own live work runs with the collector on
-        result = await drive(run, spec)
+        try:
+            result = await drive(run, spec)
+        except NondeterminismError as exc:
+            raise exc.with_detail(await _side_by_side(log.records, exc, opener)) from None
         result.resumed = True
         return result
     finally:
         end_pause()
+
+
+# Where each kind of step records the arguments its digest covers.
+_ARGS_OF: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "model.called": lambda p: p.get("request"),
+    "tool.called": lambda p: p.get("args"),
+    "effect.intended": lambda p: p.get("args"),
+}
+_DIFF_LINES = 40
+
+
+async def _side_by_side(records: list[Recorded], exc: NondeterminismError, opener: PayloadOpener) -> str:
+    """The recorded call's arguments against the new ones, as a unified diff (bounded)."""
+    recorded: Any = None
+    for rec in records:
+        payload = rec.event.payload
+        if payload.get("step") == exc.step and rec.event.type in _ARGS_OF:
+            recorded = await opener.open_value(_ARGS_OF[rec.event.type](payload), strict=False)
+            break
+    if recorded is None and exc.attempted_args is None:
+        return ""
+    if is_marker(recorded):
+        return "the recorded arguments are not readable with these credentials (sealed or erased)"
+    lines = list(
+        difflib.unified_diff(
+            json.dumps(recorded, indent=1, sort_keys=True, default=str).splitlines(),
+            json.dumps(exc.attempted_args, indent=1, sort_keys=True, default=str).splitlines(),
+            fromfile=f"recorded step {exc.step}",
+            tofile="this replay",
+            lineterm="",
+        )
+    )
+    if len(lines) > _DIFF_LINES:
+        lines = [*lines[:_DIFF_LINES], f"... {len(lines) - _DIFF_LINES} more lines"]
+    return "\n".join(lines) if lines else "the arguments are equal: the kind or the name differs"
 
 
 _gc_pauses = 0

@@ -196,7 +196,9 @@ class RecordedRun:
             on_live()
         return step, rec
 
-    def _check(self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None) -> None:
+    def _check(
+        self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None, args: Any = None
+    ) -> None:
         same = rec.kind == kind and rec.name == name and (args_digest is None or rec.args_digest == args_digest)
         if not same:
             raise NondeterminismError(
@@ -204,6 +206,7 @@ class RecordedRun:
                 step,
                 recorded=f"{rec.kind} {rec.name!r} (args {rec.args_digest[:12] or '-'})",
                 attempted=f"{kind} {name!r} (args {(args_digest or '')[:12] or '-'})",
+                attempted_args=args,
             )
 
     def _live_seconds(self) -> float:
@@ -232,7 +235,7 @@ class RecordedRun:
         args_digest = digest({"messages": messages, "params": params})
         step, rec = self._take_step()
         if rec is not None:
-            self._check(step, rec, "model", name, args_digest)
+            self._check(step, rec, "model", name, args_digest, {"messages": messages, "params": params})
             if rec.error:
                 raise ToolFailedError(name, step, rec.error["type"], rec.error["message"])
             return _response_from_record(await self._open_model_output(rec.output))
@@ -303,7 +306,7 @@ class RecordedRun:
         args_digest = digest(args)
         step, rec = self._take_step()
         if rec is not None:
-            self._check(step, rec, "tool", declared.name, args_digest)
+            self._check(step, rec, "tool", declared.name, args_digest, args)
             if rec.error:
                 raise ToolFailedError(declared.name, step, rec.error["type"], rec.error["message"])
             return await self._open(rec.output)
@@ -357,7 +360,7 @@ class RecordedRun:
         args_digest = digest(args)
         step, rec = self._take_step()
         if rec is not None:
-            self._check(step, rec, "effect", name, args_digest)
+            self._check(step, rec, "effect", name, args_digest, args)
             if rec.key != key:
                 raise NondeterminismError(self.run_id, step, f"effect key {rec.key!r}", f"effect key {key!r}")
             if rec.status == "committed":

@@ -114,3 +114,24 @@ async def test_recorded_steps_are_not_run_again_on_resume(client: LedgerClient) 
     assert ran == ["a"]
     cp = await checkpoint(client, "journal")
     assert result.output == [10, cp.steps[1].output, cp.steps[2].output]
+
+
+async def test_a_divergence_with_an_unchanged_tuple_shows_both_calls_and_the_causes(client: LedgerClient) -> None:
+    """Non-determinism in the agent (a value read outside the Run API), not a code change."""
+    outside = iter(["Monday", "Tuesday"])  # e.g. the wall clock read directly
+
+    async def agent(run: Run) -> str:
+        reply = await run.model([{"role": "user", "content": f"today is {next(outside)}", "lang": "en"}])
+        await run.approval("send", {"text": reply.content})
+        return reply.content
+
+    first = await start_run(client, make_spec(agent), run_id="nondet-tuple")
+    await approve(client, "nondet-tuple", first.pending[0], by="op")
+    with pytest.raises(NondeterminismError) as info:
+        await resume_run(client, make_spec(agent), "nondet-tuple")
+    text = str(info.value)
+    assert "step 0" in text and "version tuple is the recorded one" in text
+    assert "The agent code changed" not in text
+    # Both calls side by side: the recorded argument and the new one, as diff lines.
+    assert '-   "content": "today is Monday"' in text and '+   "content": "today is Tuesday"' in text
+    assert "outside the Run API" in text and "forged" in text

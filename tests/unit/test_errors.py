@@ -148,7 +148,16 @@ SAMPLES: dict[type[BaseException], list[tuple[Any, ...]]] = {
         ({"type": "ValueError", "message": "no such order", "traceback": "Traceback (most recent call last):\n..."},),
         ({"message": "no type, no traceback"},),
     ],
+    # Keyword-only arguments (the new call's arguments, the side-by-side detail) are set after the
+    # positional ones: the round trip must keep them too.
+    NondeterminismError: [("run-1", 3, "tool 'a' (args 1)", "tool 'a' (args 2)", False), ("run-1", 3, "x", "y", True)],
 }
+
+
+def test_a_nondeterminism_error_keeps_its_arguments_and_detail_across_pickling() -> None:
+    error = NondeterminismError("run-1", 3, "tool 'a'", "tool 'a'", attempted_args={"q": [1]}).with_detail("-a\n+b")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.attempted_args, copy.detail, str(copy)) == ({"q": [1]}, "-a\n+b", str(error))
 
 
 def _sample(annotation: Any, index: int) -> Any:
@@ -212,7 +221,7 @@ def test_a_missing_blob_names_the_bucket_of_the_log() -> None:
 def test_nondeterminism_names_its_kind() -> None:
     changed = NondeterminismError("r1", 3, "tool 'a'", "tool 'b'")
     assert changed.failure_reason == "nondeterminism" and not changed.diverged
-    assert "the code now calls tool 'b' where the record has tool 'a'" in str(changed)
+    assert "the agent now calls tool 'b' where the record has tool 'a'" in str(changed)
     diverged = NondeterminismError("parent", 3, "tool 'a'", "tool 'b'", diverged=True)
     assert diverged.failure_reason == "diverged" and diverged.diverged
     assert "re-drive of parent diverged at step 3" in str(diverged)

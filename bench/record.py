@@ -25,7 +25,19 @@ The embedded nats-server fsyncs before acking (``sync_interval: always``) unless
 ``--no-fsync``; ``--compare-fsync`` also measures a raw publish against a server with the
 default 2-minute sync interval, which is what durability costs.
 
-    python -m bench.record [--rounds 30] [--steps 60] [--no-peers] [--compare-fsync]
+**Parallel mix** (parallel tool calls of one model turn): R runs of T turns, each turn one model
+call (the same 2 KiB history delta and reply) followed by 8 read-tool calls (~200-byte argument and
+result each) issued together with ``asyncio.gather``. The run takes step numbers in call order and
+its one writer appends the steps one at a time (each fenced on the one before). Timed: the turn
+(model call start to the gather's end), the model call, the gather of the 8 tool calls (its start
+to its end), and each tool step from the gather's start to its return. Baseline: raw
+``js.publish`` of the 9 messages the SDK stored for the same turn of the previous run, the model's
+message awaited, then the 8 tool messages either awaited one by one or all 8 in flight at once
+(``asyncio.gather`` of ``js.publish``), timed the same way. Interleaved turn by turn (after each
+SDK turn, the two raw variants in an order rotated every turn); ratios computed run by run.
+
+    python -m bench.record [--rounds 30] [--steps 60] [--turns 10] [--mix both|sequential|parallel]
+                           [--no-peers] [--compare-fsync]
 """
 
 from __future__ import annotations
@@ -254,14 +266,190 @@ def analyse(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# -- the parallel mix: one model call, then 8 tool calls gathered ------------------------------------------
+
+FANOUT = 8
+RAW_SEQ, RAW_GATHER = "raw js.publish, one by one", "raw js.publish, 8 in flight"
+# What is timed in a turn, and how the tables name it. "steps": one value per tool call.
+MEASURES = {
+    "turn": "turn: model + 8 tools",
+    "model": "model call",
+    "tools": "8 tool calls (first call to last return)",
+    "steps": "tool step (from the gather's start)",
+}
+
+
+def par_run_id_of(r: int | str) -> str:
+    # As run_id_of: one length for every run id, so the raw baseline's bytes have the same size.
+    return f"bench-parall-{r:04d}" if isinstance(r, int) else f"bench-parall-{r[:4]:>4}"
+
+
+def turn_messages(t: int) -> list[dict[str, Any]]:
+    return [*HISTORY, {"role": "user", "content": f"turn {t:04d}"}]
+
+
+def tool_args(t: int, j: int) -> dict[str, Any]:
+    return {**ARGS, "turn": t, "call": j}
+
+
+def _turn(t0: float, t1: float, t2: float, steps: list[float]) -> dict[str, Any]:
+    """A turn's timings in ms: model call from ``t0`` to ``t1``, the tools from ``t1`` to ``t2``."""
+    return {"turn": (t2 - t0) * 1000, "model": (t1 - t0) * 1000, "tools": (t2 - t1) * 1000, "steps": steps}
+
+
+async def _since(t0: float, call: Awaitable[Any]) -> float:
+    """Await ``call``; the ms from ``t0`` (the gather's start) to its return."""
+    await call
+    return (time.perf_counter() - t0) * 1000
+
+
+async def sdk_parallel_run(
+    client: LedgerClient, run_id: str, turns: int, after_turn: Callable[[int], Awaitable[None]] | None = None
+) -> list[dict[str, Any]]:
+    """One SDK run of ``turns`` turns (a model call, then 8 tool calls gathered); each turn's timings."""
+    timings: list[dict[str, Any]] = []
+
+    async def agent(run: Run) -> None:
+        for t in range(turns):
+            t0 = time.perf_counter()
+            await run.model(turn_messages(t))
+            t1 = time.perf_counter()
+            calls = [run.tool("read", tool_args(t, j), fn=lambda a: RESULT) for j in range(FANOUT)]
+            steps = await asyncio.gather(*(_since(t1, call) for call in calls))
+            timings.append(_turn(t0, t1, time.perf_counter(), list(steps)))
+            if after_turn is not None:
+                await after_turn(t)
+
+    spec = AgentSpec(AGENT, agent, ScriptedModel(lambda m: REPLY), agent_version="bench")
+    result = await start_run(client, spec, run_id=run_id)
+    if result.status != "completed":
+        raise RuntimeError(f"parallel-mix run {run_id} ended {result.status}: {result.error}")
+    return timings
+
+
+async def stored_turns(client: LedgerClient, run_id: str, turns: int) -> list[list[bytes]]:
+    """The bytes the SDK stored for each turn, in append order: the model call, then the 8 tool calls."""
+    records = [r.data for r in await read_raw(client, run_subject(AGENT, run_id))]
+    size = 1 + FANOUT
+    out = [records[1 + t * size : 1 + (t + 1) * size] for t in range(turns)]  # records[0]: run.started
+    for messages in out:
+        types = [json.loads(m)["type"] for m in messages]
+        assert types == ["model.called", *["tool.called"] * FANOUT], types
+    return out
+
+
+async def raw_turn(client: LedgerClient, messages: list[bytes], subject: str, in_flight: bool) -> dict[str, Any]:
+    """The turn's messages by raw ``js.publish``: the model's awaited, then the tools' one by one
+    or all in flight at once; timed as the SDK's turn is."""
+    t0 = time.perf_counter()
+    await client.js.publish(subject, messages[0])
+    t1 = time.perf_counter()
+    if in_flight:
+        steps = list(await asyncio.gather(*(_since(t1, client.js.publish(subject, m)) for m in messages[1:])))
+    else:
+        steps = []
+        for data in messages[1:]:
+            await client.js.publish(subject, data)
+            steps.append((time.perf_counter() - t1) * 1000)
+    return _turn(t0, t1, time.perf_counter(), steps)
+
+
+def raw_turns_after(
+    client: LedgerClient, round_: int, turns: int, baseline: list[list[bytes]], out: dict[str, list[dict[str, Any]]]
+) -> Callable[[int], Awaitable[None]]:
+    """What runs after each SDK turn: the same turn by both raw variants, in an order rotated every turn."""
+
+    async def after_turn(t: int) -> None:
+        systems = list(out)
+        shift = (round_ * turns + t) % len(systems)
+        for system in systems[shift:] + systems[:shift]:
+            subject = f"ledger.run.raw.p{round_}"
+            out[system].append(await raw_turn(client, baseline[t], subject, system == RAW_GATHER))
+
+    return after_turn
+
+
+async def measure_parallel(url: str, rounds: int, turns: int) -> dict[str, Any]:
+    """``rounds`` runs of the parallel mix, interleaved turn by turn with the raw publishes of the
+    bytes the SDK stored for the same turn of the previous run (the first run: a warm-up run's)."""
+    client = await connect(url)
+    timings: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)  # [system][round] = turns
+    try:
+        warm_id = par_run_id_of("warm")
+        await sdk_parallel_run(client, warm_id, turns)
+        previous = await stored_turns(client, warm_id, turns)
+        for messages in previous[:2]:
+            for in_flight in (False, True):
+                await raw_turn(client, messages, "ledger.run.raw.pwarm", in_flight)
+        for r in range(rounds):
+            raw_times: dict[str, list[dict[str, Any]]] = {RAW_SEQ: [], RAW_GATHER: []}
+            after_turn = raw_turns_after(client, r, turns, previous, raw_times)
+            run_id = par_run_id_of(r)
+            timings[SDK].append(await sdk_parallel_run(client, run_id, turns, after_turn))
+            for system, values in raw_times.items():
+                timings[system].append(values)
+            previous = await stored_turns(client, run_id, turns)
+        return {"timings": dict(timings), "turns": turns, "rounds": rounds, "fanout": FANOUT}
+    finally:
+        await client.close()
+
+
+def analyse_parallel(raw: dict[str, Any]) -> dict[str, Any]:
+    """Per system and measure: pooled stats, and SDK/system ratios of the p50s run by run."""
+    timings: dict[str, list[list[dict[str, Any]]]] = raw["timings"]
+
+    def values(turns: list[dict[str, Any]], measure: str) -> list[float]:
+        return [v for turn in turns for v in (turn[measure] if measure == "steps" else [turn[measure]])]
+
+    out: dict[str, Any] = {"stats": {}, "ratios": {}, "turns": raw["turns"], "rounds": raw["rounds"]}
+    for system, per_round in timings.items():
+        out["stats"][system] = {m: summary([v for rnd in per_round for v in values(rnd, m)]) for m in MEASURES}
+        if system == SDK:
+            continue
+        out["ratios"][system] = {
+            m: ratio_stats(
+                [
+                    (summary(values(sdk, m))["p50"], summary(values(other, m))["p50"])
+                    for sdk, other in zip(timings[SDK], per_round, strict=True)
+                ]
+            )
+            for m in MEASURES
+        }
+    return out
+
+
+def parallel_rows(result: dict[str, Any], cells: Callable[[dict[str, float]], list[str]]) -> list[list[str]]:
+    rows = []
+    for system in (SDK, RAW_SEQ, RAW_GATHER):
+        for m, label in MEASURES.items():
+            ratio = "" if system == SDK else ratio_cell(result["ratios"][system][m])
+            rows.append([system, label, *cells(result["stats"][system][m]), ratio])
+    return rows
+
+
+def parallel_goal(result: dict[str, Any]) -> Goal:
+    seq, gathered = result["ratios"][RAW_SEQ], result["ratios"][RAW_GATHER]
+    return Goal(
+        "SDK's 8 parallel tool calls (gather) p50 within 1.5x of raw js.publish of the same bytes, one by one",
+        seq["tools"]["p50"] <= 1.5,
+        f"SDK / raw one by one p50 = {ratio_cell(seq['tools'])} for the gather of 8 tool calls, "
+        f"{ratio_cell(seq['turn'])} for the whole turn (model + 8 tools); against raw with 8 in flight: "
+        f"{ratio_cell(gathered['tools'])} and {ratio_cell(gathered['turn'])} (the run's writer appends one "
+        "at a time, each fenced on the one before).",
+    )
+
+
 def run_suite(opts: SuiteOptions) -> Section:
-    rounds, steps = (2, 6) if opts.quick else (30, 60)
+    rounds, steps, turns = (2, 6, 2) if opts.quick else (30, 60, 10)
     with tempfile.TemporaryDirectory(prefix="runledger-bench-record-") as tmp, server() as state:
         raw = asyncio.run(measure(state.url, rounds, steps, True, Path(tmp)))
+        parallel = analyse_parallel(asyncio.run(measure_parallel(state.url, rounds, turns)))
         sync = jetstream_sync(state)
     result = analyse(raw)
     stats, ratios = result["stats"], result["ratios"]
-    section = Section(part="record", title="recording a step", data={**result, "pragmas": raw["pragmas"]})
+    section = Section(
+        part="record", title="recording a step", data={**result, "pragmas": raw["pragmas"], "parallel": parallel}
+    )
     section.workload = (
         f"{rounds} agent runs of {steps} steps, cycling model call, read-tool call, effect (a third each). Model "
         "call: a 2 KiB message history delta (one 2,048-byte user message and a short one) and a short scripted "
@@ -277,7 +465,16 @@ def run_suite(opts: SuiteOptions) -> Section:
         "message per tool or effect step), as `MessagesState` does; building the messages is not timed, "
         "`put_writes` is left out (both favour LangGraph). eventsourcing: one event per step triggered on an "
         "`Aggregate`, `app.save(agg)` per step. Ratios are computed run by run (p50 of the SDK's steps in the run "
-        "over p50 of the other's)."
+        "over p50 of the other's). "
+        f"**Parallel mix**: {rounds} runs of {turns} turns, each turn one model call (the same 2 KiB delta and "
+        f"reply) followed by {FANOUT} read-tool calls (~200-byte argument and result each) issued together with "
+        "`asyncio.gather`, as an agent runs the parallel tool calls of one model turn (the run takes step numbers "
+        "in call order; its one writer appends them one at a time). Timed: the turn (model call start to the "
+        "gather's end), the model call, the gather of the tool calls, and each tool step from the gather's start "
+        "to its return. raw: `js.publish` of the 9 messages the SDK stored for the same turn of the previous "
+        f"run, the model's awaited, then the {FANOUT} tool messages either awaited one by one or all in flight "
+        "at once (`asyncio.gather` of `js.publish`), timed the same way; interleaved turn by turn (the two raw "
+        "variants after each SDK turn, in an order rotated every turn), ratios computed run by run."
     )
     pr = raw["pragmas"]
     section.notes.append(
@@ -300,6 +497,13 @@ def run_suite(opts: SuiteOptions) -> Section:
             rows.append([system, k, *stat_cells(stats[system][k]), ratio])
     columns = ["system", "step", *STAT_COLUMNS, "SDK / system p50"]
     section.tables.append(Table("ms per step (all rounds pooled)", columns, rows))
+    section.tables.append(
+        Table(
+            f"ms per turn, parallel mix: 1 model call + {FANOUT} tool calls gathered (all rounds pooled)",
+            ["system", "measure", *STAT_COLUMNS, "SDK / system p50"],
+            parallel_rows(parallel, stat_cells),
+        )
+    )
     raw_ratio = ratios[RAW]["all"]["p50"]
     section.goals.append(
         Goal(
@@ -310,6 +514,7 @@ def run_suite(opts: SuiteOptions) -> Section:
             + ".",
         )
     )
+    section.goals.append(parallel_goal(parallel))
     for peer in (LANGGRAPH, EVENTSOURCING):
         r = ratios[peer]["all"]["p50"]
         speedup = 1 / r
@@ -361,6 +566,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", type=int, default=60, help="steps per run (a multiple of 3 keeps the mix even)")
+    parser.add_argument("--turns", type=int, default=10, help="turns per run of the parallel mix")
+    parser.add_argument(
+        "--mix", choices=("both", "sequential", "parallel"), default="both", help="which step mix to measure"
+    )
     parser.add_argument("--no-peers", action="store_true", help="SDK and raw publish only (no LangGraph/eventsourcing)")
     parser.add_argument("--no-fsync", action="store_true")
     parser.add_argument("--compare-fsync", action="store_true")
@@ -370,16 +579,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="runledger-bench-record-") as tmp,
         server(sync_always=not args.no_fsync) as state,
     ):
-        try:
-            raw = asyncio.run(measure(state.url, args.rounds, args.steps, peers, Path(tmp)))
-        except RuntimeError as exc:
-            if str(exc) != MISSING:
-                raise
-            print(f"{exc}; measuring the SDK against the raw publish only")
-            raw = asyncio.run(measure(state.url, args.rounds, args.steps, False, Path(tmp)))
-    result = analyse(raw)
-    rows = [["system", "step", "p50 ms", "p99 ms", "min ms", "max ms", "n", "SDK / system p50"]]
-    for system, per_kind in result["stats"].items():
+        raw: dict[str, Any] | None = None
+        if args.mix != "parallel":
+            try:
+                raw = asyncio.run(measure(state.url, args.rounds, args.steps, peers, Path(tmp)))
+            except RuntimeError as exc:
+                if str(exc) != MISSING:
+                    raise
+                print(f"{exc}; measuring the SDK against the raw publish only")
+                raw = asyncio.run(measure(state.url, args.rounds, args.steps, False, Path(tmp)))
+        parallel = None
+        if args.mix != "sequential":
+            parallel = analyse_parallel(asyncio.run(measure_parallel(state.url, args.rounds, args.turns)))
+    result: dict[str, Any] = analyse(raw) if raw is not None else {}
+    header = ["system", "step", "p50 ms", "p99 ms", "min ms", "max ms", "n", "SDK / system p50"]
+    rows = [header]
+    for system, per_kind in result.get("stats", {}).items():
         for k, s in per_kind.items():
             ratio = "" if system == SDK else ratio_cell(result["ratios"][system][k])
             rows.append([system, k, *fmt(s), ratio])
@@ -393,13 +608,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ["raw, fsync every 2 min", "2.4 KB", *fmt(lazy), ""],
         ]
         result["fsync_cost_p50_ms"] = synced["p50"] - lazy["p50"]
-    print(table(rows))
-    print(f"\nSDK p50 / raw p50 = {result['ratios'][RAW]['all']['p50']:.2f}x  (goal: <= 1.5x)")
-    for peer in (LANGGRAPH, EVENTSOURCING):
-        if peer in result["ratios"]:
-            print(f"{peer} p50 / SDK p50 = {1 / result['ratios'][peer]['all']['p50']:.2f}x  (goal: >= 2x)")
+    if len(rows) > 1:
+        print(f"sequential mix: {args.rounds} runs of {args.steps} steps (model call, read-tool call, effect)")
+        print(table(rows))
+    if raw is not None:
+        print(f"\nSDK p50 / raw p50 = {result['ratios'][RAW]['all']['p50']:.2f}x  (goal: <= 1.5x)")
+        for peer in (LANGGRAPH, EVENTSOURCING):
+            if peer in result["ratios"]:
+                print(f"{peer} p50 / SDK p50 = {1 / result['ratios'][peer]['all']['p50']:.2f}x  (goal: >= 2x)")
     if "fsync_cost_p50_ms" in result:
         print(f"fsync before ack costs {result['fsync_cost_p50_ms']:.3f} ms at p50")
+    if parallel is not None:
+        result["parallel"] = parallel
+        print(
+            f"\nparallel mix: {args.rounds} runs of {args.turns} turns "
+            f"(1 model call + {FANOUT} tool calls gathered), ms per turn"
+        )
+        print(table([["system", "measure", *header[2:]], *parallel_rows(parallel, fmt)]))
+        goal = parallel_goal(parallel)
+        print(f"\n{goal.text}: {'met' if goal.met else 'MISSED'}. {goal.detail}")
     return result
 
 

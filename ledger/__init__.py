@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from runledger.errors import (
         ApprovalDeniedError,
         BudgetExhaustedError,
+        ChildFailedError,
+        ChildSuspendedError,
         ConfigurationError,
         EffectFailedError,
         EffectInDoubtError,
@@ -62,8 +64,10 @@ if TYPE_CHECKING:
     from runledger.record.fold import Checkpoint, fold
     from runledger.sdk.agent import AgentSpec, load_agent
     from runledger.sdk.api import Run
+    from runledger.sdk.context import EffectContext
     from runledger.sdk.lifecycle import RunResult, resume_run, start_run
     from runledger.sdk.models import ModelAdapter, ModelResponse, OpenAIChatModel, ScriptedModel
+    from runledger.sdk.retry import Retry
     from runledger.sdk.sync import SyncRun, resume_sync, run_sync, sync_agent
     from runledger.sdk.tools import NOT_FOUND, Tool, tool
 
@@ -72,6 +76,8 @@ _MODULE_OF: dict[str, str] = {
         [
             "ApprovalDeniedError",
             "BudgetExhaustedError",
+            "ChildFailedError",
+            "ChildSuspendedError",
             "ConfigurationError",
             "EffectFailedError",
             "EffectInDoubtError",
@@ -96,6 +102,8 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["RunResult", "resume_run", "start_run"], "runledger.sdk.lifecycle"),
     **dict.fromkeys(["ModelAdapter", "ModelResponse", "OpenAIChatModel", "ScriptedModel"], "runledger.sdk.models"),
     **dict.fromkeys(["Run"], "runledger.sdk.api"),
+    **dict.fromkeys(["EffectContext"], "runledger.sdk.context"),
+    **dict.fromkeys(["Retry"], "runledger.sdk.retry"),
     **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),
     **dict.fromkeys(["NOT_FOUND", "Tool", "tool"], "runledger.sdk.tools"),
 }
@@ -107,8 +115,11 @@ __all__ = [
     "BudgetExhaustedError",
     "Budgets",
     "Checkpoint",
+    "ChildFailedError",
+    "ChildSuspendedError",
     "ConfigurationError",
     "DataPolicy",
+    "EffectContext",
     "EffectFailedError",
     "EffectInDoubtError",
     "Event",
@@ -123,6 +134,7 @@ __all__ = [
     "PayloadUnavailableError",
     "PublishError",
     "RedactionPolicy",
+    "Retry",
     "Run",
     "RunResult",
     "ScriptedModel",

@@ -29,7 +29,10 @@
     ├── BudgetExhaustedError          a run hit a turn, token or wall-clock limit
     ├── ApprovalDeniedError
     ├── SuspendedForApproval          not a failure: the run waits for an approval
+    ├── ChildFailedError              a child run failed (recorded in the parent; replays as this error)
+    ├── ChildSuspendedError           not a failure: a child run waits (approval, effect in doubt), so its parent does
     ├── ToolFailedError               a tool raised (recorded; replays as this error)
+    ├── ToolArgumentsError            a tool's arguments do not match its signature (recorded as its failure)
     ├── EffectClaimedElsewhereError   another run holds an unresolved claim on the key
     └── ChainError                    the hash chain or sequence of a run is broken
 
@@ -50,6 +53,15 @@ from typing import Any
 # The object store of blobs, named here because this module imports nothing of the package;
 # runledger.log.subjects.BLOB_BUCKET is the same name (tests/unit/test_errors.py checks it).
 _BLOB_BUCKET = "LEDGER_BLOBS"
+
+
+def _rebuild(
+    cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any], state: dict[str, Any]
+) -> Exception:
+    """Unpickle an error whose ``__init__`` takes keyword-only arguments (its message depends on them)."""
+    error = cls(*args, **kwargs)
+    error.__dict__.update(state)
+    return error
 
 
 class LedgerError(Exception):
@@ -259,7 +271,17 @@ class PayloadUnavailableError(LedgerError):
 
 
 class ModelError(LedgerError):
-    pass
+    """A model adapter's call failed. ``retryable`` when a later attempt may succeed (HTTP 429, 5xx,
+    timeouts, an unreachable endpoint): a model's ``Retry`` retries those (runledger.sdk.retry)."""
+
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None) -> None:
+        self.retryable = retryable
+        self.status = status
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        options = {"retryable": self.retryable, "status": self.status}
+        return (_rebuild, (type(self), (str(self),), options, self.__dict__))
 
 
 class VersionMismatchError(LedgerError):
@@ -272,7 +294,13 @@ class VersionMismatchError(LedgerError):
         super().__init__(
             f"run {run_id} was recorded with a different version tuple; refusing to resume.\n"
             + "\n".join(lines)
-            + "\nResume with the recorded code, model, prompt and tools, or fork a counterfactual branch."
+            + "\nResume with the recorded code, model, prompt and tools, or fork a counterfactual branch"
+            + (
+                "; or, when the new code is a fix the run may continue with, accept its version: "
+                f"`runledger resume {run_id} --accept-version {current.get('agent_version')} --by NAME --reason ...`"
+                if self.differs == ["agent_version"]
+                else "."
+            )
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -418,6 +446,47 @@ class SuspendedForApproval(LedgerError):
         return (type(self), (self.run_id, self.request_id, self.action), self.__dict__)
 
 
+class ChildFailedError(LedgerError):
+    """Raised out of ``run.child(...)``: the child run failed. Its failure is recorded in the parent
+    (``child.failed``) and replays as this error; the agent may catch it like a failed tool."""
+
+    def __init__(self, run_id: str, step: int, child_run_id: str, reason: str, message: str) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.child_run_id = child_run_id
+        self.reason = reason
+        self.message = message
+        super().__init__(
+            f"run {run_id} step {step}: child run {child_run_id} failed ({reason}): {message}. "
+            f"See `runledger show {child_run_id}`"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.step, self.child_run_id, self.reason, self.message), self.__dict__)
+
+
+class ChildSuspendedError(LedgerError):
+    """Raised out of ``run.child(...)``: not a failure, the child run is suspended (``reason``:
+    ``approval``, ``effect_in_doubt``, or ``child`` for a grandchild), so the parent suspends too.
+    ``pending``: the child's pending approval requests (set by the caller)."""
+
+    def __init__(self, run_id: str, step: int, child_run_id: str, reason: str, detail: str = "") -> None:
+        self.run_id = run_id
+        self.step = step
+        self.child_run_id = child_run_id
+        self.reason = reason
+        self.detail = detail
+        self.pending: list[str] = []
+        super().__init__(
+            f"run {run_id} step {step}: child run {child_run_id} is suspended ({reason})"
+            + (f": {detail}" if detail else "")
+            + f". Settle what the child waits for, then `runledger resume {run_id}`: it resumes the child"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.step, self.child_run_id, self.reason, self.detail), self.__dict__)
+
+
 class ChainError(LedgerError):
     def __init__(self, run_id: str, seq: int, stream_seq: int | None, reason: str) -> None:
         self.run_id = run_id
@@ -432,17 +501,39 @@ class ChainError(LedgerError):
 
 
 class ToolFailedError(LedgerError):
-    """A tool raised; the failure is recorded and replays as this error."""
+    """A tool or model call failed (after its retries); the failure is recorded and replays as this
+    error. ``retryable``: of a kind a later retry may cure (a run that ends on it can be retried)."""
 
-    def __init__(self, name: str, step: int, error_type: str, message: str) -> None:
+    def __init__(
+        self, name: str, step: int, error_type: str, message: str, *, retryable: bool = False, kind: str = "tool"
+    ) -> None:
         self.name = name
         self.step = step
         self.error_type = error_type
         self.message = message
-        super().__init__(f"tool {name!r} (step {step}) raised {error_type}: {message}")
+        self.retryable = retryable
+        self.kind = kind
+        super().__init__(f"{kind} {name!r} (step {step}) raised {error_type}: {message}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.name, self.step, self.error_type, self.message), self.__dict__)
+        args = (self.name, self.step, self.error_type, self.message)
+        return (_rebuild, (type(self), args, {"retryable": self.retryable, "kind": self.kind}, self.__dict__))
+
+
+class ToolArgumentsError(LedgerError):
+    """A tool's arguments do not validate against its signature. Inside a run it is recorded as
+    the tool's failure (the run raises ToolFailedError); the message names each field, never a value."""
+
+    def __init__(self, tool: str, detail: str) -> None:
+        self.tool = tool
+        self.detail = detail
+        super().__init__(
+            f"invalid arguments for tool {tool!r}: {detail}. The arguments must match the tool's "
+            "parameters (Tool.json_schema() is what to give the model)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.tool, self.detail), self.__dict__)
 
 
 class EffectClaimedElsewhereError(LedgerError):

@@ -9,6 +9,7 @@
         ├── StreamReadError                   the stream could not be read completely and in order
         │   ├── SequenceGapError              a stream sequence went missing between two messages
         │   └── EventsExpiredError            events left the stream (max_age) before they were projected
+        ├── UnprojectableError                a batch's rows could not be built or written (an event no table can hold)
         └── QueryError                        an analyst's SQL failed
 
 Messages say what is wrong and what to do next. DuckDB and NATS errors are translated at
@@ -118,6 +119,19 @@ class EventsExpiredError(StreamReadError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.position, self.first_seq), self.__dict__)
+
+
+class UnprojectableError(ProjectionError):
+    """An event decoded but its rows could not be built or written: an Arrow or DuckDB conversion
+    refused a value. The projector never stops on it: it projects the batch again, event by
+    event, and quarantines what cannot become a row (``reason`` says why)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"rows of the batch cannot be written: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason,), self.__dict__)
 
 
 class QueryError(ProjectionError):

@@ -280,9 +280,26 @@ FROM runs r LEFT JOIN runs p ON p.run_id = r.parent_run_id
 WHERE r.parent_run_id IS NOT NULL;
 """
 
+# Child runs (``run.child``): a child's run and step in its parent, the child of a child step, the tree.
+# ``runs.parent_run_id`` stays the branch's (run.forked): a child is not a fork.
+_CHILD_RUNS = """
+ALTER TABLE runs ADD COLUMN child_of_run_id VARCHAR;
+ALTER TABLE runs ADD COLUMN child_of_step BIGINT;
+ALTER TABLE steps ADD COLUMN child_run_id VARCHAR;
+
+CREATE VIEW child_runs AS
+SELECT r.run_id, r.child_of_run_id AS parent_run_id, r.child_of_step AS parent_step, r.agent, r.status,
+       p.agent AS parent_agent, p.status AS parent_status, s.status AS step_status, r.started_at, r.ended_at
+FROM runs r
+LEFT JOIN runs p ON p.run_id = r.child_of_run_id
+LEFT JOIN steps s ON s.run_id = r.child_of_run_id AND s.step_no = r.child_of_step AND s.kind = 'child'
+WHERE r.child_of_run_id IS NOT NULL;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration("tables", _TABLES),
     Migration("views", _VIEWS),
+    Migration("child runs", _CHILD_RUNS),
 ]
 LATEST = len(MIGRATIONS)
 

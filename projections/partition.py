@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from runledger.errors import ChainError, EventDecodeError
+from runledger.errors import EventDecodeError
 from runledger.log.subjects import EFFECT_PREFIX, parse_run_subject
+from runledger.projections.errors import UnprojectableError
 from runledger.projections.rows import (
     RunFold,
     TableBuffer,
@@ -40,12 +41,16 @@ from runledger.projections.rows import (
     add_steps,
 )
 from runledger.record.events import Event, decode_fast
-from runledger.record.fold import Checkpoint, apply
+from runledger.record.fold import Checkpoint, apply, fold_error
 from runledger.record.records import RawRecord, Recorded
 from runledger.sdk.effects import KeyState, apply_key
 
 _EFFECT_PREFIX = EFFECT_PREFIX + "."
 STAGED_TABLES = ("events", "quarantine", "runs", "steps", "checkpoints", "effect_keys")
+# What building rows raises on a value no column can hold (pyarrow's ArrowInvalid and
+# ArrowTypeError are a ValueError and a TypeError): the batch is then projected again, event by
+# event (``Projector``). Anything else (a KeyError, an AttributeError) is a bug and stops the projector.
+ROW_ERRORS = (ValueError, TypeError, OverflowError)
 
 
 def route_key(subject: str) -> str | None:
@@ -133,7 +138,18 @@ class PartitionProjector:
     # -- the batch --------------------------------------------------------------------------------
 
     def project(self, records: Sequence[RawRecord]) -> BatchRows:
-        """Decode and fold ``records`` (in stream order) and return the rows they change."""
+        """Decode and fold ``records`` (in stream order) and return the rows they change.
+
+        Raises UnprojectableError when a value cannot become a row (``ROW_ERRORS``); the state
+        of this partition is then ahead of the file and must be discarded (the projector
+        evicts every run and key and projects the batch again from the committed state).
+        """
+        try:
+            return self._project(records)
+        except ROW_ERRORS as exc:
+            raise UnprojectableError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _project(self, records: Sequence[RawRecord]) -> BatchRows:
         buffers = {name: TableBuffer(name) for name in STAGED_TABLES}
         events, quarantine = buffers["events"], buffers["quarantine"]
         before: dict[str, dict[int, tuple[object, ...]]] = {}
@@ -182,12 +198,11 @@ class PartitionProjector:
 
     @staticmethod
     def _fold_run(rf: RunFold, rec: RawRecord, ev: Event) -> None:
+        recorded = _recorded(ev, rec.stream_seq, rec.subject)
         try:
-            apply(rf.checkpoint, _recorded(ev, rec.stream_seq, rec.subject))
-        except ChainError as exc:
-            rf.fold_error = str(exc)
-        except Exception as exc:  # e.g. a ts that is not RFC 3339: resume fails on it the same way
-            rf.fold_error = f"event {ev.seq} (stream sequence {rec.stream_seq}): {type(exc).__name__}: {exc}"
+            apply(rf.checkpoint, recorded)
+        except Exception as exc:  # e.g. a gap, a ts that is not RFC 3339: resume fails on it the same way
+            rf.fold_error = fold_error(exc, recorded)  # as fold_until_refused reports it
 
     def _fold_key(self, rec: RawRecord, ev: Event) -> None:
         ks = self.keys.get(rec.subject)

@@ -18,6 +18,15 @@ flight). A long run is thus folded once, not from its first event every batch.
 ``rebuild`` projects from the stream's first sequence into a fresh file and swaps it into
 place with ``os.replace`` once complete; the old file stays readable until then.
 
+A hostile message never wedges the projection (the stream forbids deletion: a batch that can
+never be committed would stop every later ``project`` and ``sql``). What does not decode is
+quarantined by the partitions. An event that decodes but cannot become a row (a value Arrow,
+Python or DuckDB refuses: ``UnprojectableError``, from the fold or from the commit) makes the
+projector evict every run and key and project that batch, and any batch folded on top of it,
+again from the committed state, in this process, cutting it in halves until the events that
+fail alone are found; those are quarantined with the reason, every other event is projected
+(``_recover``). Valid batches pay nothing for this.
+
 Rejected: one transaction per event or per run (a commit fsyncs: ~1 ms), re-folding
 runs from the ``events`` table (quadratic in a run's length), and a fold in SQL (a
 second copy of the fold).
@@ -45,10 +54,11 @@ from runledger.log.client import LedgerClient
 from runledger.log.server import runledger_home
 from runledger.log.subjects import LEDGER_STREAM
 from runledger.projections import crashpoints
-from runledger.projections.errors import EventsExpiredError, ProjectionError, StreamReadError
-from runledger.projections.partition import BatchRows, RouteCache
+from runledger.projections.errors import EventsExpiredError, ProjectionError, StreamReadError, UnprojectableError
+from runledger.projections.partition import STAGED_TABLES, BatchRows, PartitionProjector, RouteCache
 from runledger.projections.progress import ProgressLine
 from runledger.projections.reader import PULL_BATCH, PullReader, StreamReader, open_reader
+from runledger.projections.rows import TableBuffer, add_quarantined
 from runledger.projections.store import (
     ProjectionStore,
     StreamIdentity,
@@ -219,9 +229,13 @@ class Projector:
         # Three stages overlap: the reader reads batch k+1 while the partitions fold batch k and
         # a thread commits batch k-1 (DuckDB releases the GIL). Commits stay strictly ordered,
         # each one transaction with its position.
+        # A batch whose rows cannot be built or written (UnprojectableError: an event that decodes
+        # but no column holds) is projected again event by event (``_recover``), with every batch
+        # folded on top of it; the loop then goes on from the committed state.
         folding: asyncio.Future[list[BatchRows]] | None = None
         folded: list[RawRecord] = []
         committing: asyncio.Future[None] | None = None
+        in_commit: list[RawRecord] = []
         idle_rounds = 0
         try:
             with _quiet_gc():
@@ -233,11 +247,27 @@ class Projector:
                     if records:
                         crashpoints.crash_point("batch_read")
                     if folding is not None:
-                        parts = await folding
+                        again: list[list[RawRecord]] = []
+                        try:
+                            parts: list[BatchRows] | None = await folding
+                        except UnprojectableError:
+                            parts = None
                         folding = None
                         if committing is not None:
-                            await committing
-                        committing = asyncio.ensure_future(asyncio.to_thread(self._commit, folded, parts, totals))
+                            if await _refused(committing):
+                                again.append(in_commit)
+                            committing = None
+                        if again or parts is None:
+                            again.append(folded)  # folded on top of a refused batch, or refused itself
+                            if records and work is not None:
+                                again.append(records)  # planned on the same state
+                                self._unplan(work)
+                                work = None
+                                position = records[-1].stream_seq
+                            await asyncio.to_thread(self._recover, again, totals)
+                        else:
+                            committing = asyncio.ensure_future(asyncio.to_thread(self._commit, folded, parts, totals))
+                            in_commit = folded
                     if work is not None:
                         self.partitions.submit(work)
                         folding = asyncio.ensure_future(self.partitions.results())
@@ -245,7 +275,9 @@ class Projector:
                         position = records[-1].stream_seq
                         idle_rounds = 0
                     elif committing is not None:
-                        await committing  # idle or finishing: the position shown is the committed one
+                        # idle or finishing: the position shown is the committed one
+                        if await _refused(committing):
+                            await asyncio.to_thread(self._recover, [in_commit], totals)
                         committing = None
                     if folding is None and committing is None and (stopping or done):
                         break
@@ -321,8 +353,77 @@ class Projector:
     def project_batch(self, records: list[RawRecord]) -> None:
         """Plan, fold (in this process) and commit one batch, synchronously: the loop's steps in order."""
         assert isinstance(self.partitions, LocalPartitions)
-        parts = self.partitions.fold(self.plan(records))
-        self._commit(records, parts, [0, 0, 0])
+        totals = [0, 0, 0]
+        try:
+            parts = self.partitions.fold(self.plan(records))
+            self._commit(records, parts, totals)
+        except UnprojectableError:
+            self._recover([records], totals)
+
+    # -- batches whose rows cannot be written ---------------------------------------------------------
+
+    def _recover(self, batches: list[list[RawRecord]], totals: list[int]) -> None:
+        """Project ``batches`` (in stream order, none of them committed) from the committed state,
+        quarantining every event that cannot become a row.
+
+        The partitions' state is ahead of the file (they folded a batch that was not committed),
+        so every run and key is evicted: each is loaded again from the file when it next shows up.
+        Rare, so simple: each batch is folded in this process, and a batch that still fails is
+        cut in halves until the event that fails alone is found (log2(batch) extra commits an
+        event; valid events keep their order and are projected in smaller batches).
+        """
+        self._evict_all()
+        for records in batches:
+            self._project_carefully(records, totals)
+
+    def _project_carefully(self, records: list[RawRecord], totals: list[int]) -> None:
+        try:
+            self._commit(records, [self._fold_alone(records)], totals)
+        except UnprojectableError as exc:
+            if len(records) == 1:
+                self._quarantine(records[0], exc.reason, totals)
+                return
+            half = len(records) // 2
+            self._project_carefully(records[:half], totals)
+            self._project_carefully(records[half:], totals)
+
+    def _fold_alone(self, records: list[RawRecord]) -> BatchRows:
+        """``records`` folded in this process by a fresh partition, from the state the file holds."""
+        part = PartitionProjector()
+        routes = {route for route in map(self._route, (rec.subject for rec in records)) if route is not None}
+        runs = {route[4:] for route in routes if route.startswith("run:")}
+        keys = {route[4:] for route in routes if route.startswith("key:")}
+        part.preload(self.store.load_runs(runs), self.store.load_keys(keys))
+        return part.project(records)
+
+    def _quarantine(self, rec: RawRecord, reason: str, totals: list[int]) -> None:
+        logger.warning(
+            "stream sequence %d on %s decodes but cannot become a row (%s): quarantined",
+            rec.stream_seq, rec.subject, reason,
+        )  # fmt: skip
+        rows = BatchRows({name: TableBuffer(name).to_arrow() for name in STAGED_TABLES}, quarantined=1)
+        buffer = TableBuffer("quarantine")
+        add_quarantined(buffer, rec, f"cannot become a row: {reason}", UnprojectableError.__name__)
+        rows.tables["quarantine"] = buffer.to_arrow()
+        self._commit([rec], [rows], totals)
+
+    def _evict_all(self) -> None:
+        """Every run and key leaves the cache: the partitions forget them (with their next work)
+        and the next batch that needs one loads it from the file."""
+        count = self.partitions.count
+        for route in self._cached:
+            self._forget.setdefault(partition_of(route, count), []).append(route)
+        self._evicted.update(self._cached)
+        self._cached.clear()
+        # Runs and keys the careful path committed were never cached: a miss is no longer
+        # necessarily new, so every miss is looked up in the file from now on.
+        self._file_had_rows = True
+
+    def _unplan(self, work: list[PartitionWork]) -> None:
+        """Drop planned work that will not be submitted: what it told partitions to forget is still due."""
+        for index, part in enumerate(work):
+            if part.forget:
+                self._forget.setdefault(index, []).extend(part.forget)
 
     def _show(self, done: int, position: int, lag: int) -> None:
         if self.progress is not None:
@@ -357,6 +458,15 @@ async def project(
         projector = Projector(client, store, batch_size=batch_size, reader=reader, progress=progress,
                               workers=default_workers() if workers is None else workers)  # fmt: skip
         return await projector.run(follow=follow, stop=stop)
+
+
+async def _refused(commit: asyncio.Future[None]) -> bool:
+    """Wait for ``commit``: True when DuckDB refused a value of its batch (nothing was written)."""
+    try:
+        await commit
+    except UnprojectableError:
+        return True
+    return False
 
 
 def rebuild_path(path: Path) -> Path:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pydantic_core import to_json
 
 from runledger.record.events import Event
-from runledger.record.fold import Checkpoint, StepRecord
+from runledger.record.fold import BROKEN, Checkpoint, StepRecord
 from runledger.record.records import RawRecord
 from runledger.sdk.effects import KeyState
 
@@ -50,12 +50,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("events", _I64), ("pending_approvals", _LIST), ("committed_keys", _LIST),
         ("in_doubt_keys", _LIST), ("simulated_keys", _LIST), ("capture", _S), ("input", _S),
         ("output", _S), ("first_stream_seq", _I64), ("last_stream_seq", _I64), ("fold_error", _S),
+        ("child_of_run_id", _S), ("child_of_step", _I64),
     ]),
     "steps": pa.schema([
         ("run_id", _S), ("step_no", _I64), ("kind", _S), ("name", _S), ("status", _S), ("input_hash", _S),
         ("output", _S), ("error", _S), ("effect_key", _S), ("request_id", _S), ("tokens", _I64),
         ("input_tokens", _I64), ("output_tokens", _I64), ("duration_ms", _F64), ("started_at", _S),
-        ("seq", _I64), ("agent", _S), ("agent_version", _S), ("version", _S),
+        ("seq", _I64), ("agent", _S), ("agent_version", _S), ("version", _S), ("child_run_id", _S),
     ]),
     "checkpoints": pa.schema([
         ("run_id", _S), ("status", _S), ("last_step", _I64), ("next_seq", _I64), ("last_stream_seq", _I64),
@@ -120,7 +121,8 @@ class RunFold:
     ``fold_error`` is set when the fold refused an event (a broken hash chain, a gap, a
     timestamp it cannot read): the checkpoint stays as it was before that event, exactly as
     far as ``fold`` gets before raising, and later events are not folded (they are still
-    in ``events``). Resume refuses such a run too.
+    in ``events``). Resume refuses such a run too, and its ``runs`` and ``checkpoints`` rows
+    say ``broken`` (``status``), as ``runledger runs`` and ``show`` do (``fold_until_refused``).
     """
 
     subject: str
@@ -155,6 +157,11 @@ def _usage(rec: StepRecord) -> tuple[int, int]:
     return int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
 
 
+def run_status(rf: RunFold) -> str:
+    """The status of a run's rows: ``broken`` once the fold refused an event, else the checkpoint's."""
+    return BROKEN if rf.fold_error is not None else rf.checkpoint.status
+
+
 def add_run(buf: TableBuffer, run_id: str, rf: RunFold) -> None:
     cp = rf.checkpoint
     version = cp.version or {}
@@ -166,7 +173,7 @@ def add_run(buf: TableBuffer, run_id: str, rf: RunFold) -> None:
         input_tokens += i
         output_tokens += o
     buf.append(
-        run_id, cp.agent or None, rf.subject, cp.status, cp.failure_reason, error.get("type"),
+        run_id, cp.agent or None, rf.subject, run_status(rf), cp.failure_reason, error.get("type"),
         error.get("message"), version.get("agent_version"), version.get("model"), version.get("prompt_hash"),
         json_text(version.get("tool_schema_hashes")), json_text(cp.version), parent.get("parent_run_id"),
         i64(parent.get("fork_step")), parent.get("mode"), parent.get("changed"), cp.started_at,
@@ -176,7 +183,7 @@ def add_run(buf: TableBuffer, run_id: str, rf: RunFold) -> None:
         i64(cp.next_seq),
         sorted(cp.pending_approvals), list(cp.committed_keys), list(cp.in_doubt_keys),
         list(cp.simulated_keys), cp.capture, json_text(cp.input), json_text(cp.output), rf.first_stream_seq,
-        cp.last_stream_seq, rf.fold_error,
+        cp.last_stream_seq, rf.fold_error, cp.child_of_run_id, i64(cp.child_of_step),
     )  # fmt: skip
 
 
@@ -193,6 +200,7 @@ def add_steps(buf: TableBuffer, run_id: str, cp: Checkpoint, step_nos: list[int]
             run_id, rec.step, rec.kind, rec.name, rec.status, rec.args_digest, json_text(rec.output),
             json_text(rec.error), rec.key, rec.request_id, i64(rec.tokens), i64(input_tokens),
             i64(output_tokens), float(rec.duration_ms), rec.ts or None, i64(rec.seq), agent, agent_version, version,
+            rec.child_run_id,
         )  # fmt: skip
 
 
@@ -200,7 +208,7 @@ def add_checkpoint(buf: TableBuffer, run_id: str, rf: RunFold) -> None:
     cp = rf.checkpoint
     buf.append(
         run_id,
-        cp.status,
+        run_status(rf),
         i64(cp.last_step),
         i64(cp.next_seq),
         cp.last_stream_seq,

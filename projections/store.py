@@ -36,6 +36,7 @@ from runledger.projections.errors import (
     ProjectionFileError,
     ProjectionLockedError,
     StreamMismatchError,
+    UnprojectableError,
 )
 from runledger.projections.migrations import migrate
 from runledger.projections.rows import RunFold, checkpoint_from_json, key_state_from_row
@@ -68,6 +69,19 @@ _WRITE_SQL = {
     "checkpoints": "INSERT OR REPLACE INTO checkpoints BY NAME SELECT * FROM {t}",
     "effect_keys": "INSERT OR REPLACE INTO effect_keys BY NAME SELECT * FROM {t}",
 }
+
+
+# What DuckDB raises for a value it cannot take (a failed cast, a number out of range, input it
+# refuses, a violated constraint), and Arrow for columns it cannot stage: ``commit`` rolls back and
+# raises UnprojectableError, and the projector projects the batch again, event by event. Anything
+# else (I/O, a full disk, a lock) is not the data's fault and stops the projector.
+DATA_ERRORS = (
+    duckdb.DataError,
+    duckdb.ConstraintException,
+    duckdb.InvalidInputException,
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+)
 
 
 def fold_fingerprint() -> str:
@@ -252,7 +266,8 @@ class ProjectionStore:
         """Append/replace every table's rows and move the position to ``last_seq``, atomically.
 
         ``first_seq`` must follow the stored position: anything else means two projectors
-        or a reader bug, and nothing is written.
+        or a reader bug, and nothing is written. A value DuckDB refuses (``DATA_ERRORS``) rolls
+        the batch back and raises UnprojectableError.
         """
         con = self.con
         con.execute("BEGIN TRANSACTION")
@@ -280,9 +295,11 @@ class ProjectionStore:
             )
             crashpoints.crash_point("after_insert_before_commit")
             con.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
+            if isinstance(exc, DATA_ERRORS):
+                raise UnprojectableError(f"{type(exc).__name__}: {exc}") from exc
             raise
         crashpoints.crash_point("after_commit")
 

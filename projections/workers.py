@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from runledger.projections.errors import ProjectionError
+from runledger.projections.errors import ProjectionError, UnprojectableError
 from runledger.projections.partition import BatchRows, PartitionProjector
 from runledger.projections.rows import RunFold
 from runledger.record.records import RawRecord
@@ -100,7 +100,7 @@ class LocalPartitions:
 
     def __init__(self) -> None:
         self.projector = PartitionProjector()
-        self._done: list[BatchRows] | None = None
+        self._done: list[BatchRows] | UnprojectableError | None = None
 
     async def start(self) -> None:
         return None
@@ -109,11 +109,16 @@ class LocalPartitions:
         return [_run(self.projector, work[0])]
 
     def submit(self, work: Sequence[PartitionWork]) -> None:
-        self._done = self.fold(work)
+        try:
+            self._done = self.fold(work)
+        except UnprojectableError as exc:  # raised by results(), where ProcessPartitions raises it
+            self._done = exc
 
     async def results(self) -> list[BatchRows]:
         assert self._done is not None
         done, self._done = self._done, None
+        if isinstance(done, UnprojectableError):
+            raise done
         return done
 
     def close(self) -> None:
@@ -142,6 +147,8 @@ def _worker_main(conn: Connection) -> None:  # pragma: no cover - runs in the wo
             return
         try:
             conn.send(("rows", _run_remote(projector, message)))
+        except UnprojectableError as exc:  # a value no column holds: the projector projects the batch again
+            conn.send(("unprojectable", exc.reason))
         except Exception:  # reported to the projector, which stops without committing the batch
             conn.send(("error", traceback.format_exc()))
 
@@ -184,8 +191,11 @@ class ProcessPartitions:
         replies = await asyncio.gather(*(asyncio.to_thread(_receive, conn) for conn in self._conns))
         out = []
         for kind, value in replies:
-            if kind != "rows":
+            if kind == "error":
                 raise ProjectionError(f"a projection worker failed; nothing of this batch was committed:\n{value}")
+        for kind, value in replies:
+            if kind == "unprojectable":
+                raise UnprojectableError(value)
             out.append(value)
         return out
 

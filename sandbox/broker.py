@@ -14,12 +14,12 @@ import asyncio
 import time
 from typing import Any
 
-from runledger.errors import ApprovalDeniedError, EffectFailedError, ToolFailedError
+from runledger.errors import ApprovalDeniedError, ChildFailedError, EffectFailedError, ToolFailedError
 from runledger.sandbox.channel import check_request, encode, read_message
 from runledger.sandbox.errors import AgentFailedError, ChannelError, SandboxViolation
 
 # Errors an agent may catch and handle: forwarded to the guest instead of ending the run.
-FORWARDED = (ToolFailedError, EffectFailedError, ApprovalDeniedError)
+FORWARDED = (ToolFailedError, EffectFailedError, ApprovalDeniedError, ChildFailedError)
 
 
 class Broker:
@@ -96,11 +96,16 @@ class Broker:
                     raise SandboxViolation("model request needs messages (a list) and params (an object)")
                 return (await run.model(messages, **params)).model_dump()
             if op == "tool":
-                return await run.tool(_text(m, "name"), m.get("args"))
+                call_id = m.get("tool_call_id")
+                if call_id is not None and not isinstance(call_id, str):
+                    raise SandboxViolation("tool_call_id must be a string")
+                return await run.tool(_text(m, "name"), m.get("args"), tool_call_id=call_id)
             if op == "effect":
                 return await run.effect(_text(m, "name"), m.get("args"), key=_text(m, "key"))
             if op == "approval":
                 return await run.approval(_text(m, "action"), m.get("args"))
+            if op == "child":
+                return await run.served_child(_text(m, "agent"), m.get("input"))
             if op == "now":
                 return (await run.now()).isoformat()
             if op == "random":

@@ -7,7 +7,7 @@ frame headers and can stall dockerd when attached with logs. Every line is cappe
 
 Messages, guest -> host: ``{"id": n, "op": OP, ...}``; host -> guest: ``{"id": n, "ok": value}``
 or ``{"id": n, "error": {"type": T, "message": M}}``. Ops: hello, model, tool, effect,
-approval, now, random (requests), done, failed (the agent's outcome).
+approval, child, now, random (requests), done, failed (the agent's outcome).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from runledger.sandbox.errors import ChannelError
 
 MAX_LINE = 4 * 1024 * 1024
-OPS = frozenset({"hello", "model", "tool", "effect", "approval", "now", "random", "done", "failed"})
+OPS = frozenset({"hello", "model", "tool", "effect", "approval", "child", "now", "random", "done", "failed"})
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import runledger.errors as ledger_errors
 from runledger.sandbox.channel import MAX_LINE, encode, read_message
 from runledger.sandbox.errors import RemoteError
-from runledger.sdk.agent import code_hash, load_agent
+from runledger.sdk.agent import AgentSpec, code_hash, load_agent
 from runledger.sdk.models import ModelResponse
 
 
@@ -44,17 +44,21 @@ class RemoteRun:
         self._reader = reader
         self._writer = writer
         self._next_id = 1
+        # One request at a time (the broker answers in order): calls the agent makes at once
+        # (asyncio.gather) queue here in call order, the order the host numbers their steps in.
+        self._one_at_a_time = asyncio.Lock()
         self.run_id: str = start["run_id"]
         self.agent: str = start.get("agent_name", "")
         self.input: Any = start.get("input")
         self.prompt: str = start.get("prompt", "")
 
     async def _call(self, op: str, **fields: Any) -> Any:
-        ident = self._next_id
-        self._next_id += 1
-        self._writer.write(encode({"id": ident, "op": op, **fields}))
-        await self._writer.drain()
-        reply = await read_message(self._reader)
+        async with self._one_at_a_time:
+            ident = self._next_id
+            self._next_id += 1
+            self._writer.write(encode({"id": ident, "op": op, **fields}))
+            await self._writer.drain()
+            reply = await read_message(self._reader)
         if reply is None:
             raise SystemExit("the broker closed the channel")  # the re-run was ended on the host
         if reply.get("id") != ident:
@@ -66,9 +70,9 @@ class RemoteRun:
     async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         return ModelResponse.model_validate(await self._call("model", messages=messages, params=params))
 
-    async def tool(self, tool: Any, args: Any = None, *, fn: Any = None) -> Any:
+    async def tool(self, tool: Any, args: Any = None, *, fn: Any = None, tool_call_id: str | None = None) -> Any:
         name = tool if isinstance(tool, str) else tool.name
-        return await self._call("tool", name=name, args=args)
+        return await self._call("tool", name=name, args=args, tool_call_id=tool_call_id)
 
     async def effect(self, name: str, args: Any, *, key: str, fn: Any = None, **_: Any) -> Any:
         return await self._call("effect", name=name, args=args, key=key)
@@ -76,6 +80,11 @@ class RemoteRun:
     async def approval(self, action: str, args: Any = None) -> dict[str, Any]:
         result: dict[str, Any] = await self._call("approval", action=action, args=args)
         return result
+
+    async def child(self, spec: AgentSpec, input: Any = None) -> Any:
+        """A child run: the host answers it from the record by the child's agent name and input
+        (a re-run never starts a child; runledger.sandbox.branch, ``BranchRun.served_child``)."""
+        return await self._call("child", agent=spec.name, input=input)
 
     async def now(self) -> dt.datetime:
         return dt.datetime.fromisoformat(await self._call("now"))

@@ -7,6 +7,11 @@ the divergence rate and where runs first diverge, outcome changes (a run that co
 before and does not now is a regression) and token deltas. The exit code is non-zero
 when any outcome regressed, so a team can gate a prompt or model change on last
 month's failures.
+
+A live (or live-based counterfactual) branch whose effect reuses a committed key with other
+arguments simulates it and marks it (``reason: args_differ``, sandbox/branch.py); the summary
+counts those effects and names their runs, since such a branch "completed" without the effect
+it asked for ever happening.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class SweepSummary:
     first_divergence: Counter[int] = field(default_factory=Counter)
     tokens_parent: float = 0.0
     tokens_branch: float = 0.0
+    args_differ: int = 0  # effects simulated because their key was committed with other arguments
+    args_differ_runs: list[str] = field(default_factory=list)  # the parents whose branch has any
     branches: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -56,6 +63,11 @@ class SweepSummary:
         if self.first_divergence:
             where = ", ".join(f"step {s}: {n}" for s, n in sorted(self.first_divergence.items()))
             lines.append(f"first differences: {where}")
+        if self.args_differ:
+            lines.append(f"effects with changed arguments: {self.args_differ} in {len(self.args_differ_runs)} runs "
+                         "(key committed with other arguments: simulated, not served as committed)")  # fmt: skip
+            for run_id in self.args_differ_runs[:20]:
+                lines.append(f"  args differ: {run_id} -> {self.branches.get(run_id)}")
         for error in self.errors[:20]:
             lines.append(f"  not re-run: {error}")
         for run_id in self.regressions[:20]:
@@ -122,6 +134,9 @@ async def sweep(
         d = await diff(client, parent_id, result.run_id)
         if d.first_difference is not None:
             summary.first_divergence[d.first_difference] += 1
+        if d.args_differ:
+            summary.args_differ += len(d.args_differ)
+            summary.args_differ_runs.append(parent_id)
 
     async def worker() -> None:
         nonlocal done

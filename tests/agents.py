@@ -74,12 +74,39 @@ def _effect_counter(name: str) -> Any:
     return act
 
 
+def _keyed_service(name: str) -> tuple[Any, Any]:
+    """An effect function that passes its idempotency key downstream (the service logs it and
+    answers a repeated key with the first result), and the reconcile that asks the service."""
+    from runledger import NOT_FOUND, EffectContext
+
+    log = Path(os.environ["TEST_CALLS_LOG"])
+
+    def act(args: Any) -> Any:
+        key = EffectContext.current().key  # type: ignore[union-attr]
+        for seen in calls(log):
+            if seen.get("key") == key:
+                return {"done": seen["value"]}
+        with open(log, "a") as f:
+            f.write(json.dumps({"call": name, "value": args, "key": key}) + "\n")
+        return {"done": args}
+
+    def reconcile(key: str) -> Any:
+        for seen in calls(log):
+            if seen.get("key") == key:
+                return {"done": seen["value"]}
+        return NOT_FOUND
+
+    return act, reconcile
+
+
 async def ordinary(run: Run) -> dict[str, Any]:
     """One model turn asks for 8 lookups at once; their results go back into the next prompt
     with ``json.dumps`` (no ``sort_keys``); then two effects run in parallel."""
     import asyncio
 
     order = run.input["order"]
+    charge, charge_reconcile = _keyed_service("charge")
+    notify, notify_reconcile = _keyed_service("notify")
     plan = await run.model([{"role": "user", "content": f"look up {order} on every shard"}])
     shards = json.loads(plan.content)["shards"]
     found = await asyncio.gather(
@@ -88,10 +115,11 @@ async def ordinary(run: Run) -> dict[str, Any]:
     decision = await run.model([{"role": "user", "content": "results: " + json.dumps(found)}])
     charged, told = await asyncio.gather(
         # Keys name the order and the run: the crash tests run the same order many times over.
+        # A kill inside an effect leaves its claim in doubt: reconcile asks the service by key.
         run.effect("charge", {"order": order, "amount": 7}, key=f"charge:{order}:{run.run_id}",
-                   fn=_effect_counter("charge")),
+                   fn=charge, reconcile=charge_reconcile),
         run.effect("notify", {"order": order, "text": decision.content}, key=f"notify:{order}:{run.run_id}",
-                   fn=_effect_counter("notify")),
+                   fn=notify, reconcile=notify_reconcile),
     )  # fmt: skip
     return {"decision": decision.content, "charged": charged, "told": told, "found": found}
 
@@ -109,3 +137,49 @@ def _ordinary_model(messages: list[dict[str, Any]]) -> str:
 
 def ordinary_spec() -> AgentSpec:
     return AgentSpec("ordinary", ordinary, ScriptedModel(_ordinary_model, name="scripted-ordinary"), agent_version="v1")
+
+
+# -- child runs: a parent that runs two children, the second in parallel with a tool call ------------------
+
+
+def _work(args: dict[str, Any]) -> Any:
+    """A child's read tool: counted (a completed child must never call it again), slow enough
+    with $TEST_TOOL_DELAY for a random kill to land inside a child."""
+    delay = float(os.environ.get("TEST_TOOL_DELAY", "0"))
+    if delay:
+        import time
+
+        time.sleep(delay)
+    return _count(f"work:{args['n']}", args)
+
+
+async def kid(run: Run) -> dict[str, Any]:
+    """A child run: two counted tool calls and one effect (exactly once, whatever the crashes)."""
+    n = run.input["n"]
+    parts = [await run.tool("work", {"n": n, "part": part}, fn=_work) for part in (1, 2)]
+    charged = await run.effect("charge", {"n": n}, key=f"charge:{run.run_id}", fn=_effect_counter(f"charge:{n}"))
+    return {"n": n, "parts": parts, "charged": charged}
+
+
+def kid_spec() -> AgentSpec:
+    return AgentSpec("kid", kid, ScriptedModel([]), agent_version="v1")
+
+
+async def family(run: Run) -> dict[str, Any]:
+    """Child 1, then child 2 and a tool call at once; the children's outputs are its step results."""
+    import asyncio
+
+    first = await run.child(kid_spec(), {"n": 1})
+    second, side = await asyncio.gather(
+        run.child(kid_spec(), {"n": 2}), run.tool("side", {"x": run.input["x"]}, fn=_effect_counter("side"))
+    )
+    return {"first": first, "second": second, "side": side}
+
+
+def family_spec() -> AgentSpec:
+    return AgentSpec("family", family, ScriptedModel([]), agent_version="v1")
+
+
+def family_sandboxed_spec() -> AgentSpec:
+    """``family`` versioned by its code hash: what a sandbox re-run checks the mounted code against."""
+    return AgentSpec("family", family, ScriptedModel([]))

@@ -1,7 +1,8 @@
 """A support agent: read a ticket, look up the order, decide, refund, email the customer.
 
 The refund is an effect keyed ``refund:<order>`` whose reconcile function asks the
-payments service; the email is an effect keyed ``email:<ticket>`` written to an
+payments service, and which passes its key to the service as the ``Idempotency-Key``
+(``EffectContext.current().key``); the email is an effect keyed ``email:<ticket>`` written to an
 outbox; refunds above ``APPROVAL_THRESHOLD`` wait for an operator's approval; the
 run has a token and a turn budget. The model is scripted (no model service is
 reachable here); swap in ``OpenAIChatModel`` for a real one.
@@ -18,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from runledger import NOT_FOUND, AgentSpec, Budgets, Run, ScriptedModel, tool
+from runledger import NOT_FOUND, AgentSpec, Budgets, EffectContext, Run, ScriptedModel, tool
 
 APPROVAL_THRESHOLD = 500.0
 SYSTEM_PROMPT = (
@@ -66,10 +67,17 @@ def _reconcile_refund(key: str) -> Any:
 
 
 def _issue_refund(args: dict[str, Any]) -> dict[str, Any]:
+    # The effect's context names this attempt; its key is the same on every attempt at this refund.
+    # Sent as the service's idempotency key, it makes a second attempt (a resume that took the
+    # claim over from a process that was paused past its lease, then woke up) refund nothing twice.
+    ctx = EffectContext.current()
+    headers = {"Content-Type": "application/json"}
+    if ctx is not None:  # None when called directly, outside a run
+        headers["Idempotency-Key"] = ctx.key
     req = urllib.request.Request(
         f"{payments_url()}/refunds",
         data=json.dumps({"order": args["order"], "amount": args["amount"]}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers=headers,
         method="POST",
     )
     with urllib.request.urlopen(req, timeout=10) as resp:

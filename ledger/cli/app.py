@@ -9,7 +9,9 @@ installed is listed with the one line that installs it, not a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from importlib.metadata import entry_points
 from typing import Any
@@ -45,7 +47,10 @@ def _unavailable(sub: Any, extra: str) -> None:
             require_extra(extra, f"`runledger {name}`")
             return 0
 
-        p = sub.add_parser(name, help=f"(not installed: pip install 'runledger[{extra}]')", add_help=False)
+        # No option prefix: every word after the command (``--follow``, ``-h``) is taken as is.
+        p = sub.add_parser(
+            name, help=f"(not installed: pip install 'runledger[{extra}]')", add_help=False, prefix_chars="\0"
+        )
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(func=explain)
 
@@ -64,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `runledger runs --json | head`: the reader is gone, nothing more to say
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (closing stdout again at exit would raise)
+        return 0
 
 
 if __name__ == "__main__":

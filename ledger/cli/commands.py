@@ -184,12 +184,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
     print(f"{'run':<27} {'agent':<14} {'status':<10} {'steps':>5} {'tokens':>6}  {'started':<27} note")
     for r in runs:
         note = r.error or ""
+        if r.retryable:
+            note = f"retryable: `runledger resume {r.run_id} --retry --by NAME`; " + note
         if r.pending_approvals:
             note = "awaiting approval " + ", ".join(r.pending_approvals)
         if r.in_doubt:
             note = "effect in doubt " + ", ".join(r.in_doubt)
         if r.parent:
             note = f"fork of {r.parent} " + note
+        if r.child_of:
+            note = f"child of {r.child_of} step {r.child_of_step} " + note
         print(
             f"{r.run_id:<27} {r.agent:<14} {r.status:<10} {r.steps:>5} {r.tokens:>6}  {r.started_at or '':<27} {note}"
         )
@@ -197,7 +201,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from runledger.ops.trace import render_run
+    from runledger.ops.trace import child_tree, record_status, render_run
 
     async def show(client: LedgerClient) -> int:
         log = await load_run(client, args.run)
@@ -206,16 +210,21 @@ def cmd_show(args: argparse.Namespace) -> int:
             # Bodies stored by reference are fetched (hash-verified) only on request, and only
             # for the step asked for: a run may have read gigabytes.
             await _fetch_bodies(client, log, args.step)
+        children = await child_tree(client, cp) if args.step is None else None  # child runs (run.child)
         if args.json:
             events = [r.event.model_dump(mode="json") | {"stream_seq": r.stream_seq} for r in log.records]
             if args.step is not None:
                 events = [e for e in events if e["payload"].get("step") == args.step]
+            status, fold_error = record_status(log, cp)  # "broken" as `runs` and the projection say
             _print_json(
                 {
                     "run_id": cp.run_id,
                     "agent": cp.agent,
-                    "status": cp.status,
+                    "status": status,
+                    "fold_error": fold_error,
                     "version": cp.version,
+                    "child_of": cp.child_of_run_id and {"run_id": cp.child_of_run_id, "step": cp.child_of_step},
+                    "children": [c.to_dict() for c in children or []],
                     "spent": cp.spent,
                     "limits": cp.limits,
                     "events": events,
@@ -226,7 +235,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 }
             )
         else:
-            print(render_run(log, cp, step=args.step))
+            print(render_run(log, cp, step=args.step, children=children))
         return 0
 
     return with_client(args, show)
@@ -313,10 +322,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from runledger.sdk.agent import load_agent
-    from runledger.sdk.lifecycle import resume_run
+    from runledger.sdk.lifecycle import RetryRequest, VersionAcceptance, resume_run
 
     spec = load_agent(args.agent)
-    return _print_result(with_client(args, lambda c: resume_run(c, spec, args.run)))
+    if (args.accept_version or args.retry) and not args.by:
+        raise ConfigurationError("--accept-version and --retry need --by NAME (who decides it; recorded in the run)")
+    reason = args.reason or ""
+    accept = VersionAcceptance(args.accept_version, by=args.by, reason=reason) if args.accept_version else None
+    retry = RetryRequest(by=args.by, reason=reason) if args.retry else None
+    return _print_result(
+        with_client(args, lambda c: resume_run(c, spec, args.run, accept_version=accept, retry=retry))
+    )
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -358,12 +374,22 @@ def cmd_effects_resolve(args: argparse.Namespace) -> int:
     if args.committed == args.not_committed:
         raise ConfigurationError("say what happened: --committed or --not-committed")
     result = _json_arg(args.result, "--result")
+
+    def lease(seconds: float, claim: Any, forced: bool) -> None:
+        held = (
+            f"effect {args.key}: attempt {claim.attempt} of run {claim.run_id} step {claim.step} holds its lease "
+            f"for another {seconds:.1f}s (its process may be paused, not dead)"
+        )
+        print(held + ("; resolving now (--force, recorded)" if forced else "; waiting for it to expire (--force: now)"))
+        sys.stdout.flush()
+
     state = with_client(
         args,
         lambda c: resolve_key(
-            c, args.key, committed=args.committed, by=args.by, reason=args.reason or "", result=result
+            c, args.key, committed=args.committed, by=args.by, reason=args.reason or "", result=result,
+            force=args.force, on_lease=lease,
         ),
-    )
+    )  # fmt: skip
     print(
         f"effect {args.key} resolved as {'committed' if args.committed else 'not committed'} "
         f"(now {state.status}); resume run {state.run_id} to continue"
@@ -459,6 +485,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("resume", parents=[common], help="resume a crashed or suspended run")
     p.add_argument("run")
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR")
+    p.add_argument(
+        "--accept-version", metavar="V",
+        help="continue with this agent_version (the code's) instead of the recorded one; recorded, with --by",
+    )  # fmt: skip
+    p.add_argument(
+        "--retry", action="store_true",
+        help="continue a run that failed on a retryable error (rate limit, timeout) from its failed step; recorded",
+    )  # fmt: skip
+    p.add_argument("--by", help="with --accept-version or --retry: who decides it")
+    p.add_argument("--reason", help="with --accept-version or --retry: why")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("approve", parents=[common], help="approve (or --deny) a pending approval")
@@ -485,6 +521,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--result", help="the effect's result as JSON (with --committed)")
     p.add_argument("--by", required=True)
     p.add_argument("--reason")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="resolve even while the claim's lease runs (its holder may be paused, not dead); recorded",
+    )
     p.set_defaults(func=cmd_effects_resolve)
     p = effects.add_parser("show", parents=[common], help="the state of an idempotency key")
     p.add_argument("key")

@@ -1,4 +1,10 @@
-"""Trace replay: read runs back and render them, executing nothing."""
+"""Trace replay: read runs back and render them, executing nothing.
+
+A run's status here is the projection's (``runs.status``): the fold with the chain checked
+(``fold_until_refused``), and ``broken``, with the fold error, when the fold refused an event
+(a gap where an event was quarantined, a forked chain, a value it cannot use). Such a run
+cannot be resumed; ``runledger verify RUN`` names the bad event.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from runledger.errors import RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import RunLog, decode_records, read_raw
 from runledger.log.subjects import parse_run_subject
 from runledger.protect.capture import client_opener
-from runledger.record.fold import Checkpoint, fold
+from runledger.protect.runs import load_run
+from runledger.record.fold import BROKEN, Checkpoint, fold_until_refused
 from runledger.record.records import Recorded
 
 
@@ -28,6 +36,10 @@ class RunSummary:
     in_doubt: list[str]
     parent: str | None
     error: str | None
+    fold_error: str | None = None  # set for a broken run (status "broken"): where and why the fold stopped
+    retryable: bool = False  # failed on a retryable error: `runledger resume RUN --retry` continues it
+    child_of: str | None = None  # a child run (run.child): the run that started it, at step child_of_step
+    child_of_step: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -46,6 +58,9 @@ def summarize(cp: Checkpoint) -> RunSummary:
         in_doubt=list(cp.in_doubt_keys),
         parent=(cp.parent or {}).get("parent_run_id"),
         error=(cp.error or {}).get("message"),
+        retryable=cp.status == "failed" and cp.failure_retryable,
+        child_of=cp.child_of_run_id,
+        child_of_step=cp.child_of_step,
     )
 
 
@@ -59,13 +74,19 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
     good, _bad = decode_records(await read_raw(client, subject_filter))
     by_run: dict[str, list[Recorded]] = defaultdict(list)
     for rec in good:
-        if parse_run_subject(rec.subject):
-            by_run[rec.event.run_id].append(rec)
+        parsed = parse_run_subject(rec.subject)
+        if parsed:  # grouped by the subject's run id, as resume and the projection group them
+            by_run[parsed[1]].append(rec)
     out = []
     opener = client_opener(client)
-    for records in by_run.values():
-        summary = summarize(fold(records, check_chain=False))
-        if summary.error is not None:
+    for run_id, records in by_run.items():
+        cp, error = fold_until_refused(records)
+        summary = summarize(cp)
+        summary.run_id = summary.run_id or run_id  # no run.started folded: the run is named by its subject
+        summary.agent = summary.agent or records[0].event.agent
+        if error is not None:  # as the projection's runs row: the state before the refused event
+            summary.status, summary.fold_error, summary.error = BROKEN, error, error
+        elif summary.error is not None:
             # Error messages are content (sealed per run): open the one this listing shows.
             summary.error = await opener.open_text(summary.error, strict=False)
         if status is None or summary.status == status:
@@ -95,6 +116,12 @@ def _detail(ev_type: str, p: dict[str, Any]) -> tuple[Any, Any, Any]:
         return "", "", p["value"]
     if ev_type == "run.started":
         return p["agent"], p.get("input"), ""
+    if ev_type == "child.started":
+        return p["agent"], p["run_id"], ""
+    if ev_type == "child.completed":
+        return p["run_id"], "", p.get("output")
+    if ev_type == "child.failed":
+        return p["run_id"], p["reason"], f"{p['error']['type']}: {p['error']['message']}"
     if ev_type == "run.completed":
         return "", "", p.get("output")
     if ev_type == "run.failed":
@@ -102,10 +129,77 @@ def _detail(ev_type: str, p: dict[str, Any]) -> tuple[Any, Any, Any]:
     return "", "", {k: v for k, v in p.items() if k != "step"} or ""
 
 
-def render_run(log: RunLog, cp: Checkpoint, *, step: int | None = None, width: int = 60) -> str:
-    """A readable timeline of a run; with ``step``, the full record of that step."""
+@dataclass
+class ChildNode:
+    """A child run (``run.child``) of a run, as ``show`` draws the tree: the parent's step, the
+    child's id and agent, its own status (``not started`` when it never recorded ``run.started``,
+    ``broken`` when its record is), and its own children."""
+
+    step: int
+    run_id: str
+    agent: str
+    status: str
+    children: list[ChildNode]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "children": [c.to_dict() for c in self.children]}
+
+
+def child_steps(cp: Checkpoint) -> list[tuple[int, str, str, str]]:
+    """(step, child run id, agent, status as this run recorded it) of every child step of ``cp``."""
+    return [
+        (n, rec.child_run_id, rec.name, rec.status)
+        for n, rec in sorted(cp.steps.items())
+        if rec.kind == "child" and rec.child_run_id
+    ]
+
+
+async def child_tree(client: LedgerClient, cp: Checkpoint, *, depth: int = 8) -> list[ChildNode]:
+    """The child runs of ``cp``'s run, each read and folded for its own status, down to ``depth`` levels.
+
+    A branch's child steps name the parent's child runs they were served from (a re-run never starts one)."""
+    nodes = []
+    for step, run_id, agent, recorded in child_steps(cp):
+        try:
+            log = await load_run(client, run_id, open_content=False)
+        except RunNotFoundError:
+            nodes.append(ChildNode(step, run_id, agent, "not started" if recorded == "started" else recorded, []))
+            continue
+        child, error = fold_until_refused(log.records)
+        below = await child_tree(client, child, depth=depth - 1) if depth > 1 else []
+        nodes.append(ChildNode(step, run_id, agent, BROKEN if error is not None else child.status, below))
+    return nodes
+
+
+def _tree_lines(nodes: list[ChildNode], indent: str = "  ") -> list[str]:
+    lines = []
+    for node in nodes:
+        lines.append(f"{indent}step {node.step:<4} {node.run_id}  agent {node.agent}  {node.status}")
+        lines.extend(_tree_lines(node.children, indent + "    "))
+    return lines
+
+
+def record_status(log: RunLog, cp: Checkpoint) -> tuple[str, str | None]:
+    """The status of the run ``log`` holds, as ``runs`` and the projection show it, and the fold
+    error: (``broken``, why) when the fold with the chain checked refuses one of its events, else
+    (``cp.status``, None). ``cp`` is the caller's fold of the same records (``show`` folds without
+    the chain check, to show everything it can)."""
+    _, error = fold_until_refused(log.records)
+    return (BROKEN, error) if error is not None else (cp.status, None)
+
+
+def render_run(
+    log: RunLog, cp: Checkpoint, *, step: int | None = None, width: int = 60, children: list[ChildNode] | None = None
+) -> str:
+    """A readable timeline of a run; with ``step``, the full record of that step.
+
+    Every event is listed; the status is ``record_status``'s (``broken`` with the fold error
+    when the record is broken). A child run names its parent; a run with child runs lists them:
+    as the tree ``children`` (``child_tree``: each child's own status, and its children), else as
+    this run recorded them."""
+    status, error = record_status(log, cp)
     lines = [
-        f"run {cp.run_id}  agent {cp.agent}  status {cp.status}  attempts {cp.attempts}",
+        f"run {cp.run_id or log.run_id}  agent {cp.agent or log.agent}  status {status}  attempts {cp.attempts}",
         "version " + json.dumps(cp.version, sort_keys=True),
         "spent   "
         + "  ".join(
@@ -113,11 +207,21 @@ def render_run(log: RunLog, cp: Checkpoint, *, step: int | None = None, width: i
             for b in ("turns", "tokens", "seconds")
         ),
     ]
+    if error is not None:
+        lines.append(f"BROKEN  {error}: the record cannot be folded past this event (resume refuses the run)")
     if cp.parent:
         lines.append(
             f"forked  from {cp.parent['parent_run_id']} at step {cp.parent['fork_step']} "
             f"({cp.parent['mode']}, changed {cp.parent.get('changed')})"
         )
+    if cp.child_of_run_id:
+        lines.append(f"child   of {cp.child_of_run_id} at step {cp.child_of_step}")
+    if children:
+        lines.append("children")
+        lines.extend(_tree_lines(children))
+    elif child_steps(cp):
+        lines.append("children (as this run recorded them)")
+        lines.extend(f"  step {n:<4} {run_id}  agent {agent}  {status}" for n, run_id, agent, status in child_steps(cp))
     if cp.pending_approvals:
         lines.append("pending approvals " + ", ".join(sorted(cp.pending_approvals)))
     if cp.in_doubt_keys:

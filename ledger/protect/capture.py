@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from runledger.errors import KeyStoreError, LedgerError, PayloadUnavailableError
 from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
 from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
-from runledger.protect.redaction import RedactionPolicy, Redactor, SecretResolver
+from runledger.protect.redaction import RedactionPolicy, Redactor, SecretResolver, off_loop
 from runledger.record.canonical import canonical_json
 from runledger.record.events import Event, Payload
 
@@ -74,9 +74,10 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "effect.resolved": ("result",),
     "effect.simulated": ("args", "result"),
     "approval.requested": ("args",),
+    "child.completed": ("output",),
 }
 # Event types whose ``error`` (an ErrorInfo) carries content in ``message`` and ``traceback``.
-ERROR_TYPES = frozenset({"run.failed", "model.called", "tool.called", "effect.failed"})
+ERROR_TYPES = frozenset({"run.failed", "model.called", "tool.called", "effect.failed", "child.failed"})
 ERROR_TEXT_FIELDS = ("message", "traceback")
 MAX_TRACEBACK = 16 * 1024
 
@@ -158,7 +159,8 @@ class PayloadProtector:
             err = dict(data["error"])
             for name in ERROR_TEXT_FIELDS:
                 if isinstance(err.get(name), str):
-                    err[name] = self.protect_text(err[name][-MAX_TRACEBACK:] if name == "traceback" else err[name])
+                    text = err[name][-MAX_TRACEBACK:] if name == "traceback" else err[name]
+                    err[name] = await off_loop(text, self.protect_text, text)  # a large text: in a worker thread
             data["error"] = err
         return type(body).model_validate(data)
 
@@ -179,7 +181,7 @@ class PayloadProtector:
         return value
 
     async def protect_value(self, name: str, value: Any) -> Any:
-        value = self._clean(name, value)
+        value = await off_loop(value, self._clean, name, value)  # a large value: in a worker thread
         if is_marker(value):
             return value
         raw = canonical_json(value)

@@ -4,9 +4,13 @@ A ``Redactor`` walks a JSON-native value and replaces
 
 - every match of a secret *detector* inside any string (provider API keys and tokens,
   bearer tokens, PEM private keys, passwords in URLs, JWTs, card numbers that pass the
-  Luhn check, ``password=...``-style assignments),
-- the whole value under a dict key that names a credential (``authorization``,
-  ``password``, ``api_key``, ``cookie``...),
+  Luhn check, ``password=...``-style assignments, whose value goes whole: to the end of
+  its quoted string, of the line, or of its URL query parameter),
+- the same, inside base64 and URL-encoded wrappers: a wrapper whose decoded text holds a
+  secret goes whole, as ``«redacted:base64:<kind>:...»`` (``urlencoded:<kind>``),
+- the whole value under a dict key that names a credential (``SENSITIVE_KEYS``: patterns,
+  ``*password*``, ``*token*``, ``pwd``, ``authorization``... case and ``-_. `` ignored, minus
+  ``NON_SENSITIVE_KEYS``: ``max_tokens`` is a count),
 - the whole value at a configured *field path* (``args.customer.email``,
   ``request.messages.*.content``, ``**.ssn``),
 - every occurrence of a value registered as secret (what a ``secret://NAME`` reference
@@ -19,42 +23,84 @@ key can confirm a guess.
 
 Design notes. Detection runs over the JSON value, not its serialized bytes, so a match
 never straddles a JSON escape and the replacement can never produce invalid JSON.
-Detectors are plain regular expressions with an optional validator, applied one after
-the other on the progressively redacted string; a token itself contains nothing any
-detector matches (checked by a test), so redaction is idempotent. Rejected: entropy-based
-detection of "random-looking" strings (high false-positive rate on ids and hashes, which
-the ledger is full of) and redacting serialized bytes (escapes split secrets).
+Detectors are regular expressions with an optional validator and an optional *extent* (the
+secret's span worked out from a match: the value after ``password:``, a PEM key up to its
+footer), applied one after the other on the progressively redacted string; a token itself
+contains nothing any detector matches (checked by a test), so redaction is idempotent.
+Rejected: entropy-based detection of "random-looking" strings (high false-positive rate on
+ids and hashes, which the ledger is full of); redacting serialized bytes (escapes split
+secrets); stopping a password at its first blank or ``&`` (most of a passphrase was stored);
+a cap on the text scanned per value (whatever lies past the cap would be stored unscanned:
+the caps are on the work per match attempt instead, below).
+
+Linear time, whatever the input. A detector's pattern starts with a literal the regex engine
+searches for (``sk-``, ``://``, ``eyJ``, ``password``: a word boundary in front is a
+look-behind after the literal, since one before it hides the literal from the engine), what
+an attempt reads before it decides is bounded (``Detector.reach``; unbounded only in
+possessive tails that lengthen a match), and no attempt reads what another has read
+(possessive quantifiers, atomic groups, anchors that cannot recur inside a run: a JWT's
+first segment may not run over a later ``-eyJ``, which starts its own attempt; ``-eyJ`` x 256
+KiB, which the former pattern rescanned from every ``eyJ``, took 9 s). Texts are scanned in
+windows of ``WINDOW_CHARS`` overlapping by ``reach`` (a match a window cuts short is matched
+again over the whole text), so no regex call holds the GIL long: a redaction in a worker
+thread (``off_loop``, for values of ``OFFLOAD_MIN_CHARS`` or more) leaves the event loop free.
+The matches of a window are checked in C ``map``s (card numbers: ``_cards_ok``) and wrappers
+are probed in bulk, so Python work grows with the secrets found more than with the candidates
+looked at (a ``password:`` that has a value is one Python call, for its extent).
+Limits of the bounds: a URL password of more than 256 characters, or more than 256 blanks
+between ``password:`` and its value, are not recognised.
+
+Wrappers. A *probe* is a scan whose tokens are masks as long as the secrets (``_Mint``), so
+it keeps offsets. URL encoding: the whole text is ``%XX``-decoded in a few C passes and
+probed; a masked span is mapped back by counting escapes, and its encoded form goes
+(``«redacted:urlencoded:<kind>:...»``). Base64: runs of 16 or more (a block of 64- or
+76-column lines is one run; a run is also tried after a short ``key-`` or ``/v1/`` prefix)
+are decoded and probed together, their decodings joined by a character no detector matches
+across; a run whose part changed goes whole (``«redacted:base64:<kind>:...»``). Decodings
+with more than one control character in sixteen are binary and not looked into. Two wrappers
+deep at most (``WRAPPER_DEPTH``: base64 of URL-encoded text).
 
 Cost. Most strings hold no secret: each detector names literal *hints* one of which every
-match contains, and a string up to ``GATE_MAX_CHARS`` is first searched once for all of them
-(one trie-shaped regex); longer ones are checked hint by hint with ``str.find`` (CPython's re
-tries the alternation at every position, which on long text is slower than ~30 finds: a
-single combined regex for every length was measured and not kept). The card detector, which
-has no literal, is gated by a cheap regex its matches contain. Long strings are remembered per
-run (``redact_text``): the message history re-sent at every model call is scanned once.
+match contains (or a cheap *gate* pattern), and a string up to ``GATE_MAX_CHARS`` is first
+searched once for all hints (one trie-shaped regex); in longer ones each hint is looked for
+once (``str.find``; not at all when one of its characters is absent, a memchr), and a
+detector scans only the windows around its hits (CPython's re tries an alternation at every
+position, which on long text is slower than the finds: a single combined regex was measured
+and not kept). Long strings are remembered per run (``redact_text``): the message history
+re-sent at every model call is scanned once. Tokens are an HMAC from pre-keyed SHA-256 states
+(half the cost of ``hmac.new``), remembered per short value. ``bench/protect.py`` measures the
+normal path and 1 MiB of adversarial input per detector.
+
+A ``Redactor`` is safe to share between threads: the scans share nothing mutable, and the
+stats, the caches and the registered secrets change under a lock.
 """
 
 from __future__ import annotations
 
+import asyncio
+import binascii
+import bisect
 import fnmatch
 import functools
 import hashlib
-import hmac
+import itertools
+import operator
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from runledger.errors import ConfigurationError, SecretNotFoundError
 from runledger.record.canonical import canonical_json
 
 TOKEN_OPEN, TOKEN_CLOSE = "«", "»"
 _TOKEN_RE = re.compile(r"«redacted:[a-z0-9_:.-]+:[0-9a-f]{12}»")
-# Tokens already placed and secret:// references are never looked into (see Redactor._apply).
-_PROTECTED_SPLIT = re.compile(r"(«redacted:[a-z0-9_:.-]+:[0-9a-f]{12}»|secret://[A-Za-z_][A-Za-z0-9_.-]{0,127})")
+# Tokens already placed and secret:// references are never looked into (see Redactor._find).
+_PROTECTED = re.compile(r"«redacted:[a-z0-9_:.-]{1,128}:[0-9a-f]{12}»|secret://[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 SECRET_SCHEME = "secret://"
 # Redaction cache of a run (Redactor.redact_text): texts shorter than this are cheaper to scan
 # than to look up; longer than CACHE_MAX_TEXT are documents, not re-sent history.
@@ -67,25 +113,66 @@ CACHE_MAX_CHARS = 2 * 1024 * 1024  # keys and values: 2-8 MiB of str per run, a 
 # (CPython's re tries the alternation at each position: 2 KiB took 26-180 us, against 50-65 us for
 # ~30 finds, while a 13-60 character string took 0.4-0.7 us against 9-16 us).
 GATE_MAX_CHARS = 512
+# The most text one regex call scans: ~1-3 ms of GIL at the slowest detector's rate.
+WINDOW_CHARS = 128 * 1024
+# Values holding this much text are redacted in a worker thread (``off_loop``).
+OFFLOAD_MIN_CHARS = 64 * 1024
+# How many wrappers deep a secret is looked for (base64 of a URL-encoded text: 2).
+WRAPPER_DEPTH = 2
 _SECRET_REF = re.compile(r"secret://([A-Za-z_][A-Za-z0-9_.-]{0,127})")
+# Joins decoded wrappers in one probe: no detector matches across it, so the probe's output
+# splits back into one part per wrapper.
+_SEP = "\uffff"
+_T = TypeVar("_T")
 
 
 def luhn_ok(digits: str) -> bool:
     """True when ``digits`` (only 0-9) passes the Luhn checksum of payment card numbers."""
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = ord(ch) - 48
-        if i % 2 == 1:
-            d *= 2
-            if d > 9:
-                d -= 9
-        total += d
-    return total % 10 == 0
+    # Every second digit from the right doubled (digit sum: 5 -> 1, 6 -> 3...); the sums are those
+    # of the ASCII codes, less 48 a digit: C loops over bytes instead of a Python loop over digits.
+    raw = digits.encode()
+    return (sum(raw[-1::-2]) + sum(raw[-2::-2].translate(_DOUBLED)) - 48 * len(raw)) % 10 == 0
 
 
+_DOUBLED = bytes.maketrans(b"0123456789", b"0246813579")
+
+
+@functools.lru_cache(maxsize=4096)  # a table of the same few numbers, or an input made of one
 def _card_ok(text: str) -> bool:
-    digits = re.sub(r"[ -]", "", text)
-    return 13 <= len(digits) <= 19 and luhn_ok(digits)
+    raw = text.encode().translate(None, b" -")
+    n = len(raw)
+    return 13 <= n <= 19 and (sum(raw[-1::-2]) + sum(raw[-2::-2].translate(_DOUBLED)) - 48 * n) % 10 == 0
+
+
+def _cards_ok(candidates: list[str]) -> list[bool]:
+    """``_card_ok`` of each candidate, in C loops over the batch: the digits of every candidate
+    right-aligned in 20 (zeros in front change no Luhn sum), so that the digits to double are at the
+    same places in every block; each block's sums are then two ``sum``s over its 10-byte slices."""
+    if not candidates:
+        return []
+    unique = set(candidates)
+    if len(unique) * 2 < len(candidates):  # the same few numbers again and again: check each once
+        verdicts = dict(zip(unique, map(_card_ok, unique), strict=True))
+        return list(map(verdicts.__getitem__, candidates))
+    digits = list(map(bytes.translate, map(str.encode, candidates), itertools.repeat(None), itertools.repeat(b" -")))
+    blocks = b"".join(map(bytes.rjust, digits, itertools.repeat(20), itertools.repeat(b"0")))
+    size = len(blocks)
+    starts, ends = range(0, size // 2, 10), range(10, size // 2 + 10, 10)
+    kept, doubled = blocks[1::2], blocks[0::2].translate(_DOUBLED)
+    kept_sums = map(sum, map(kept.__getitem__, map(slice, starts, ends)))
+    doubled_sums = map(sum, map(doubled.__getitem__, map(slice, starts, ends)))
+    # 20 ASCII digits add 20 x 48 = 960 to each sum, which is 0 mod 10.
+    luhn = map(operator.not_, map(operator.mod, map(operator.add, kept_sums, doubled_sums), itertools.repeat(10)))
+    lengths = map(len, digits)
+    sized = map(
+        operator.and_,
+        map(operator.le, itertools.repeat(13), lengths),
+        map(operator.ge, itertools.repeat(19), map(len, digits)),
+    )
+    return list(map(operator.and_, luhn, sized))
+
+
+Extent = Callable[[str, "re.Match[str]"], "tuple[int, int] | None"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +190,22 @@ class Detector:
     # for it is far cheaper than ``pattern`` when ``pattern`` starts with a look-behind, which keeps
     # the regex engine from skipping ahead to a possible first character.
     gate: re.Pattern[str] | None = None
+    # The most characters a match attempt reads from where it starts before it succeeds or fails
+    # (a possessive tail that only lengthens a match excepted), and the farthest a hint or a gate
+    # match lies from the start of the match holding it. Windows overlap by this much.
+    reach: int = 1024
+    # Match against the text lower-cased (ASCII letters; same length and offsets): case-insensitive
+    # detection that keeps a literal prefix for the regex engine to search for.
+    lower: bool = False
+    # The secret's span from a match, over the whole text (it may run past the match: the value
+    # after ``password:``); None: no secret there. Default: the span of ``group``.
+    extent: Extent | None = None
+    # Window ends go to a match of this pattern (a character no match contains) instead of
+    # overlapping by ``reach``: for detectors whose matches are unbounded runs (a JWT).
+    cut: re.Pattern[str] | None = None
+    # ``valid`` for all the candidates of a window at once (C loops over the batch instead of a
+    # Python call each: an input can hold 50,000 candidate card numbers a MiB).
+    valid_all: Callable[[list[str]], Iterable[bool]] | None = None
 
 
 def _d(
@@ -112,9 +215,152 @@ def _d(
     valid: Callable[[str], bool] | None = None,
     hint: str | tuple[str, ...] = (),
     gate: str | None = None,
+    *,
+    reach: int = 1024,
+    lower: bool = False,
+    extent: Extent | None = None,
+    cut: str | None = None,
+    valid_all: Callable[[list[str]], Iterable[bool]] | None = None,
 ) -> Detector:
     hints = (hint,) if isinstance(hint, str) else hint
-    return Detector(kind, re.compile(pattern), group, valid, hints, re.compile(gate) if gate else None)
+    return Detector(
+        kind,
+        re.compile(pattern),
+        group,
+        valid,
+        hints,
+        re.compile(gate) if gate else None,
+        reach,
+        lower,
+        extent,
+        re.compile(cut) if cut else None,
+        valid_all,
+    )
+
+
+# -- extents: where a secret ends, past what its pattern matched ------------------------------------------
+
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,24} ){0,6}PRIVATE KEY(?: BLOCK)?-----")
+
+
+def _pem_extent(text: str, m: re.Match[str]) -> tuple[int, int]:
+    """A PEM key: from its header to its footer, or to the end of the text (a truncated key)."""
+    footer = _PEM_END.search(text, m.end())  # a literal-prefix search, once per key
+    stop = footer.start() if footer else len(text)
+    sep = text.find(_SEP, m.end(), stop)
+    if sep >= 0:
+        return m.start(), sep
+    return m.start(), footer.end() if footer else len(text)
+
+
+_SCHEME = re.compile(r"(?<!\w)[a-zA-Z][a-zA-Z0-9+.-]{1,20}\Z")
+
+
+def _url_password_extent(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    """``scheme://user:PASSWORD@``: the match starts at ``://`` (a literal the engine jumps to);
+    the scheme before it is checked here, on the few matches that get this far."""
+    start = m.start()
+    if _SCHEME.search(text, max(0, start - 21), start) is None:
+        return None
+    return m.span(2)
+
+
+def _aws_secret_extent(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    low = m.string  # the lower-cased text
+    start = m.start()
+    aws = low.rfind("aws", max(0, start - 27), start)
+    if aws < 0 or "\n" in low[aws:start]:
+        return None
+    return m.span(1)
+
+
+_BLANKS = re.compile(r"[ \t]*+")
+_LINE_REST = re.compile(r"[^\n\r\x00\uffff]*+")
+_QUERY_VALUE = re.compile(r"[^&#\s\"'<>\x00\uffff]*+")
+# A quoted value: up to the closing quote (escapes skipped) or the end of the line.
+_QUOTED = {q: re.compile(rf"(?:[^{q}\\\n\r\x00\uffff]++|\\[^\n\r\x00\uffff])*+") for q in "\"'`"}
+# A value quoted with escaped quotes (JSON inside a string: ``\"password\": \"...\"``): up to a
+# quote behind exactly one backslash; ``\\\"`` is a quote inside the value.
+_ESCAPED_QUOTED = {q: re.compile(rf"(?:[^\\\n\r\x00\uffff]++|\\{{2,}}+{q}?|\\(?!{q}))*+") for q in "\"'"}
+_AUTH_SCHEME = re.compile(r"(?i)(?:bearer|basic|digest|negotiate|ntlm|token)[ \t]++")
+_IDENT_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+
+
+def _run_end(pattern: re.Pattern[str], text: str, start: int) -> int:
+    """Where a pattern that matches the empty string too (``x*+``) stops, from ``start``."""
+    m = pattern.match(text, start)
+    return m.end() if m is not None else start
+
+
+def _credential_extent(text: str, m: re.Match[str]) -> tuple[int, int] | None:
+    """The value of ``name = value`` / ``"name": "value"``, whole.
+
+    Quoted: up to the closing quote (or the end of the line, if it never closes). In a URL query
+    (``?password=...&next=``): up to the next ``&``, ``#`` or blank. Otherwise to the end of the
+    line: a passphrase has spaces and any symbol, so nothing short of the line end is known to end
+    it. An HTTP auth scheme in front (``Authorization: Bearer ...``) is not part of the secret; a
+    value that starts with a token (an API key a specific detector took whole) ends with it."""
+    n = len(text)
+    j = _run_end(_BLANKS, text, m.end())
+    if j >= n:
+        return None
+    c = text[j]
+    if c == "\\" and j + 1 < n and text[j + 1] in "\"'":
+        start = j + 2
+        end = _run_end(_ESCAPED_QUOTED[text[j + 1]], text, start)
+    elif c in "\"'`":
+        start = j + 1
+        end = _run_end(_QUOTED[c], text, start)
+    else:
+        start = j
+        name_at = m.start()
+        before = text[max(0, name_at - 64) : name_at]
+        ident = name_at - (len(before) - len(before.rstrip(_IDENT_CHARS)))
+        query = ident > 0 and text[ident - 1] in "?&"
+        end = _run_end(_QUERY_VALUE if query else _LINE_REST, text, start)
+        end = start + len(text[start:end].rstrip(" \t"))
+    scheme = _AUTH_SCHEME.match(text, start, end)
+    if scheme is not None and scheme.end() < end:
+        start = scheme.end()
+    placed = _PROTECTED.match(text, start, end)
+    if placed is not None:  # a detector that knew where this secret ends took it (or it is a reference)
+        end = placed.end()
+    return (start, end) if end > start else None
+
+
+# Names of credentials in free text (matched on the lower-cased text), one pattern per family so
+# that each starts with a literal the regex engine searches for (an alternation in front makes it
+# try every position: 90 ms a MiB of prose, against ~3 for a literal). Any identifier holding one
+# counts (``db_password``, ``x-auth-token``), except counts and kinds of tokens (``max_tokens``).
+_CREDENTIAL_NAMES: tuple[tuple[str, str], ...] = (  # (the literal it starts with, the rest of the name)
+    ("pass", r"(?:word|wd|phrase)"),
+    ("pwd", ""),
+    ("secret", ""),
+    ("token", r"(?!s(?![a-z0-9])|s[_.-]|[_.-]?(?:izer|type|count|limit|budget|usage))"),
+    ("api", r"[_-]?key"),
+    ("private", r"[_-]?key"),
+    ("credential", ""),
+    ("cookie", ""),
+    ("auth", "orization"),
+)
+# After the name: the rest of the identifier, a closing quote, the separator, and something after it
+# (not only blanks, not an empty quoted string: no Python work for what cannot be a value).
+_CREDENTIAL_TAIL = (
+    r"(?:\\?[\"'`])?[ \t]{0,16}+(?::=|=>|[:=])(?![0-9a-f]{12}»)"
+    r"(?=[ \t]{0,256}+(?:[^ \t\n\r\x00\uffff\"'`\\]|\\?([\"'`])(?!\1)|\Z))"
+)
+
+
+def _credential(literal: str, rest: str) -> Detector:
+    # Not the kind inside a token (``«redacted:secret:db:...»``): the look-behind follows the literal.
+    return _d(
+        "credential",
+        rf"{literal}(?<!«redacted:{literal}){rest}[a-z0-9_.-]{{0,40}}+{_CREDENTIAL_TAIL}",
+        hint=literal,
+        reach=400,
+        lower=True,
+        extent=_credential_extent,
+    )
 
 
 # Order matters: multi-line and structured secrets first, so later generic patterns never
@@ -122,92 +368,290 @@ def _d(
 DETECTORS: tuple[Detector, ...] = (
     _d(
         "private_key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*\Z)",
-        hint="private key",
+        r"-----BEGIN (?:[A-Z0-9]{1,24} ){0,6}PRIVATE KEY(?: BLOCK)?-----",
+        hint="private",
+        reach=256,
+        extent=_pem_extent,
     ),
     # scheme://user:password@host: only the password goes.
-    _d("url_password", r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^/\s:@\"'<>]{1,256}:([^@\s/\"'<>]{1,256})@", 1, hint="://"),
-    _d("slack_webhook", r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]{20,}", hint="hooks.slack"),
-    _d("anthropic_key", r"\bsk-ant-[A-Za-z0-9]{2,10}-[A-Za-z0-9_-]{20,}", hint="sk-ant-"),
-    _d("openai_key", r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}", hint="sk-"),
-    _d("stripe_key", r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}", hint=("_live_", "_test_")),
     _d(
-        "aws_access_key_id",
-        r"\b(?:AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[0-9A-Z]{16}\b",
-        hint=("akia", "asia", "abia", "acca", "aroa", "aida"),
+        "url_password",
+        r"://([^/\s:@\"'<>«»\x00\uffff]{1,256}+):([^@\s/\"'<>«»\x00\uffff]{1,256}+)@",
+        hint="://",
+        reach=544,
+        extent=_url_password_extent,
     ),
     _d(
+        "slack_webhook",
+        r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]{20,}+",
+        hint="hooks.slack",
+        reach=96,
+    ),
+    # ``\b`` in front of a literal would hide the literal from the engine's prefix search: the word
+    # boundary is a look-behind after it instead (``sk-`` not preceded by a word character + ``sk-``).
+    _d("anthropic_key", r"sk-ant-(?<!\wsk-ant-)[A-Za-z0-9]{2,10}+-[A-Za-z0-9_-]{20,}+", hint="sk-", reach=64),
+    _d("openai_key", r"sk-(?<!\wsk-)(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}+", hint="sk-", reach=64),
+    _d(
+        "stripe_key",
+        r"[srp]k_(?:live|test)_(?<!\w.{8})[0-9A-Za-z]{16,}+",
+        gate=r"_(?:live|test)_",
+        reach=64,
+    ),
+    _d(
+        "aws_access_key_id",
+        r"A(?<!\wA)(?:KIA|SIA|BIA|CCA|ROA|IDA)[0-9A-Z]{16}\b",
+        gate=r"A(?:KIA|SIA|BIA|CCA|ROA|IDA)",  # one regex scan, not six finds
+        reach=64,
+    ),
+    # Anchored at "secret"/"private" (rarer than "aws", which an input can repeat); the "aws" at
+    # most 24 characters before it, on the same line, is checked on the few full matches.
+    _d(
         "aws_secret_key",
-        r"(?i)aws.{0,24}?(?:secret|private)[a-z_ -]{0,24}[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        r"(?:secret|private)[a-z_ -]{0,24}+[\"']?[ \t]{0,16}+[:=][ \t]{0,16}+[\"']?([a-z0-9/+=]{40})(?![a-z0-9/+=])",
         1,
         hint="aws",
+        reach=160,
+        lower=True,
+        extent=_aws_secret_extent,
     ),
     _d(
         "github_token",
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})",
-        hint=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        r"g(?<!\wg)(?:h[pousr]_[A-Za-z0-9]{36,}+|ithub_pat_[A-Za-z0-9_]{22,}+)",
+        gate=r"g(?:h[pousr]_|ithub_pat_)",
+        reach=64,
     ),
-    _d("slack_token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}", hint="xox"),
-    _d("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}", hint="aiza"),
-    _d("google_oauth_token", r"\bya29\.[0-9A-Za-z_-]{20,}", hint="ya29."),
-    _d("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", hint="eyj"),
-    _d("bearer_token", r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{8,}=*)", 1, hint="bearer"),
-    _d("basic_auth", r"(?i)\bbasic\s+([A-Za-z0-9+/]{12,}={0,2})(?![A-Za-z0-9+/=])", 1, hint="basic"),
+    _d("slack_token", r"xox(?<!\wxox)[abposre]-[A-Za-z0-9-]{10,}+", hint="xox", reach=64),
+    _d("google_api_key", r"AIza(?<!\wAIza)[0-9A-Za-z_-]{35}", hint="aiza", reach=64),
+    _d("google_oauth_token", r"ya29\.(?<!\wya29\.)[0-9A-Za-z_-]{20,}+", hint="ya29.", reach=64),
+    # Anchored at the literal ``eyJ`` after a word boundary. The first segment may not run over a
+    # later ``-eyJ`` (that one starts its own attempt), so no character is read by two attempts:
+    # ``-eyJ`` x 256 KiB, which made ``eyJ[A-Za-z0-9_-]{8,}\.`` rescan the run from every ``eyJ``
+    # (9 s), is ~20 ms a MiB. (A header holding ``-eyJ`` would leave the part before it: a header is
+    # no secret, and base64url of ASCII JSON puts ``-`` there only for ``>`` or ``~`` before ``{"``.)
+    _d(
+        "jwt",
+        r"eyJ(?<!\weyJ)(?:[A-Za-z0-9_]|-(?!eyJ)){8}(?:[A-Za-z0-9_]++|-(?!eyJ))*+"
+        r"\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+",
+        hint="eyj",
+        reach=64,
+        cut=r"[^A-Za-z0-9_.-]",
+    ),
+    _d("bearer_token", r"bearer(?<!\wbearer)\s{1,64}+([a-z0-9._~+/-]{8,}+=*+)", 1, hint="bearer", reach=96, lower=True),
+    _d(
+        "basic_auth",
+        r"basic(?<!\wbasic)\s{1,64}+([a-z0-9+/]{12,}+={0,2}+)(?![a-z0-9+/=])",
+        1,
+        hint="basic",
+        reach=96,
+        lower=True,
+    ),
     # key=value / "key": "value" assignments of credentials in free text (logs, configs, tracebacks).
+    *(_credential(literal, rest) for literal, rest in _CREDENTIAL_NAMES),
+    # ``auth`` alone (``auth: ...``, not ``author``).
     _d(
         "credential",
-        r"(?i)(?:password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|"
-        r"refresh[_-]?token|client[_-]?secret|private[_-]?key|session[_-]?token)"
-        r"[\"']?\s*[:=]\s*[\"']?([^\s\"',;&«»]{4,})",
-        1,
-        hint=("pass", "pwd", "secret", "key", "token"),
+        rf"auth(?<![a-z0-9]auth)(?![a-z0-9_.-]){_CREDENTIAL_TAIL}",
+        hint="auth",
+        reach=400,
+        lower=True,
+        extent=_credential_extent,
     ),
     # 13-19 digits (optionally grouped by spaces or dashes) starting like a card network, Luhn-checked.
     _d(
         "card_number",
-        r"(?<![\d-])(?:[3456]\d{3}[ -]?)(?:\d[ -]?){8,14}\d(?![\d-])",
+        r"[3456](?<![\d-][3456])\d{3}(?:[ -]?\d){9,15}(?![\d-])",
         valid=_card_ok,
+        valid_all=_cards_ok,
         gate=r"[3456]\d{3}",
+        reach=64,
     ),
 )
 
-# Dict keys whose value is a credential whatever it looks like (compared lower-case, without - and _).
+# Dict keys whose value is a credential whatever it looks like: fnmatch patterns over the key
+# lower-cased, without ``-``, ``_``, ``.`` and blanks (``X-Api-Key`` is ``xapikey``).
 SENSITIVE_KEYS: frozenset[str] = frozenset(
     {
+        "*password*",
+        "*passwd*",
+        "*passphrase*",
+        "*pwd",
+        "*secret*",
+        "*token*",
+        "*apikey*",
+        "*privatekey*",
+        "*credential*",
+        "*authorization*",
         "auth",
-        "authorization",
-        "proxyauthorization",
-        "credential",
-        "credentials",
-        "secretkey",
-        "apisecret",
-        "cookie",
-        "setcookie",
-        "xapikey",
-        "apikey",
-        "apitoken",
-        "xauthtoken",
-        "authtoken",
-        "accesstoken",
-        "refreshtoken",
-        "idtoken",
-        "sessiontoken",
-        "bearertoken",
-        "token",
-        "password",
-        "passwd",
-        "passphrase",
-        "secret",
-        "clientsecret",
-        "privatekey",
-        "awssecretaccesskey",
-        "secretaccesskey",
-        "cardnumber",
+        "*cookie*",
+        "*cardnumber*",
         "cvv",
         "cvc",
     }
 )
+# Keys that match a pattern above but name no credential: counts and kinds of model tokens.
+NON_SENSITIVE_KEYS: frozenset[str] = frozenset(
+    {"*tokens*", "*tokenizer*", "*tokentype*", "*tokencount*", "*tokenlimit*", "*tokenbudget*", "*tokenusage*"}
+)
+
+
+# -- wrappers: base64 and URL-encoded text, decoded and probed in bulk -----------------------------------------
+
+# base64 runs are found on a copy of the text mapped to bytes (every base64 character -> "a", "=" and
+# line ends kept, anything else -> " "), where a run of 16 is a literal the regex engine searches for.
+_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
+_B64_MAP = bytes(ord("a") if c in _B64_ALPHABET else c if c in b"=\r\n" else ord(" ") for c in range(256))
+_B64_RUN = re.compile(b"a" * 16 + rb"a*+={0,2}+")
+# The text as bytes with only base64 characters and line ends kept (blanks elsewhere).
+_B64_KEEP = bytes(c if c in _B64_ALPHABET or c in b"\r\n" else ord(" ") for c in range(256))
+# "-", "_", "/" and "+" are base64 data, or a separator in front of base64 (``key-<base64>``,
+# ``/v1/<base64>``): a run is also tried from after the last of them in its first 17 characters.
+_B64_PREFIX = 17
+_B64_SEPARATORS = bytes.maketrans(b"_/+", b"---")
+_B64_SEPARATORS_STR = str.maketrans("_/+", "---")
+
+
+def _b64_tails(runs: list[bytes]) -> list[bytes]:
+    """What follows a short prefix ended by a separator, for the runs that have one (C maps)."""
+    runs = list(itertools.compress(runs, map(operator.lt, itertools.repeat(_B64_PREFIX), map(len, runs))))
+    cut_at = cast("Callable[[bytes, slice], bytes]", operator.getitem)
+    heads = map(
+        bytes.translate, map(cut_at, runs, itertools.repeat(slice(0, _B64_PREFIX))), itertools.repeat(_B64_SEPARATORS)
+    )
+    cuts = list(map(bytes.rfind, heads, itertools.repeat(b"-")))
+    tails = list(map(cut_at, runs, map(slice, map(operator.add, cuts, itertools.repeat(1)), itertools.repeat(None))))
+    keep = map(
+        operator.and_,
+        map(operator.le, itertools.repeat(0), cuts),
+        map(operator.le, itertools.repeat(16), map(len, tails)),
+    )
+    return list(itertools.compress(tails, keep))
+
+
+# A line end inside a block (after a full line of 64 or 76), for joining its lines.
+# (Anchored at the line end, which the engine searches for; the look-behinds check the line before.)
+_B64_BLOCK_LINE = re.compile(
+    rb"(?:\n(?:(?<=(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{64}\n)|(?<=(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{76}\n))"
+    rb"|\r\n(?:(?<=(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{64}\r\n)|(?<=(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{76}\r\n)))"
+    rb"(?=[A-Za-z0-9+/])"
+)
+_URLSAFE_BYTES = bytes.maketrans(b"-_", b"+/")
+# Lines of MIME, PEM and GNU ``base64`` output (64 or 76 characters, a multiple of 4) decode as one.
+_B64_LINE = (64, 76)
+_URLSAFE = str.maketrans("-_", "+/")
+_PADDING = "=="
+
+
+def _b64_runs(text: str) -> list[tuple[int, int]]:
+    """The spans of base64-looking runs of 16 characters or more (a block of full lines, and the
+    shorter line that ends it, is one run), and of their tails after a short prefix (``_b64_tails``)."""
+    spans = _b64_blocks(text, text.encode("latin-1", "replace").translate(_B64_MAP))
+    heads = map(
+        str.translate,
+        map(text.__getitem__, itertools.starmap(slice, [(s, min(e, s + _B64_PREFIX)) for s, e in spans])),
+        itertools.repeat(_B64_SEPARATORS_STR),
+    )
+    cuts = list(map(str.rfind, heads, itertools.repeat("-")))
+    tails = [(s + cut + 1, e) for (s, e), cut in zip(spans, cuts, strict=True) if cut >= 0 and e - (s + cut + 1) >= 16]
+    # By start: a run comes before its tail, which it covers.
+    return sorted([*spans, *tails]) if tails else spans
+
+
+def _b64_blocks(text: str, mapped: bytes) -> list[tuple[int, int]]:
+    spans = list(map(re.Match.span, _B64_RUN.finditer(mapped)))
+    if b"\n" not in mapped or not spans:
+        return spans
+    merged: list[tuple[int, int]] = []
+    for s, e in spans:
+        if merged and merged[-1][1] == s:  # already taken as the short last line of a block
+            continue
+        if merged:
+            ps, pe = merged[-1]
+            if s - pe <= 2 and mapped[pe:s] in (b"\n", b"\r\n") and _full_line(text, ps, pe):
+                merged[-1] = (ps, e)
+                continue
+        merged.append((s, e))
+    # A block's last line may be shorter than a run: it belongs to the block all the same.
+    for i, (s, e) in enumerate(merged):
+        if _full_line(text, s, e):
+            tail = _B64_TAIL.match(mapped, e)
+            if tail is not None:
+                merged[i] = (s, tail.end())
+    return merged
+
+
+_B64_TAIL = re.compile(rb"\r?\na{1,15}={0,2}(?![a=])")
+
+
+def _full_line(text: str, start: int, end: int) -> bool:
+    """Whether the run ``text[start:end]`` ends with a full line of a base64 block (and no padding)."""
+    return text[end - 1] != "=" and end - max(text.rfind("\n", start, end) + 1, start) in _B64_LINE
+
+
+def _b64_decode_all(runs: list[str]) -> list[str]:
+    """What each run decodes to, as text (latin-1: one character a byte), or "" when it is no base64
+    of text: not base64 at all, or binary (more than one control character in sixteen; no secret a
+    detector knows looks like that, and an image is most of what base64 carries). C calls over the
+    whole list (``map``), no Python call a run: an input can hold 60,000 runs a MiB."""
+    joined = _SEP.join(runs)
+    if "\n" in joined:
+        joined = joined.replace("\r", "").replace("\n", "")
+    if "-" in joined or "_" in joined:
+        joined = joined.translate(_URLSAFE)  # a run with both alphabets decodes to junk either way
+    stripped = joined.replace("=", "").split(_SEP)
+    lengths = list(map(operator.mod, map(len, stripped), itertools.repeat(4)))
+    if 1 in lengths:  # 4k+1 characters are no base64: decode as empty
+        stripped = [r if k != 1 else "" for r, k in zip(stripped, lengths, strict=True)]
+    raw = list(map(binascii.a2b_base64, map(str.__add__, stripped, itertools.repeat(_PADDING))))
+    sizes = list(map(len, raw))
+    controls = map(
+        operator.sub, sizes, map(len, map(bytes.translate, raw, itertools.repeat(None), itertools.repeat(_CONTROL)))
+    )
+    texty = map(operator.le, map(operator.mul, controls, itertools.repeat(16)), sizes)
+    return list(map(operator.mul, map(bytes.decode, raw, itertools.repeat("latin-1")), texty))  # junk * False: ""
+
+
+_CONTROL = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+_CONTROL_TO_NUL = bytes(0 if c in _CONTROL or c == 0xFF else c for c in range(256))
+
+
+_PERCENT = re.compile(r"%(?=[0-9A-Fa-f]{2})")
+
+
+_NOT_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _url_decode(text: str) -> str:
+    """``text`` with every ``%XX`` decoded to one character (U+0000-U+00FF), in a few C passes: each
+    ``%`` becomes ``\\x`` (a ``%`` that starts no escape, ``\\x25``) and the codec does the rest."""
+    escaped = text.replace("\\", "\\\\")
+    if _NOT_PERCENT.search(escaped) is not None:
+        escaped = _NOT_PERCENT.sub("%25", escaped)
+    escaped = escaped.replace("%", "\\x")
+    return escaped.encode("latin-1", "backslashreplace").decode("unicode_escape")
+
+
+def _url_offsets(text: str, decoded_offsets: list[int]) -> list[int]:
+    """Where the characters at ``decoded_offsets`` (sorted) of ``_url_decode(text)`` start in ``text``.
+
+    Counted in C: a stretch of the text with k escapes decodes to k x 2 fewer characters; each step
+    counts the escapes of a new stretch, and the distance left shrinks geometrically."""
+    out: list[int] = []
+    n = len(text)
+    o = d = 0
+    for target in decoded_offsets:
+        while d < target and o < n:
+            step = target - d
+            end = min(n, o + step)
+            escapes = len(_PERCENT.findall(text, o, min(n, end + 2)))  # those starting before ``end``
+            for back in (1, 2):  # an escape straddling ``end`` is taken whole
+                at = end - back
+                if at >= o and text[at] == "%" and _PERCENT.match(text, at) is not None:
+                    end = at + 3
+                    break
+            d += (end - o) - 2 * escapes
+            o = end
+        out.append(o)
+    return out
 
 
 def _alternation(literals: Iterable[str]) -> re.Pattern[str]:
@@ -233,9 +677,29 @@ def _alternation(literals: Iterable[str]) -> re.Pattern[str]:
     return re.compile(build(trie))
 
 
+def _lower(text: str) -> str:
+    """``text`` lower-cased with the same length, so offsets carry over (only U+0130 grows)."""
+    low = text.lower()
+    if len(low) != len(text):
+        low = text.replace("\u0130", "\u0131").lower()
+    return low
+
+
 @functools.lru_cache(maxsize=4096)  # the same few keys (role, content, args...) at every step
 def _normalize_key(key: str) -> str:
     return key.lower().replace("-", "").replace("_", "")
+
+
+_KIND_JUNK = re.compile(r"[^a-z0-9_:.-]")  # what a token's kind may not hold
+
+
+def _key_form(key: str) -> str:
+    return key.lower().replace("-", "").replace("_", "").replace(".", "").replace(" ", "")
+
+
+def _key_pattern(patterns: Iterable[str]) -> re.Pattern[str]:
+    alternatives = sorted({fnmatch.translate(_key_form(p)) for p in patterns if p})
+    return re.compile("|".join(alternatives)) if alternatives else re.compile(r"(?!)")
 
 
 class FieldPaths:
@@ -282,14 +746,24 @@ def _prefix_match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
     return fnmatch.fnmatchcase(path[0], head) and _prefix_match(pattern[1:], path[1:])
 
 
+WRAPPERS = ("base64", "urlencoded")  # the encodings redaction looks inside, in this order
+
+
 @dataclass(frozen=True)
 class RedactionPolicy:
-    """What to redact: field paths, extra detectors, and whether credential-named keys count."""
+    """What to redact: field paths, detectors, credential-named keys, and which wrappers to open."""
 
     fields: tuple[str, ...] = ()
     detectors: tuple[Detector, ...] = DETECTORS
     extra_detectors: tuple[Detector, ...] = ()
     sensitive_keys: frozenset[str] = SENSITIVE_KEYS
+    non_sensitive_keys: frozenset[str] = NON_SENSITIVE_KEYS
+    unwrap: tuple[str, ...] = WRAPPERS
+
+    def __post_init__(self) -> None:
+        unknown = [w for w in self.unwrap if w not in WRAPPERS]
+        if unknown:
+            raise ConfigurationError(f"unknown wrapper(s) {unknown}: use some of {list(WRAPPERS)}")
 
 
 @dataclass
@@ -298,47 +772,212 @@ class RedactionStats:
     replaced: dict[str, int] = field(default_factory=dict)
 
 
+class _Mint:
+    """Where the tokens of one scan go: their kinds (for the stats and the cache); or, for a probe (a
+    look inside a wrapper), nowhere: a probe's "token" is a mask as long as the secret, of one
+    private-use character per kind, so the probed text keeps its offsets (no HMAC, nothing counted)."""
+
+    __slots__ = ("kinds", "probe")
+
+    def __init__(self, probe: bool = False) -> None:
+        self.probe = probe
+        self.kinds: list[str] = []
+
+
+# Masks of a probe: one character of Unicode plane 15 (private use) per kind.
+_MASK_BASE = 0xF0000
+_MASK_KINDS: dict[str, str] = {}
+_KIND_OF_MASK: dict[str, str] = {}
+_MASKED = re.compile("[\U000f0000-\U000ffffd]+")
+
+
+_MASK_LOCK = threading.Lock()
+
+
+def _mask_char(kind: str) -> str:
+    ch = _MASK_KINDS.get(kind)
+    if ch is None:
+        with _MASK_LOCK:
+            ch = _MASK_KINDS.get(kind)
+            if ch is None:
+                ch = _MASK_KINDS[kind] = chr(_MASK_BASE + min(len(_MASK_KINDS), 0xFFFD))
+                _KIND_OF_MASK.setdefault(ch, kind)
+    return ch
+
+
+class _Hints:
+    """Where the hints are in one version of a lower-cased text: each hint's first offset is searched
+    once, whatever the number of detectors sharing it, and a hint one of whose characters is not in
+    the text at all (a memchr, ~20x faster than ``str.find`` of a word over letters) is not searched."""
+
+    __slots__ = ("_chars", "_first", "low")
+
+    def __init__(self, low: str) -> None:
+        self.low = low
+        self._first: dict[str, int] = {}
+        self._chars: dict[str, bool] = {}
+
+    def _has(self, ch: str) -> bool:
+        has = self._chars.get(ch)
+        if has is None:
+            has = self._chars[ch] = ch in self.low
+        return has
+
+    def find(self, hint: str, pos: int) -> int:
+        first = self._first.get(hint)
+        if first is None:
+            present = all(self._has(ch) for ch in hint)
+            first = self._first[hint] = self.low.find(hint) if present else -1
+        if first < 0 or first >= pos:
+            return first
+        return self.low.find(hint, pos)
+
+
+class _Protected:
+    """The tokens and secret:// references of a text, found when first asked about (most texts,
+    and most detectors, never ask)."""
+
+    __slots__ = ("_spans", "_starts", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._spans: list[tuple[int, int]] | None = None
+        self._starts: list[int] = []
+
+    def _load(self) -> list[tuple[int, int]]:
+        if self._spans is None:
+            text = self._text
+            has = TOKEN_OPEN in text or SECRET_SCHEME in text
+            self._spans = [m.span() for m in _PROTECTED.finditer(text)] if has else []
+            self._starts = [p[0] for p in self._spans]
+        return self._spans
+
+    def any(self) -> bool:
+        return bool(self._load())
+
+    def holds(self, at: int) -> bool:
+        spans = self._load()
+        if not spans:
+            return False
+        i = bisect.bisect_right(self._starts, at) - 1
+        return i >= 0 and spans[i][1] > at
+
+    def within(self, s: int, e: int) -> list[tuple[int, int]]:
+        """The protected spans overlapping [s, e), clipped to it."""
+        spans = self._load()
+        if not spans:
+            return []
+        i = max(0, bisect.bisect_right(self._starts, s) - 1)
+        out = []
+        while i < len(spans) and spans[i][0] < e:
+            p0, p1 = spans[i]
+            if p1 > s:
+                out.append((max(p0, s), min(p1, e)))
+            i += 1
+        return out
+
+    def overlaps(self, s: int, e: int) -> bool:
+        spans = self._load()
+        if not spans:
+            return False
+        i = bisect.bisect_left(self._starts, e) - 1
+        return i >= 0 and spans[i][1] > s
+
+
+_MISSING = object()
+
+
 class Redactor:
-    """Applies a RedactionPolicy under one run's token key. Not thread-safe (stats)."""
+    """Applies a RedactionPolicy under one run's token key. Thread-safe: the scans share nothing
+    mutable; the stats, the caches and the registered secrets change under a lock."""
 
     def __init__(self, token_key: bytes, policy: RedactionPolicy | None = None) -> None:
         if len(token_key) < 16:
             raise ConfigurationError("a redaction token key needs at least 16 bytes")
         self._key = token_key
+        # HMAC-SHA256 = H(k ^ opad || H(k ^ ipad || m)): both keyed states made once, copied per token.
+        block = (hashlib.sha256(token_key).digest() if len(token_key) > 64 else token_key).ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
         self.policy = policy or RedactionPolicy()
         self._fields = FieldPaths(self.policy.fields)
         self._detectors = self.policy.detectors + self.policy.extra_detectors
-        self._keys = frozenset(_normalize_key(k) for k in self.policy.sensitive_keys)
+        self._key_re = _key_pattern(self.policy.sensitive_keys)
+        self._not_key_re = _key_pattern(self.policy.non_sensitive_keys)
+        self._key_kinds: dict[str, str | None] = {}  # dict key -> "field:<key>" when it names a credential
+        self._unwrap = tuple(self.policy.unwrap)
         self._any_hint = _alternation(h for det in self._detectors for h in det.hints)
+        self._lock = threading.Lock()
+        # Registered secrets (replaced, never mutated: a scan reads one consistent pair).
         self._known: dict[str, str] = {}  # secret value -> kind
-        self._known_re: re.Pattern[str] | None = None
+        self._known_order: tuple[str, ...] = ()  # longest first
         self.stats = RedactionStats()
         # text -> (redacted text, kinds of the tokens it minted): see redact_text.
         self._cache: OrderedDict[str, tuple[str, tuple[str, ...]]] = OrderedDict()
         self._cached_chars = 0
-        self._minted: list[str] | None = None
+        self._tokens: dict[tuple[str, str], str] = {}  # (kind, value) -> token, for short values
 
     # -- tokens -----------------------------------------------------------------------------------------
 
+    def _mac(self, value: str) -> str:
+        inner = self._inner.copy()
+        inner.update(value.encode("utf-8", "surrogatepass"))
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.hexdigest()[:12]
+
+    def _token(self, kind: str, value: str, mint: _Mint) -> str:
+        if mint.probe:
+            return _mask_char(kind) * len(value)
+        mint.kinds.append(kind)
+        key = (kind, value)
+        tok = self._tokens.get(key)
+        if tok is None:
+            tok = f"{TOKEN_OPEN}redacted:{kind}:{self._mac(value)}{TOKEN_CLOSE}"
+            if len(value) <= 256:
+                if len(self._tokens) >= 4096:
+                    self._tokens.clear()
+                self._tokens[key] = tok
+        return tok
+
+    def _count(self, kinds: Iterable[str], scanned: int = 0) -> None:
+        with self._lock:
+            self.stats.strings_scanned += scanned
+            replaced = self.stats.replaced
+            for kind in kinds:
+                replaced[kind] = replaced.get(kind, 0) + 1
+
     def token(self, kind: str, value: str) -> str:
         """The stable token of ``value`` in this run."""
-        mac = hmac.new(self._key, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:12]
-        self.stats.replaced[kind] = self.stats.replaced.get(kind, 0) + 1
-        if self._minted is not None:
-            self._minted.append(kind)
-        return f"{TOKEN_OPEN}redacted:{kind}:{mac}{TOKEN_CLOSE}"
+        mint = _Mint()
+        tok = self._token(kind, value, mint)
+        self._count(mint.kinds)
+        return tok
 
     def add_secret(self, value: str, kind: str = "secret") -> None:
         """Redact every later occurrence of ``value`` (e.g. what a secret:// reference resolved to)."""
         if len(value) < 4 or value in self._known:
             return  # too short to search for without destroying ordinary text
-        self._known[value] = re.sub(r"[^a-z0-9_:.-]", "_", kind.lower())
-        alternatives = sorted(self._known, key=len, reverse=True)
-        self._known_re = re.compile("|".join(re.escape(v) for v in alternatives))
-        self._cache.clear()  # a text redacted before may hold the new secret
-        self._cached_chars = 0
+        with self._lock:
+            known = {**self._known, value: _KIND_JUNK.sub("_", kind.lower())}
+            self._known_order = tuple(sorted(known, key=len, reverse=True))
+            self._known = known
+            self._cache.clear()  # a text redacted before may hold the new secret
+            self._cached_chars = 0
 
     # -- values -----------------------------------------------------------------------------------------
+
+    def _sensitive(self, key: str) -> str | None:
+        """The token kind of a credential-named dict key (``field:apikey``), None for other keys."""
+        kind = self._key_kinds.get(key, _MISSING)
+        if kind is _MISSING:
+            form = _key_form(key)
+            sensitive = self._key_re.match(form) is not None and self._not_key_re.match(form) is None
+            kind = "field:" + _KIND_JUNK.sub("_", _normalize_key(key)) if sensitive else None
+            if len(self._key_kinds) >= 4096:
+                self._key_kinds.clear()
+            self._key_kinds[key] = kind
+        return kind  # type: ignore[return-value]
 
     def redact(self, value: Any, path: tuple[str, ...] = ()) -> Any:
         """A copy of JSON-native ``value`` with secrets and configured fields tokenized."""
@@ -352,8 +991,9 @@ class Redactor:
             out: dict[str, Any] = {}
             for k, v in value.items():
                 key = str(k)
-                if _normalize_key(key) in self._keys and v is not None and v != "":
-                    out[key] = self._whole(f"field:{_normalize_key(key)}", v)
+                kind = self._sensitive(key)
+                if kind is not None and v is not None and v != "" and not isinstance(v, bool):
+                    out[key] = self._whole(kind, v)
                 else:
                     # Keys are scanned too (a token used as a dict key); the path keeps the original.
                     out[self.redact_text(key) if len(key) >= 8 else key] = self.redact(v, (*path, key))
@@ -371,9 +1011,9 @@ class Redactor:
             out: dict[str, Any] = {}
             for k, v in value.items():
                 key = str(k)
-                norm = _normalize_key(key)
-                if norm in self._keys and v is not None and v != "":
-                    out[key] = self._whole(f"field:{norm}", v)
+                kind = self._sensitive(key)
+                if kind is not None and v is not None and v != "" and not isinstance(v, bool):
+                    out[key] = self._whole(kind, v)
                 else:
                     out[self.redact_text(key) if len(key) >= 8 else key] = self._walk(v)
             return out
@@ -392,10 +1032,11 @@ class Redactor:
 
     def redact_known(self, text: str) -> str:
         """``text`` with only the registered secret values replaced (capture=full)."""
-        if self._known_re is None or len(text) < 4:
-            return text
-        known = self._known
-        return self._known_re.sub(lambda m: self.token(known[m.group(0)], m.group(0)), text)
+        mint = _Mint()
+        out = self._replace_known(text, mint)
+        if mint.kinds:
+            self._count(mint.kinds)
+        return out
 
     def redact_text(self, text: str) -> str:
         """``text`` with every detected secret replaced by its token.
@@ -405,73 +1046,349 @@ class Redactor:
         strings come back step after step. A hit returns exactly what a scan would (the
         detectors are fixed, tokens are a pure function of the run's key and the value) and
         counts the same stats; registering a secret empties the cache."""
-        self.stats.strings_scanned += 1
         if len(text) < CACHE_MIN_CHARS or len(text) > CACHE_MAX_TEXT:
-            return self._scan(text)
-        hit = self._cache.get(text)
+            mint = _Mint()
+            out = self._scan_with(text, 0, mint)
+            self._count(mint.kinds, 1)
+            return out
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
         if hit is not None:
-            self._cache.move_to_end(text)
-            replaced = self.stats.replaced
-            for kind in hit[1]:
-                replaced[kind] = replaced.get(kind, 0) + 1
+            self._count(hit[1], 1)
             return hit[0]
-        minted: list[str] = []
-        self._minted = minted
-        try:
-            out = self._scan(text)
-        finally:
-            self._minted = None
-        self._cache[text] = (out, tuple(minted))
-        self._cached_chars += len(text) + len(out)
-        while len(self._cache) > CACHE_MAX_ENTRIES or self._cached_chars > CACHE_MAX_CHARS:
-            old, (old_out, _) = self._cache.popitem(last=False)
-            self._cached_chars -= len(old) + len(old_out)
+        known = self._known
+        mint = _Mint()
+        out = self._scan_with(text, 0, mint)
+        with self._lock:
+            self.stats.strings_scanned += 1
+            replaced = self.stats.replaced
+            for kind in mint.kinds:
+                replaced[kind] = replaced.get(kind, 0) + 1
+            if known is self._known and text not in self._cache:  # no secret registered meanwhile
+                self._cache[text] = (out, tuple(mint.kinds))
+                self._cached_chars += len(text) + len(out)
+                while len(self._cache) > CACHE_MAX_ENTRIES or self._cached_chars > CACHE_MAX_CHARS:
+                    old, (old_out, _) = self._cache.popitem(last=False)
+                    self._cached_chars -= len(old) + len(old_out)
         return out
 
     def _scan(self, text: str) -> str:
-        text = self.redact_known(text)
+        """``text`` redacted, not cached (counts its tokens, not a string scanned)."""
+        mint = _Mint()
+        out = self._scan_with(text, 0, mint)
+        if mint.kinds:
+            self._count(mint.kinds)
+        return out
+
+    # -- the scan ---------------------------------------------------------------------------------------
+
+    def _scan_with(self, text: str, depth: int, mint: _Mint) -> str:
+        text = self._replace_known(text, mint)
         if len(text) < 8:
             return text
-        lower: str | None = None
-        hinted = True  # whether some detector's hint may be in ``lower``
+        hints: _Hints | None = None
+        hinted = True  # whether some detector's hint may be in the text
+        protected = _Protected(text)
         for det in self._detectors:
-            if det.hints:
-                if lower is None:
-                    lower = text.lower()
-                    hinted = len(lower) > GATE_MAX_CHARS or self._any_hint.search(lower) is not None
-                if not hinted or not any(h in lower for h in det.hints):
+            if det.hints or det.lower:
+                if hints is None:
+                    hints = _Hints(_lower(text))
+                    hinted = len(text) > GATE_MAX_CHARS or self._any_hint.search(hints.low) is not None
+                if det.hints and (not hinted or all(hints.find(h, 0) < 0 for h in det.hints)):
                     continue
-            elif det.gate is not None and det.gate.search(text) is None:
+            if det.gate is not None and len(text) <= GATE_MAX_CHARS and det.gate.search(text) is None:
                 continue
-            new = self._apply(det, text)
-            if new != text:
-                text, lower = new, None
+            spans = self._find(det, text, hints, protected)
+            if spans:
+                text = self._apply(det.kind, text, spans, protected if det.extent is not None else None, mint)
+                hints, protected = None, _Protected(text)
+        return self._open_wrappers(text, depth, mint)
+
+    def _find(self, det: Detector, text: str, hints: _Hints | None, protected: _Protected) -> list[tuple[int, int]]:
+        """The spans of ``det``'s secrets in ``text`` (sorted, not overlapping), window by window.
+
+        A match that starts inside a token or a secret:// reference is not one (a token's kind,
+        e.g. "secret:", would be taken for the start of a credential assignment; a reference names
+        a credential, it is not one, and replays must see it unchanged); nor is a span running into
+        one, except an extent's (a credential's value holding a token: see ``_apply``)."""
+        subject = hints.low if det.lower and hints is not None else text
+        pattern, reach, cut, extent, valid = det.pattern, max(1, det.reach), det.cut, det.extent, det.valid
+        own = det.hints if hints is not None else ()
+        group = det.group
+        guarded: bool | None = None  # whether the text holds tokens or references (asked at the first match)
+        n = len(text)
+        found: list[tuple[int, int]] = []
+        last = 0  # end of the last secret: the next starts after it
+        next_hint: dict[str, int] = {}  # hint -> its next offset at or after pos - reach (-1: none left)
+        pos = 0
+        while pos < n:
+            if own:
+                assert hints is not None
+                back, hit = max(0, pos - reach), -1
+                for h in own:
+                    i = next_hint.get(h, -2)
+                    if i == -1:
+                        continue
+                    if i < back:
+                        i = next_hint[h] = hints.find(h, back)
+                        if i < 0:
+                            continue
+                    if hit < 0 or i < hit:
+                        hit = i
+                if hit < 0:
+                    break
+                pos = max(pos, hit - reach)
+            elif det.gate is not None:
+                g = det.gate.search(text, pos, min(n, pos + WINDOW_CHARS + reach))
+                if g is None:
+                    pos += WINDOW_CHARS
+                    continue
+                pos = max(pos, g.start() - reach)
+            if cut is not None:
+                c = cut.search(subject, pos + WINDOW_CHARS) if pos + WINDOW_CHARS < n else None
+                window_end = limit = c.start() if c is not None else n
+            else:
+                window_end = min(n, pos + WINDOW_CHARS)
+                limit = min(n, window_end + reach)
+            resume = window_end
+            if guarded is None:
+                guarded = protected.any()
+            if extent is None and not guarded:
+                # A plain pattern in a text without tokens: the whole window's matches at once. (Not
+                # for extents: a secret that runs past its match restarts the window from its end,
+                # and listing a window's matches each time would be quadratic.)
+                if det.valid_all is not None and group == 0 and pattern.groups == 0:
+                    # Candidates as strings first (no match objects): most windows hold no valid one.
+                    # (A batch-checked detector's matches are shorter than its reach: none is cut.)
+                    candidates = pattern.findall(subject, pos, limit)
+                    if not candidates or not any(det.valid_all(candidates)):
+                        pos = max(resume, last)
+                        continue
+                matches = list(pattern.finditer(subject, pos, limit))
+                starts = list(map(re.Match.start, matches))
+                del matches[bisect.bisect_left(starts, window_end) :]
+                if matches and cut is None and matches[-1].end() >= limit and limit < n:
+                    matches[-1] = pattern.match(subject, matches[-1].start(), n) or matches[-1]
+                spans = list(map(re.Match.span, matches, itertools.repeat(group)))
+                if group:  # an optional group may be empty
+                    spans = list(itertools.compress(spans, map(operator.lt, map(min, spans), map(max, spans))))
+                if spans and (det.valid_all is not None or valid is not None):
+                    if group == 0 and subject is text:
+                        secrets = list(map(re.Match.group, matches))
+                    else:
+                        secrets = list(map(text.__getitem__, itertools.starmap(slice, spans)))
+                    verdicts = det.valid_all(secrets) if det.valid_all is not None else map(valid, secrets)  # type: ignore[arg-type]
+                    spans = list(itertools.compress(spans, verdicts))
+                if spans:
+                    found.extend(spans)
+                    last = spans[-1][1]
+                pos = max(resume, last)
+                continue
+            for m in pattern.finditer(subject, pos, limit):
+                start = m.start()
+                if start >= window_end:
+                    break
+                if start < last or (guarded and protected.holds(start)):
+                    continue
+                if cut is None and m.end() >= limit and limit < n:
+                    m = pattern.match(subject, start, n) or m  # a tail the window cut short
+                span = extent(text, m) if extent is not None else m.span(group)
+                if span is None:
+                    continue
+                s, e = span
+                if s < last or e <= s or (guarded and extent is None and protected.overlaps(s, e)):
+                    continue
+                if valid is not None and not valid(text[s:e]):
+                    continue
+                found.append(span)
+                last = e
+                if e > m.end() + 1024:  # the secret runs far past its match (a long value, a key's body):
+                    resume = e  # go on from its end rather than skip the matches inside it one by one
+                    break
+            pos = max(resume, last)
+        return found
+
+    def _apply(
+        self, kind: str, text: str, spans: list[tuple[int, int]], protected: _Protected | None, mint: _Mint
+    ) -> str:
+        """``text`` with each span replaced by its token. A span that runs over tokens placed before
+        (a credential's value holding an API key) leaves them be and tokenizes the text between."""
+        out: list[str] = []
+        prev = 0
+        for s, e in spans:
+            out.append(text[prev:s])
+            inside = protected.within(s, e) if protected is not None else ()
+            if not inside:
+                out.append(self._token(kind, text[s:e], mint))
+            else:
+                at = s
+                for p0, p1 in (*inside, (e, e)):
+                    piece = text[at:p0]
+                    core = piece.strip()
+                    if core:
+                        lead = len(piece) - len(piece.lstrip())
+                        out.append(piece[:lead] + self._token(kind, core, mint) + piece[lead + len(core) :])
+                    else:
+                        out.append(piece)
+                    out.append(text[p0:p1])
+                    at = p1
+            prev = e
+        out.append(text[prev:])
+        return "".join(out)
+
+    def _replace_known(self, text: str, mint: _Mint) -> str:
+        order = self._known_order
+        if not order or len(text) < 4:
+            return text
+        known = self._known
+        spans: list[tuple[int, int, str]] = []
+        for value in order:  # one C-speed find loop per secret (linear, whatever the secret looks like)
+            i = text.find(value)
+            while i >= 0:
+                spans.append((i, i + len(value), value))
+                i = text.find(value, i + len(value))
+        if not spans:
+            return text
+        spans.sort(key=lambda s: (s[0], s[0] - s[1]))  # leftmost, then longest: as one alternation would
+        out: list[str] = []
+        prev = 0
+        for s, e, value in spans:
+            if s < prev:
+                continue
+            out.append(text[prev:s])
+            out.append(self._token(known.get(value, "secret"), value, mint))
+            prev = e
+        out.append(text[prev:])
+        return "".join(out)
+
+    def _open_wrappers(self, text: str, depth: int, mint: _Mint) -> str:
+        """Secrets inside base64 and URL-encoded text (``WRAPPER_DEPTH`` wrappers deep).
+
+        A probe is a scan whose tokens are same-length masks (``_Mint``): what it finds keeps its
+        offsets. Base64: the runs of a text are decoded together (C ``map``s over the list) and probed
+        as one text, their decodings joined by ``_SEP``, which no detector matches across; a run whose
+        part the probe changed is replaced whole (``«redacted:base64:<kind>:...»``). URL encoding: the
+        whole text is decoded at once and probed; a masked span is mapped back to the text by counting
+        escapes, and the encoded span goes (``«redacted:urlencoded:<kind>:...»``). Base64 first: a
+        base64 run whose ``+/=`` are escaped is found by the URL probe, which looks inside it."""
+        if depth >= WRAPPER_DEPTH:
+            return text
+        for name in self._unwrap:
+            if name == "base64" and len(text) >= 16:
+                text = self._open_base64(text, depth, mint)
+            elif name == "urlencoded" and "%" in text:
+                text = self._open_urlencoded(text, depth, mint)
         return text
 
-    def _apply(self, det: Detector, text: str) -> str:
-        def sub(part: str) -> str:
-            return det.pattern.sub(lambda m: self._replace(det, m), part)
+    def _open_base64(self, text: str, depth: int, mint: _Mint) -> str:
+        if not self._base64_may_hold(text, depth):
+            return text
+        spans = _b64_runs(text)
+        if not spans:
+            return text
+        runs = list(map(text.__getitem__, itertools.starmap(slice, spans)))
+        # Hex digests and ids are one case (or digits): base64 of text is never.
+        one_case = map(
+            operator.or_, map(operator.or_, map(str.islower, runs), map(str.isupper, runs)), map(str.isdigit, runs)
+        )
+        keep = list(itertools.compress(range(len(runs)), map(operator.not_, one_case)))
+        if not keep:
+            return text
+        decoded = _b64_decode_all(list(map(runs.__getitem__, keep)))
+        if not any(decoded):
+            return text
+        joined = _SEP.join(decoded)
+        probed = self._scan_with(joined, depth + 1, _Mint(probe=True))
+        if probed == joined:
+            return text
+        parts = probed.split(_SEP)
+        if len(parts) != len(decoded):  # an extra detector matched across the separator: all are suspect
+            parts = [_mask_char("secret")] * len(decoded)
+        protected = _Protected(text)
+        hits: dict[int, str] = {}
+        for k in itertools.compress(range(len(keep)), map(operator.ne, parts, decoded)):
+            s, e = spans[keep[k]]
+            if not protected.overlaps(s, e):
+                mask = _MASKED.search(parts[k])
+                hits[keep[k]] = _KIND_OF_MASK.get(mask.group()[0], "secret") if mask else "secret"
+        out: list[str] = []
+        prev = 0
+        for i in sorted(hits):  # by start: a run comes before its sub-runs, which it covers
+            s, e = spans[i]
+            if s < prev:
+                continue
+            out.append(text[prev:s])
+            out.append(self._token(f"base64:{hits[i]}", runs[i], mint))
+            prev = e
+        out.append(text[prev:])
+        return "".join(out)
 
-        if TOKEN_OPEN not in text and SECRET_SCHEME not in text:
-            return sub(text)
-        # Never look inside a token already placed (its kind names, e.g. "secret:" or "password",
-        # would be taken for the start of a credential assignment) or a secret:// reference
-        # (it names a credential, it is not one, and replays must see it unchanged).
-        parts = _PROTECTED_SPLIT.split(text)
-        return "".join(part if i % 2 else sub(part) for i, part in enumerate(parts))
+    def _base64_may_hold(self, text: str, depth: int) -> bool:
+        """Whether some base64 run of ``text`` may hold a secret: all runs decoded and probed at once,
+        without their offsets (C passes: split, filter, pad, join, one ``a2b_base64``). A run whose
+        decoding holds a secret makes the probe find something (a probe finds at least what it would
+        in the run alone: the runs are apart, ``_SEP`` between them), so False is a safe no; True
+        sends the text to the exact path (``_open_base64``), which looks run by run."""
+        encoded = text.encode("latin-1", "replace")
+        if _B64_RUN.search(encoded.translate(_B64_MAP)) is None:
+            return False
+        raw = encoded.translate(_B64_KEEP)
+        if b"\n" in raw:  # the lines of a block are one run
+            raw = _B64_BLOCK_LINE.sub(b"", raw)
+        parts = list(set(raw.split()))  # a run repeated is probed once
+        sizes = list(map(len, parts))
+        long_enough = list(map(operator.le, itertools.repeat(16), sizes))
+        runs, sizes = list(itertools.compress(parts, long_enough)), list(itertools.compress(sizes, long_enough))
+        if not runs:
+            return False
+        if max(sizes) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
+            tails = _b64_tails(runs)
+            runs += tails
+            sizes += map(len, tails)
+        if b"-" in raw or b"_" in raw:  # URL-safe runs (a run with both alphabets decodes to junk either way)
+            runs = list(map(bytes.translate, runs, itertools.repeat(_URLSAFE_BYTES)))
+        # Each run padded with "A" to whole quanta (zero bits: at most two bytes of junk at its end).
+        lengths = map(operator.and_, map(operator.add, sizes, itertools.repeat(3)), itertools.repeat(-4))
+        padded = map(bytes.ljust, runs, lengths, itertools.repeat(b"A"))
+        if len(runs) <= 16:  # a document, an image: each decoded, binary ones left out (as in _b64_decode_all)
+            decodings = list(map(binascii.a2b_base64, padded))
+            controls = map(
+                operator.sub,
+                map(len, decodings),
+                map(len, map(bytes.translate, decodings, itertools.repeat(None), itertools.repeat(_CONTROL))),
+            )
+            texty = map(operator.le, map(operator.mul, controls, itertools.repeat(16)), map(len, decodings))
+            decoded = b"\x00".join(itertools.compress(decodings, texty))
+        else:  # all decoded in one call, two quanta of "/" (0xff bytes) between runs
+            decoded = binascii.a2b_base64(b"////////".join(padded))
+        # Control bytes (binary, and the 0xff between runs) end what a detector can match, as _SEP does.
+        probe = decoded.translate(_CONTROL_TO_NUL).decode("latin-1").replace("\x00", _SEP)
+        return bool(probe) and self._scan_with(probe, depth + 1, _Mint(probe=True)) != probe
 
-    def _replace(self, det: Detector, m: re.Match[str]) -> str:
-        secret = m.group(det.group)
-        if secret is None or _TOKEN_RE.search(secret):
-            return m.group(0)
-        if det.valid is not None and not det.valid(secret):
-            return m.group(0)
-        tok = self.token(det.kind, secret)
-        if det.group == 0:
-            return tok
-        start, end = m.start(det.group) - m.start(0), m.end(det.group) - m.start(0)
-        whole = m.group(0)
-        return whole[:start] + tok + whole[end:]
+    def _open_urlencoded(self, text: str, depth: int, mint: _Mint) -> str:
+        if _PERCENT.search(text) is None:
+            return text
+        decoded = _url_decode(text)
+        probed = self._scan_with(decoded, depth + 1, _Mint(probe=True))
+        if probed == decoded:
+            return text
+        masks = list(_MASKED.finditer(probed))
+        if len(probed) != len(decoded):  # an extra detector's probe changed a length: take the whole text
+            return self._token("urlencoded:secret", text, mint)
+        offsets = _url_offsets(text, [x for m in masks for x in m.span()])
+        out: list[str] = []
+        prev = 0
+        for i, m in enumerate(masks):
+            s, e = offsets[2 * i], offsets[2 * i + 1]
+            if s < prev or e <= s:
+                continue
+            out.append(text[prev:s])
+            out.append(self._token(f"urlencoded:{_KIND_OF_MASK.get(m.group()[0], 'secret')}", text[s:e], mint))
+            prev = e
+        out.append(text[prev:])
+        return "".join(out)
 
 
 def is_token(text: str) -> bool:
@@ -480,6 +1397,38 @@ def is_token(text: str) -> bool:
 
 def contains_token(text: str) -> bool:
     return bool(_TOKEN_RE.search(text))
+
+
+# -- off the event loop ------------------------------------------------------------------------------------
+
+
+def text_size(value: Any, limit: int = OFFLOAD_MIN_CHARS) -> int:
+    """How many characters of text ``value`` holds (strings and dict keys), counting stopped at ``limit``."""
+    total = 0
+    stack = [value]
+    while stack and total < limit:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                total += len(k) if isinstance(k, str) else 0
+                stack.append(item)
+        elif isinstance(v, list):
+            stack.extend(v)
+    return total
+
+
+async def off_loop(value: Any, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)``, in a worker thread when ``value`` (what ``fn`` will redact) holds
+    ``OFFLOAD_MIN_CHARS`` of text or more, so that the event loop goes on meanwhile; else here.
+
+    Redaction is linear but a 20 MiB tool output still takes a second or two: in the loop it would
+    stall every other run of the process. The detectors scan in windows (``WINDOW_CHARS``), so the
+    worker gives the GIL back every few milliseconds."""
+    if text_size(value, OFFLOAD_MIN_CHARS) < OFFLOAD_MIN_CHARS:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
 
 
 # -- credentials by reference ----------------------------------------------------------------------------

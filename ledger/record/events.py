@@ -21,10 +21,12 @@ import json
 import math
 import operator
 import re
+import types
+import typing
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 from pydantic_core import SchemaValidator, from_json
 
 from runledger.errors import EventDecodeError, UnknownSchemaVersionError
@@ -33,6 +35,7 @@ from runledger.record.ids import new_id
 
 GENESIS = "0" * 64
 MAX_INT64 = 2**63 - 1
+MIN_INT64 = -(2**63)
 # Every ts is RFC 3339 with a time zone: what the fold parses and DuckDB stores.
 RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
 
@@ -71,6 +74,7 @@ class ErrorInfo(BaseModel):
     type: str
     message: str
     traceback: str | None = None
+    retryable: bool = False  # of a kind a retry may cure (runledger.sdk.retry): a 429, a timeout
 
 
 class Usage(BaseModel):
@@ -80,6 +84,10 @@ class Usage(BaseModel):
 
 
 class RunStarted(Payload):
+    """``parent_run_id`` / ``parent_step``: for a child run (``await run.child(spec, input)``), the
+    run and step that started it (the step's ``child.started``); absent from the payload of every
+    other run, so a run that is not a child records exactly what it recorded before children existed."""
+
     TYPE = "run.started"
     agent: str
     version: VersionTuple
@@ -87,6 +95,16 @@ class RunStarted(Payload):
     input: Any = None
     capture: Literal["full", "redacted", "hash-only"] = "full"
     labels: dict[str, str] = Field(default_factory=dict)
+    parent_run_id: str | None = None
+    parent_step: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_parent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in ("parent_run_id", "parent_step"):
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
 
 
 class RunForked(Payload):
@@ -127,6 +145,16 @@ class RunFailed(Payload):
     ]
     error: ErrorInfo
     step: int | None = None
+    retryable: bool = False  # the failure was of a retryable kind: `runledger resume RUN --retry` continues it
+
+
+class RunRetried(Payload):
+    """An operator retries a run that failed retryably: its failed step runs again, live."""
+
+    TYPE = "run.retried"
+    step: int | None = None
+    by: str
+    reason: str = ""
 
 
 class ModelCalled(Payload):
@@ -139,6 +167,8 @@ class ModelCalled(Payload):
     error: ErrorInfo | None = None
     usage: Usage = Usage()
     duration_ms: float = 0.0
+    attempt: int = 1  # attempts of one step are events of the same step (runledger.sdk.retry)
+    will_retry: bool = False  # this attempt failed and another one follows
 
 
 class ToolCalled(Payload):
@@ -150,6 +180,8 @@ class ToolCalled(Payload):
     output: Any = None
     error: ErrorInfo | None = None
     duration_ms: float = 0.0
+    attempt: int = 1
+    will_retry: bool = False
 
 
 class ClockRead(Payload):
@@ -165,6 +197,13 @@ class RandomDrawn(Payload):
 
 
 class EffectIntended(Payload):
+    """The run's intent (on the run's subject) and the claim of the key (on the key's subject).
+
+    ``lease_s``: how long, from this event's ``ts``, the claimant may take to record an outcome;
+    until then a resume or an operator waits before settling the claim (None: a claim recorded
+    before leases existed, settled without waiting). ``tool_call_id``: the model's id of the tool
+    call this effect answers, when there is one."""
+
     TYPE = "effect.intended"
     step: int
     name: str
@@ -172,15 +211,23 @@ class EffectIntended(Payload):
     args: Any
     args_digest: str
     effect_class: Literal["read", "write", "irreversible"] = "write"
+    lease_s: float | None = None
+    tool_call_id: str | None = None
+    holder: str | None = None  # the claiming process (runledger.sdk.holder): a dead one is not waited for
 
 
 class EffectCommitted(Payload):
+    """``fencing_token``: the stream sequence of the claim this outcome belongs to (the attempt
+    that acted), when it was recorded by the claimant (None for an outcome taken from the record or
+    from a resolution, and in events recorded before fencing tokens)."""
+
     TYPE = "effect.committed"
     step: int
     key: str
     result: Any = None
     duration_ms: float = 0.0
     via: Literal["act", "reconcile", "operator", "record"] = "act"
+    fencing_token: int | None = None
 
 
 class EffectFailed(Payload):
@@ -188,10 +235,14 @@ class EffectFailed(Payload):
     step: int
     key: str
     error: ErrorInfo
+    fencing_token: int | None = None  # as in effect.committed
 
 
 class EffectResolved(Payload):
-    """An in-doubt effect settled by an operator or a reconcile function."""
+    """An in-doubt effect settled by an operator or a reconcile function.
+
+    ``forced``: settled while the claim's lease had not expired (``runledger effects resolve
+    --force``): its holder may still be alive, and is fenced out by this event."""
 
     TYPE = "effect.resolved"
     key: str
@@ -199,6 +250,7 @@ class EffectResolved(Payload):
     by: str
     reason: str = ""
     result: Any = None
+    forced: bool = False
 
 
 class EffectSimulated(Payload):
@@ -208,6 +260,39 @@ class EffectSimulated(Payload):
     key: str
     args: Any
     result: Any = None
+
+
+class ChildStarted(Payload):
+    """A child run is about to start (or be resumed) as step ``step``: recorded before the child's
+    own ``run.started`` (which names this run and step), so a resume finds the child by ``run_id``
+    (derived from this run's id and the step) whatever moment a crash came at. ``args_digest``: of
+    the child's input (the input itself is recorded, as content, in the child's ``run.started``)."""
+
+    TYPE = "child.started"
+    step: int
+    run_id: str
+    agent: str
+    args_digest: str
+
+
+class ChildCompleted(Payload):
+    """The child run ``run_id`` completed; its output is step ``step``'s result."""
+
+    TYPE = "child.completed"
+    step: int
+    run_id: str
+    output: Any = None
+
+
+class ChildFailed(Payload):
+    """The child run ``run_id`` failed (``reason``: its ``run.failed`` reason); the step raises
+    ``ChildFailedError`` in the parent, live and on every replay."""
+
+    TYPE = "child.failed"
+    step: int
+    run_id: str
+    reason: str
+    error: ErrorInfo
 
 
 class ApprovalRequested(Payload):
@@ -237,6 +322,19 @@ class BudgetGranted(Payload):
     reason: str = ""
 
 
+class VersionAccepted(Payload):
+    """An operator accepted a new ``agent_version`` for a recorded run (a hotfix to continue it).
+
+    Resume compares the code's version tuple with the accepted one from here on; journal replay
+    still checks every recorded step, so an incompatible change stops at its first divergent step."""
+
+    TYPE = "version.accepted"
+    agent_version: str
+    previous: str
+    by: str
+    reason: str = ""
+
+
 class RunErased(Payload):
     """A run's content was erased: its data key destroyed (content sealed under it is unreadable
     everywhere) and its blobs deleted. The events themselves stay, so the hash chain verifies."""
@@ -259,6 +357,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         RunSuspended,
         RunCompleted,
         RunFailed,
+        RunRetried,
         ModelCalled,
         ToolCalled,
         ClockRead,
@@ -268,9 +367,13 @@ PAYLOADS: dict[str, type[Payload]] = {
         EffectFailed,
         EffectResolved,
         EffectSimulated,
+        ChildStarted,
+        ChildCompleted,
+        ChildFailed,
         ApprovalRequested,
         ApprovalResolved,
         BudgetGranted,
+        VersionAccepted,
         RunErased,
     )
 }
@@ -409,10 +512,20 @@ def decode(raw: bytes) -> Event:
     Checks the envelope, the payload against its registered type and version (upcast
     when old), and that ``hash`` matches the content. Raises EventDecodeError (or
     UnknownSchemaVersionError) with the reason; readers quarantine instead of crashing.
+
+    Validation is strict (pydantic's strict mode), envelope and payload: no value is coerced,
+    because readers use the payload as stored (the fold, the projection), not the validated
+    copy, so a value passes only if it already is what the schema says. A string is not an
+    integer (``"step": "0"``), a bool is not a number, and a float is not an integer even when
+    integral (``1.0``): JSON has one number type, but runledger's writers (canonical JSON of
+    validated models) write integers without a fraction, and ``1.0`` stored as a step would reach
+    the fold and the projection as a float. An integer is accepted where a float is declared (a
+    JSON number without a fraction is still a number). Integers of typed fields (steps, token
+    counts, budgets: everything a BIGINT column of the projection holds) must fit in 64 bits.
     """
     try:
         # pydantic-core parses and validates the envelope in one pass (about 5x json.loads).
-        event = Event.model_validate_json(raw)
+        event = Event.model_validate_json(raw, strict=True)
     except ValidationError as exc:
         raise _envelope_error(raw, exc) from exc
     cls = PAYLOADS.get(event.type)
@@ -421,10 +534,16 @@ def decode(raw: bytes) -> Event:
     if event.schema_version > cls.VERSION:
         raise UnknownSchemaVersionError(event.type, event.schema_version, cls.VERSION, raw)
     try:
-        event.body  # noqa: B018 - validates the payload
+        data = event.payload
+        if event.schema_version != cls.VERSION:
+            data = upcast(event.type, event.schema_version, dict(data))
+        cls.model_validate(data, strict=True)
+        beyond = _beyond_int64(cls, data)
     except (ValidationError, EventDecodeError, ValueError) as exc:
         reason = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
         raise EventDecodeError(f"invalid {event.type} payload: {reason}", raw) from exc
+    if beyond is not None:
+        raise EventDecodeError(f"invalid {event.type} payload: {beyond}", raw)
     try:
         matches = _hash_matches(raw, event)
     except ValueError as exc:  # e.g. NaN or infinity in a payload: no canonical JSON exists for it
@@ -438,6 +557,39 @@ def decode(raw: bytes) -> Event:
     if not _finite(event.payload):
         raise EventDecodeError(f"event {event.run_id}/{event.seq}: NaN or infinity in the payload (not JSON)", raw)
     return event
+
+
+def _int_paths(cls: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Where ``cls`` declares integers (``int``, ``int | None``), nested models included."""
+    paths: list[tuple[str, ...]] = []
+    for name, info in cls.model_fields.items():
+        annotation = info.annotation
+        union = typing.get_origin(annotation) in (typing.Union, types.UnionType)  # int | None, Optional[int]
+        options = typing.get_args(annotation) if union else (annotation,)
+        for option in options:
+            if option is int:
+                paths.append((*prefix, name))
+            elif isinstance(option, type) and issubclass(option, BaseModel):
+                paths.extend(_int_paths(option, (*prefix, name)))
+    return paths
+
+
+_INT_PATHS: dict[type[Payload], tuple[tuple[str, ...], ...]] = {}
+
+
+def _beyond_int64(cls: type[Payload], payload: dict[str, Any]) -> str | None:
+    """The first typed integer of a (validated) ``payload`` that no 64-bit integer holds, as a reason."""
+    paths = _INT_PATHS.get(cls)
+    if paths is None:
+        paths = _INT_PATHS[cls] = tuple(_int_paths(cls))
+    for path in paths:
+        value: Any = payload
+        for key in path:
+            value = value.get(key) if type(value) is dict else None
+        if type(value) is int and not MIN_INT64 <= value <= MAX_INT64:
+            digits = len(str(abs(value))) if abs(value) < 10**100 else "over 100"
+            return f"{'.'.join(path)}: an integer of {digits} digits, beyond 64 bits (-2**63..2**63-1)"
+    return None
 
 
 def _finite(value: Any) -> bool:
@@ -497,14 +649,15 @@ def decode_fast(raw: bytes) -> Event:
     """``decode(raw)``, about twice as fast for the events runledger's writers produce.
 
     Same contract, same result: the fast path accepts only what ``decode`` accepts and builds
-    the same ``Event``; anything else (a field of another JSON type that validation would
-    coerce, an old schema version to upcast, bytes not in canonical layout, any error) is
+    the same ``Event``; anything else (a field of another JSON type, an integer beyond 64
+    bits, an old schema version to upcast, bytes not in canonical layout, any error) is
     handed to ``decode``, which returns or raises exactly as it always does.
 
     The fast path parses the bytes once with pydantic-core's parser (the one
     ``Event.model_validate_json`` uses), checks the envelope's types directly, validates the
-    payload with its type's own field schema, and checks the hash over the stored bytes
-    without re-serialising them. tests/unit/test_events.py compares both on hostile input.
+    payload strictly with its type's own field schema (and the 64-bit bound of its integers),
+    and checks the hash over the stored bytes without re-serialising them.
+    tests/unit/test_events.py compares both on hostile input.
     """
     event = _decode_fast(raw)
     if event is None or not _finite(event.payload):
@@ -532,8 +685,10 @@ def _decode_fast(raw: bytes) -> Event | None:
     if cls is None or version != cls.VERSION:
         return None  # unknown, newer (errors) or older (upcast): decode's business
     try:
-        _field_validator(cls).validate_python(payload)
+        _field_validator(cls).validate_python(payload, strict=True)
     except (ValidationError, ValueError):
+        return None
+    if _beyond_int64(cls, payload) is not None:
         return None
     needle = b'"hash":"' + hash_.encode("ascii") + b'",'
     at = raw.find(needle)

@@ -30,10 +30,12 @@ class StepRecord:
     """What step ``step`` did, as recorded: the journal entry resume replays."""
 
     step: int
-    kind: str  # model | tool | effect | clock | random | approval
+    kind: str  # model | tool | effect | clock | random | approval | child
     name: str
     args_digest: str
-    status: str  # ok | error | intended | committed | failed | simulated | pending | approved | denied
+    # ok | error | retrying (an attempt failed, another follows) | intended | committed | failed | simulated |
+    # pending | approved | denied | started, completed (a child step; failed too)
+    status: str
     seq: int
     output: Any = None
     error: dict[str, Any] | None = None
@@ -42,6 +44,14 @@ class StepRecord:
     tokens: int = 0
     duration_ms: float = 0.0
     ts: str = ""
+    attempts: int = 1  # attempts of a model or tool call recorded for this step (runledger.sdk.retry)
+    child_run_id: str | None = None  # a child step's run (child.started)
+
+
+def _call_status(p: dict[str, Any]) -> str:
+    if p.get("will_retry"):
+        return "retrying"
+    return "error" if p.get("error") else "ok"
 
 
 @dataclass
@@ -67,7 +77,12 @@ class Checkpoint:
     output: Any = None
     error: dict[str, Any] | None = None
     failure_reason: str | None = None
-    parent: dict[str, Any] | None = None
+    failure_retryable: bool = False  # failed on a retryable kind of error: `runledger resume RUN --retry`
+    failed_step: int | None = None
+    parent: dict[str, Any] | None = None  # a branch's run.forked: the run it was forked from
+    # A child run's run.started: the run and step that started it (``run.child``).
+    child_of_run_id: str | None = None
+    child_of_step: int | None = None
     attempts: int = 1
     started_at: str | None = None
     ended_at: str | None = None
@@ -134,6 +149,35 @@ def fold(events: Iterable[Recorded | Event], *, upto_step: int | None = None, ch
     return cp
 
 
+# The status readers show for a run whose record the fold refused (``fold_until_refused``).
+BROKEN = "broken"
+
+
+def fold_error(exc: Exception, rec: Recorded) -> str:
+    """Why the fold refused ``rec`` (``exc`` raised by ``apply``), as every reader reports it."""
+    if isinstance(exc, ChainError):
+        return str(exc)
+    return f"event {rec.event.seq} (stream sequence {rec.stream_seq}): {type(exc).__name__}: {exc}"
+
+
+def fold_until_refused(events: Iterable[Recorded]) -> tuple[Checkpoint, str | None]:
+    """``fold`` with the chain checked, stopping at the first event it refuses instead of raising.
+
+    Returns the checkpoint as far as the fold got and why it stopped (``fold_error``), or None
+    when every event folded. A run whose record is broken so (a gap where an event was
+    quarantined, a forked chain, a value the fold cannot use) cannot be resumed; the projection
+    (``runs.fold_error``), ``runledger runs`` and ``runledger show`` all fold it this way and call
+    it ``broken``, so they agree on its status.
+    """
+    cp = Checkpoint()
+    for rec in events:
+        try:
+            apply(cp, rec)
+        except Exception as exc:  # whatever the fold raises: the record is broken here
+            return cp, fold_error(exc, rec)
+    return cp, None
+
+
 def apply(cp: Checkpoint, rec: Recorded, *, check_chain: bool = True) -> None:
     """Fold one more event into ``cp`` (in place: the building block of ``fold``)."""
     ev = rec.event
@@ -167,6 +211,7 @@ def _run_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     budgets = p.get("budgets") or {}
     cp.limits = {k: budgets.get(k) for k in ("turns", "tokens", "seconds")}
     cp.started_at = cp.segment_start = ev.ts
+    cp.child_of_run_id, cp.child_of_step = p.get("parent_run_id"), p.get("parent_step")
 
 
 def _run_forked(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
@@ -212,7 +257,16 @@ def _run_completed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
 
 def _run_failed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.status, cp.error, cp.failure_reason, cp.ended_at = "failed", p["error"], p["reason"], ev.ts
+    cp.failure_retryable, cp.failed_step = bool(p.get("retryable")), p.get("step")
     _close_segment(cp, ev.ts)
+
+
+def _run_retried(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    """The run goes on from its failed step: a failed call there is run again, live, on resume."""
+    cp.status, cp.error, cp.failure_reason, cp.failure_retryable, cp.ended_at = "running", None, None, False, None
+    rec = cp.steps.get(p["step"]) if p.get("step") is not None else None
+    if rec is not None and rec.kind in ("model", "tool") and rec.status == "error":
+        rec.status = "retrying"
 
 
 def _model_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
@@ -225,15 +279,17 @@ def _model_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
         kind="model",
         name=p["model"],
         args_digest=p["args_digest"],
-        status="error" if p.get("error") else "ok",
+        status=_call_status(p),
         seq=ev.seq,
         output=None if p.get("response") is None else {**p["response"], "usage": usage},
         error=p.get("error"),
         tokens=tokens,
         duration_ms=p.get("duration_ms", 0.0),
         ts=ev.ts,
+        attempts=p.get("attempt", 1),
     )
-    cp.messages.append({"step": p["step"], "seq": ev.seq})
+    if not p.get("will_retry"):
+        cp.messages.append({"step": p["step"], "seq": ev.seq})
 
 
 def _tool_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
@@ -242,12 +298,13 @@ def _tool_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
         kind="tool",
         name=p["name"],
         args_digest=p["args_digest"],
-        status="error" if p.get("error") else "ok",
+        status=_call_status(p),
         seq=ev.seq,
         output=p.get("output"),
         error=p.get("error"),
         duration_ms=p.get("duration_ms", 0.0),
         ts=ev.ts,
+        attempts=p.get("attempt", 1),
     )
 
 
@@ -315,6 +372,33 @@ def _effect_simulated(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.simulated_keys.append(p["key"])
 
 
+def _child_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    cp.steps[p["step"]] = StepRecord(
+        step=p["step"],
+        kind="child",
+        name=p["agent"],
+        args_digest=p["args_digest"],
+        status="started",
+        seq=ev.seq,
+        child_run_id=p["run_id"],
+        ts=ev.ts,
+    )
+
+
+def _child_outcome(status: str) -> Any:
+    def handle(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+        rec = cp.steps.get(p["step"])
+        if rec is None or rec.kind != "child" or rec.child_run_id != p["run_id"]:
+            return  # an outcome of no child this run started at that step changes nothing
+        rec.status = status
+        rec.seq = ev.seq
+        rec.output = p.get("output")
+        rec.error = None if p.get("error") is None else {**p["error"], "reason": p.get("reason")}
+        rec.duration_ms = _seconds_between(rec.ts, ev.ts) * 1000 if rec.ts else 0.0
+
+    return handle
+
+
 def _approval_requested(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     step = p["step"]
     previous = cp.steps.get(step)
@@ -359,6 +443,11 @@ def _budget_granted(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
         cp.status = "running"  # a grant re-opens a run stopped by its budget; resume continues it
 
 
+def _version_accepted(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
+    if cp.version is not None:
+        cp.version = {**cp.version, "agent_version": p["agent_version"]}
+
+
 def _run_erased(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.erased = {"by": p["by"], "reason": p["reason"], "ts": ev.ts}
 
@@ -370,6 +459,7 @@ _HANDLERS: dict[str, Any] = {
     "run.suspended": _run_suspended,
     "run.completed": _run_completed,
     "run.failed": _run_failed,
+    "run.retried": _operator_event(_run_retried),
     "model.called": _model_called,
     "tool.called": _tool_called,
     "clock.read": _value("clock"),
@@ -378,8 +468,12 @@ _HANDLERS: dict[str, Any] = {
     "effect.committed": _effect_outcome("committed"),
     "effect.failed": _effect_outcome("failed"),
     "effect.simulated": _effect_simulated,
+    "child.started": _child_started,
+    "child.completed": _child_outcome("completed"),
+    "child.failed": _child_outcome("failed"),
     "approval.requested": _approval_requested,
     "approval.resolved": _operator_event(_approval_resolved),
     "budget.granted": _operator_event(_budget_granted),
+    "version.accepted": _operator_event(_version_accepted),
     "run.erased": _operator_event(_run_erased),
 }

@@ -6,6 +6,8 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +87,10 @@ def load_agent(ref: str) -> AgentSpec:
         raise ConfigurationError(
             f"--agent takes module:attribute (e.g. runledger.examples.refund_agent.agent:spec), got {ref!r}"
         )
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # As `python -m` would: an agent module in the working directory is found from the
+        # `runledger` console script too (whose sys.path starts with the script's own folder).
+        sys.path.append(os.getcwd())
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:

@@ -14,6 +14,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from runledger.sdk.agent import AgentSpec
     from runledger.sdk.models import ModelResponse
     from runledger.sdk.tools import EffectClass, Tool, ToolFn
 
@@ -46,8 +47,11 @@ class Run(Protocol):
         """Call the agent's model adapter; recorded as ``model.called``."""
         ...
 
-    async def tool(self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None) -> Any:
-        """Call a tool (an effect when the tool is declared with one); recorded before it returns."""
+    async def tool(
+        self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None, tool_call_id: str | None = None
+    ) -> Any:
+        """Call a tool (an effect when the tool is declared with one); recorded before it returns.
+        ``tool_call_id``: the model's id of this call, when it made it (an effect's context carries it)."""
         ...
 
     async def effect(
@@ -59,12 +63,24 @@ class Run(Protocol):
         fn: ToolFn,
         reconcile: Any = None,
         effect_class: EffectClass = "write",
+        tool_call_id: str | None = None,
+        lease_s: float | None = None,
     ) -> Any:
-        """Perform a side effect at most once per idempotency ``key``, across processes."""
+        """Perform a side effect at most once per idempotency ``key``, across processes.
+
+        ``fn`` may take the attempt's ``EffectContext`` (runledger.sdk.context); ``tool_call_id``
+        is the model's id of the call this answers; the claim holds a lease of ``lease_s`` seconds."""
         ...
 
     async def approval(self, action: str, args: Any = None) -> dict[str, Any]:
         """Wait for an operator's decision on ``action`` with ``args``; suspends the run until then."""
+        ...
+
+    async def child(self, spec: AgentSpec, input: Any = None) -> Any:
+        """Run ``spec`` as a child run (its own run, recorded with this run's id and step) and return
+        its output as this step's result; recorded as ``child.started`` then ``child.completed`` or
+        ``child.failed`` (ChildFailedError). A resume does not run a completed child again and resumes
+        an unfinished one; a suspended child suspends this run (ChildSuspendedError)."""
         ...
 
     async def now(self) -> dt.datetime:

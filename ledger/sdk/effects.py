@@ -10,21 +10,36 @@ is *in doubt*: nobody can know whether the action happened, so nobody guesses
 
 States: free -> claimed -> committed | failed; claimed -> (resolved) committed | free;
 failed -> free (the function raised before acting, so a new claim may try again).
+
+Every claim is an *attempt* (1, 2, ... in the order of the key's claims) and its stream sequence
+is the attempt's *fencing token*: the attempt's outcome is published fenced on it, so once
+anything else was written to the key (a resolution, the next attempt's claim) the older attempt
+can record nothing more (FencedError). A claim carries a *lease* (``lease_s`` seconds from its
+``ts``): while it runs, whoever settles the claim (a resume, ``runledger effects resolve``) waits
+for it to expire, or forces, which is recorded (``effect.resolved`` with ``forced``). The lease
+keeps a holder that is only paused from being overtaken while it may still act; the fence and the
+idempotency key the effect function passes downstream (runledger.sdk.context) keep a holder that
+wakes up after its lease from acting twice. Leases are measured on the wall clock of the claim's
+writer (its ``ts``) against the reader's: they assume clocks agree to well within a lease.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from runledger.errors import ConfigurationError, LedgerError
+from runledger.errors import ConfigurationError, FencedError, LedgerError
 from runledger.log.client import LedgerClient
 from runledger.log.publish import PayloadTransform, RetryPolicy, SubjectWriter
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.subjects import effect_msg_id, effect_subject
 from runledger.record.events import GENESIS, EffectResolved, Payload
 from runledger.record.records import Recorded
+from runledger.sdk.holder import is_gone
 
 EffectStatus = Literal["free", "claimed", "committed", "failed"]
 
@@ -43,6 +58,11 @@ class KeyState:
     next_seq: int = 0
     last_hash: str = GENESIS
     last_stream_seq: int = 0
+    attempt: int = 0  # claims so far: the current (latest) claim's attempt number
+    fencing_token: int = 0  # the stream sequence of the latest claim
+    claimed_at: str | None = None  # the latest claim's ts
+    lease_s: float | None = None  # the latest claim's lease (None: recorded before leases)
+    holder: str | None = None  # the process that made the latest claim (runledger.sdk.holder)
 
 
 def fold_key(key: str, records: Iterable[Recorded]) -> KeyState:
@@ -62,6 +82,9 @@ def apply_key(st: KeyState, rec: Recorded) -> None:
     if ev.type == "effect.intended":
         st.status, st.run_id, st.step = "claimed", ev.run_id, p["step"]
         st.result = st.error = st.via = None
+        st.attempt += 1
+        st.fencing_token = rec.stream_seq
+        st.claimed_at, st.lease_s, st.holder = ev.ts, p.get("lease_s"), p.get("holder")
     elif ev.type == "effect.committed":
         st.status, st.result, st.via = "committed", p.get("result"), p.get("via", "act")
     elif ev.type == "effect.failed":
@@ -128,6 +151,46 @@ async def append_to_key(
     return new
 
 
+def lease_remaining(state: KeyState, now: float | None = None) -> float:
+    """Seconds until the lease of the key's claim expires: 0 when the key is not claimed, the lease
+    has expired, the claim carries none, or its holder is certainly dead. At most the lease itself
+    (a claim stamped in the future by a fast clock is waited for no longer than its lease)."""
+    if state.status != "claimed" or state.lease_s is None or state.claimed_at is None:
+        return 0.0
+    if is_gone(state.holder):
+        return 0.0  # the holder is certainly dead (this host, its pid gone): nothing to protect
+    claimed = dt.datetime.fromisoformat(state.claimed_at.replace("Z", "+00:00")).timestamp()
+    left = claimed + state.lease_s - (time.time() if now is None else now)
+    return max(0.0, min(left, state.lease_s))
+
+
+LeaseWaitReport = Callable[[float, KeyState], None]
+
+
+async def wait_for_lease(
+    client: LedgerClient, state: KeyState, *, on_wait: LeaseWaitReport | None = None, poll_s: float = 0.5
+) -> KeyState:
+    """Wait while the claim in ``state`` holds its lease; return the key's state when the lease has
+    expired or the key moved on (its holder recorded an outcome, someone resolved it), whichever
+    comes first. ``on_wait(seconds, state)`` is told once, before waiting.
+
+    The lease ends on the wall clock (the claim's ``ts`` is wall-clock time); the wait is bounded
+    on the monotonic clock too, by what was left of the lease plus a second, whatever the wall
+    clock does meanwhile."""
+    left = lease_remaining(state)
+    if left <= 0:
+        return state
+    if on_wait is not None:
+        on_wait(left, state)
+    bound = time.monotonic() + left + 1.0
+    while True:
+        await asyncio.sleep(min(poll_s, left))
+        fresh = await read_key(client, state.key)
+        left = lease_remaining(state)
+        if fresh.last_stream_seq != state.last_stream_seq or left <= 0 or time.monotonic() >= bound:
+            return fresh
+
+
 async def resolve_key(
     client: LedgerClient,
     key: str,
@@ -136,19 +199,45 @@ async def resolve_key(
     by: str,
     reason: str = "",
     result: Any = None,
+    force: bool = False,
+    on_lease: Callable[[float, KeyState, bool], None] | None = None,
     policy: RetryPolicy = RetryPolicy(),
 ) -> KeyState:
-    """An operator's decision on an in-doubt key, recorded on the key's subject."""
+    """An operator's decision on an in-doubt key, recorded on the key's subject.
+
+    A claim whose lease has not expired may still be acted on by its holder: the decision waits
+    for the lease, unless ``force``, which is recorded (``effect.resolved`` with ``forced=True``).
+    ``on_lease(seconds_left, claim, forced)`` is told either way. The resolution fences the holder
+    out: whatever it still tries to record about its attempt is refused."""
+    if not by:
+        raise ConfigurationError("say who resolves the effect: --by NAME")
     state = await read_key(client, key)
+    forced = False
+    while state.status == "claimed" and (left := lease_remaining(state)) > 0:
+        if on_lease is not None:
+            on_lease(left, state, force)
+        if force:
+            forced = True
+            break
+        state = await wait_for_lease(client, state)
     if state.status != "claimed":
         raise LedgerError(
             f"effect {key!r} is not in doubt (it is {state.status}); there is nothing to resolve"
             if state.next_seq
             else f"no effect with key {key!r} was ever claimed"
         )
-    if not by:
-        raise ConfigurationError("say who resolves the effect: --by NAME")
     body = EffectResolved(
-        key=key, outcome="committed" if committed else "not_committed", by=by, reason=reason, result=result
+        key=key,
+        outcome="committed" if committed else "not_committed",
+        by=by,
+        reason=reason,
+        result=result,
+        forced=forced,
     )
-    return await append_to_key(client, state, body, run_id=state.run_id or "", agent="operator", policy=policy)
+    try:
+        return await append_to_key(client, state, body, run_id=state.run_id or "", agent="operator", policy=policy)
+    except FencedError:
+        raise LedgerError(
+            f"effect {key!r} changed while it was being resolved (its holder recorded an outcome, or someone "
+            f"else resolved it); nothing was recorded. Look at it again: `runledger effects show {key}`"
+        ) from None

@@ -25,12 +25,15 @@ from typing import Any
 from runledger.errors import (
     ApprovalDeniedError,
     BudgetExhaustedError,
+    ChildSuspendedError,
+    ConfigurationError,
     EffectClaimedElsewhereError,
     EffectInDoubtError,
     NondeterminismError,
     PublishError,
     RunNotFoundError,
     SuspendedForApproval,
+    ToolFailedError,
     VersionMismatchError,
 )
 from runledger.log.client import LedgerClient
@@ -46,7 +49,16 @@ from runledger.protect.capture import (
 )
 from runledger.protect.runs import load_run
 from runledger.record.canonical import as_recorded, jsonable
-from runledger.record.events import Budgets, RunCompleted, RunFailed, RunForked, RunResumed, RunStarted
+from runledger.record.events import (
+    Budgets,
+    RunCompleted,
+    RunFailed,
+    RunForked,
+    RunResumed,
+    RunRetried,
+    RunStarted,
+    VersionAccepted,
+)
 from runledger.record.fold import Checkpoint, fold
 from runledger.record.ids import new_id
 from runledger.record.records import Recorded
@@ -102,16 +114,21 @@ async def start_run(
     fork: RunForked | None = None,
     policy: RetryPolicy = RetryPolicy(),
     data_policy: DataPolicy | None = None,
+    parent_run_id: str | None = None,
+    parent_step: int | None = None,
 ) -> RunResult:
     """Record a new run of ``spec`` and drive it live to an outcome.
 
-    ``data_policy`` (default: the spec's) says what the record keeps of content (runledger.protect.capture)."""
+    ``data_policy`` (default: the spec's) says what the record keeps of content (runledger.protect.capture).
+    ``parent_run_id`` / ``parent_step``: the run and step this run is a child of (``run.child``
+    passes them; recorded in ``run.started``)."""
     run_id = run_id or new_id()
     cp = Checkpoint()
     data = data_policy or spec.data_policy
     protector = await run_protector(client, spec.name, run_id, data)
     writer = _writer(client, spec.name, run_id, cp, policy, protector)
     run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
+    run._child_driver = _drive_child
     run._input = as_recorded(jsonable(input))  # the agent sees the input as a resume will
     await run._append(
         RunStarted(
@@ -121,6 +138,8 @@ async def start_run(
             input=run._input,
             capture=data.capture,
             labels=labels or {},
+            parent_run_id=parent_run_id,
+            parent_step=parent_step,
         )
     )
     if fork is not None:
@@ -129,10 +148,40 @@ async def start_run(
     return await drive(run, spec)
 
 
+@dataclass(frozen=True)
+class RetryRequest:
+    """An operator's retry of a run that failed on a retryable error (recorded on resume)."""
+
+    by: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class VersionAcceptance:
+    """An operator's acceptance of a new ``agent_version`` for a recorded run (recorded on resume)."""
+
+    agent_version: str
+    by: str
+    reason: str = ""
+
+
 async def resume_run(
-    client: LedgerClient, spec: AgentSpec, run_id: str, *, policy: RetryPolicy = RetryPolicy()
+    client: LedgerClient,
+    spec: AgentSpec,
+    run_id: str,
+    *,
+    policy: RetryPolicy = RetryPolicy(),
+    accept_version: VersionAcceptance | None = None,
+    retry: RetryRequest | None = None,
 ) -> RunResult:
     """Resume a crashed or suspended run on the same run id, fenced, replaying its journal.
+
+    The code's version tuple must be the recorded one. ``accept_version`` lets an operator
+    continue the run with another ``agent_version`` (a hotfix): it must name the version the code
+    has, only that element may differ, and the acceptance is recorded (``version.accepted``)
+    before the run resumes. Replay still checks every recorded step against the new code.
+    ``retry`` continues a run that failed on a retryable error (``run.failed`` ``retryable``):
+    recorded as ``run.retried``, and the failed step runs again, live.
 
     The cyclic garbage collector is paused from the read to the first live step (or the end of
     the drive): loading and replaying allocates tens of thousands of objects that all stay
@@ -152,13 +201,19 @@ async def resume_run(
         if cp.status == "completed":
             output = await opener.open_value(cp.output, strict=False)
             return RunResult(run_id, "completed", output=output, nothing_to_do=True)
-        if cp.status == "failed":
+        if cp.status == "failed" and retry is None:
             error = await opener.open_value(cp.error, strict=False)
             message = error.get("message") if isinstance(error, dict) else None
             return RunResult(run_id, "failed", error=message, reason=cp.failure_reason, nothing_to_do=True)
+        if retry is not None and not (cp.status == "failed" and cp.failure_retryable):
+            raise ConfigurationError(
+                f"run {run_id} is {cp.status}"
+                + (f" ({cp.failure_reason}, a final failure)" if cp.status == "failed" else "")
+                + ": --retry continues only a run that failed on a retryable error (a rate limit, a timeout); "
+                "fork a branch to try something else"
+            )
         current = spec.version().model_dump()
-        if cp.version != current:
-            raise VersionMismatchError(run_id, cp.version or {}, current)
+        accepted = _acceptance(run_id, cp.version or {}, current, accept_version)
         if cp.pending_approvals:
             return RunResult(
                 run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
@@ -170,10 +225,15 @@ async def resume_run(
         protector = await run_protector(client, log.agent or spec.name, run_id, data)
         writer = _writer(client, log.agent or spec.name, run_id, cp, policy, protector)
         run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
+        run._child_driver = _drive_child
         if protector.keys is not None:
             opener.remember(protector.keys)  # the run's keys are at hand: no second fetch from the key store
         run._opener = opener  # one opener (and key cache) for the input and every replayed step
         run._input = await opener.open_value(cp.input, strict=False)
+        if accepted is not None:
+            await run._append(accepted)
+        if retry is not None:
+            await run._append(RunRetried(step=cp.failed_step, by=retry.by, reason=retry.reason))
         await run._append(
             RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
         )
@@ -183,11 +243,58 @@ async def resume_run(
         try:
             result = await drive(run, spec)
         except NondeterminismError as exc:
+            if exc.run_id != run_id:
+                raise  # a child's (run.child), already side by side with the child's own record
             raise exc.with_detail(await _side_by_side(log.records, exc, opener)) from None
         result.resumed = True
         return result
     finally:
         end_pause()
+
+
+async def _drive_child(
+    parent: RecordedRun, spec: AgentSpec, child_id: str, input: Any, step: int, resume: bool
+) -> RunResult:
+    """Drive the child run ``child_id`` of ``parent``'s step ``step`` to an outcome (``RecordedRun.child``).
+
+    ``resume``: the parent recorded the step's ``child.started`` in an earlier attempt, so the child
+    may exist: it is resumed (fenced; a child that already ended just reports its outcome), and
+    started with that id only when it never recorded its ``run.started``. The child runs in this
+    process and event loop, on the parent's connection and retry policy, with its own spec's
+    budgets and data policy. A child whose code no longer matches its record raises (not the
+    parent's outcome: ``drive`` leaves the parent as recorded)."""
+    if resume:
+        try:
+            return await resume_run(parent._client, spec, child_id, policy=parent._policy)
+        except RunNotFoundError:
+            pass  # the parent stopped between its child.started and the child's run.started
+    return await start_run(
+        parent._client, spec, input, run_id=child_id, policy=parent._policy, parent_run_id=parent.run_id,
+        parent_step=step,
+    )  # fmt: skip
+
+
+def _acceptance(
+    run_id: str, recorded: dict[str, Any], current: dict[str, Any], accept: VersionAcceptance | None
+) -> VersionAccepted | None:
+    """The ``version.accepted`` event to record, or None when the tuples agree; raises when they
+    differ in a way no acceptance covers."""
+    if recorded == current:
+        return None
+    if accept is None:
+        raise VersionMismatchError(run_id, recorded, current)
+    others = [k for k in current if k != "agent_version" and recorded.get(k) != current[k]]
+    if others:
+        raise VersionMismatchError(run_id, recorded, current)  # only the code's version can be accepted
+    if accept.agent_version != current["agent_version"]:
+        raise ConfigurationError(
+            f"--accept-version {accept.agent_version!r} is not the version of the code given "
+            f"({current['agent_version']!r}): accept the version you are resuming with"
+        )
+    return VersionAccepted(
+        agent_version=accept.agent_version, previous=str(recorded.get("agent_version")), by=accept.by,
+        reason=accept.reason,
+    )  # fmt: skip
 
 
 # Where each kind of step records the arguments its digest covers.
@@ -261,12 +368,18 @@ async def drive(run: RecordedRun, spec: AgentSpec, *, record_nondeterminism: boo
     reason recorded in ``run.failed``. A NondeterminismError (reason "nondeterminism", or
     "diverged" for a re-drive past its fork point) is recorded only when
     ``record_nondeterminism`` (a branch, whose code is the point of the experiment); on resume
-    it is the caller's error and leaves the run as it was.
+    it is the caller's error and leaves the run as it was. A suspended child run (``run.child``,
+    ChildSuspendedError) suspends the run (reason ``child``); a child's VersionMismatchError is
+    the caller's error too.
     """
     try:
         output = await spec.fn(run)
     except SuspendedForApproval as exc:
         return RunResult(run.run_id, "suspended", reason="approval", error=str(exc), pending=[exc.request_id])
+    except ChildSuspendedError as exc:
+        return RunResult(run.run_id, "suspended", reason="child", error=str(exc), pending=list(exc.pending))
+    except VersionMismatchError:
+        raise  # a child's code does not match its record (run.child): the caller's error, as on resume
     except (EffectInDoubtError, EffectClaimedElsewhereError) as exc:
         return RunResult(run.run_id, "suspended", reason="effect_in_doubt", error=str(exc))
     except PublishError:
@@ -287,6 +400,17 @@ async def drive(run: RecordedRun, spec: AgentSpec, *, record_nondeterminism: boo
 
 
 async def _fail(run: RecordedRun, reason: str, exc: Exception, *, with_traceback: bool) -> RunResult:
-    await run._append(RunFailed(reason=reason, error=error_info(exc, with_traceback), step=run.checkpoint.last_step))  # type: ignore[arg-type]
+    # A call that failed on a retryable kind of error (after its own retries) fails the run
+    # retryably: `runledger resume RUN --retry` runs that step again.
+    retryable = bool(getattr(exc, "retryable", False))
+    failed_step = exc.step if isinstance(exc, ToolFailedError) else run.checkpoint.last_step
+    await run._append(
+        RunFailed(
+            reason=reason,  # type: ignore[arg-type]
+            error=error_info(exc, with_traceback, retryable=retryable),
+            step=failed_step,
+            retryable=retryable,
+        )
+    )
     message = str(exc) if reason != "exception" else f"{type(exc).__name__}: {exc}"
     return RunResult(run.run_id, "failed", error=message, reason=reason)

@@ -19,6 +19,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from runledger.errors import ModelError
+from runledger.sdk.retry import Retry
+
+# Rate limits and server-side failures: a later attempt may succeed. 4xx otherwise will not.
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+DEFAULT_RETRY = Retry(attempts=4, backoff_s=1.0, max_backoff_s=20.0, deadline_s=120.0)
 
 
 class ModelResponse(BaseModel):
@@ -31,6 +36,11 @@ class ModelResponse(BaseModel):
 
 
 class ModelAdapter(Protocol):
+    """What a model adapter is: a name (part of the version tuple) and ``complete``. An adapter
+    may also have a ``retry`` attribute (a ``Retry``): failed calls it retries are recorded
+    attempt by attempt (runledger.sdk.retry). Raise ``ModelError(retryable=True)`` for failures a
+    later attempt may cure."""
+
     name: str
 
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse: ...
@@ -52,8 +62,10 @@ class ScriptedModel:
         self,
         script: Sequence[str | ModelResponse] | Callable[[list[dict[str, Any]]], str | ModelResponse],
         name: str = "scripted-1",
+        retry: Retry | None = None,
     ) -> None:
         self.name = name
+        self.retry = retry
         self._script = script
         self._position = 0
 
@@ -84,8 +96,10 @@ class OpenAIChatModel:
         base_url: str = "https://api.openai.com/v1",
         api_key_env: str = "OPENAI_API_KEY",
         timeout_s: float = 60.0,
+        retry: Retry | None = DEFAULT_RETRY,
     ) -> None:
         self.name = model
+        self.retry = retry
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
@@ -126,9 +140,15 @@ class OpenAIChatModel:
                 return result
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode(errors="replace")
-            raise ModelError(f"{self.base_url} answered HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, TimeoutError, ValueError) as exc:
-            raise ModelError(f"{self.base_url} could not be reached: {exc}") from exc
+            raise ModelError(
+                f"{self.base_url} answered HTTP {exc.code}: {detail}",
+                retryable=exc.code in RETRYABLE_STATUS,
+                status=exc.code,
+            ) from exc
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            raise ModelError(f"{self.base_url} could not be reached: {exc}", retryable=True) from exc
+        except ValueError as exc:  # a body that is not JSON
+            raise ModelError(f"{self.base_url} answered with a body that is not JSON: {exc}") from exc
 
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         body = await asyncio.to_thread(self._post, self.request_body(messages, **params))

@@ -1,7 +1,7 @@
 """The Run API: every non-deterministic thing an agent does is a journaled step.
 
-Each call (``model``, ``tool``, ``effect``, ``approval``, ``now``, ``random``) takes
-the next step number. If the journal (the checkpoint folded from the run's
+Each call (``model``, ``tool``, ``effect``, ``approval``, ``child``, ``now``, ``random``)
+takes the next step number. If the journal (the checkpoint folded from the run's
 events) already holds that step, the recorded result is returned without running
 anything, after checking that the kind, name and args digest match; otherwise the
 call runs live, its event is published and acknowledged, and only then is the
@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import random as _random
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from runledger.errors import (
     ApprovalDeniedError,
     BudgetExhaustedError,
+    ChildFailedError,
+    ChildSuspendedError,
     ConfigurationError,
     EffectClaimedElsewhereError,
     EffectFailedError,
@@ -48,6 +51,9 @@ from runledger.protect.capture import (
 from runledger.record.canonical import as_recorded, digest, jsonable
 from runledger.record.events import (
     ApprovalRequested,
+    ChildCompleted,
+    ChildFailed,
+    ChildStarted,
     ClockRead,
     EffectCommitted,
     EffectFailed,
@@ -65,23 +71,46 @@ from runledger.record.events import (
 from runledger.record.fold import Checkpoint, StepRecord, apply
 from runledger.record.records import Recorded
 from runledger.sdk.agent import AgentSpec
-from runledger.sdk.crashpoints import crash_point
+from runledger.sdk.context import EffectContext, call_effect, call_key, effect_lease
+from runledger.sdk.crashpoints import crash_point, pause_point
+from runledger.sdk.holder import this_holder
 from runledger.sdk.models import ModelResponse
+from runledger.sdk.retry import NO_RETRY, Retry
 from runledger.sdk.tools import NOT_FOUND, EffectClass, Tool, ToolFn, call_maybe_async
 
 if TYPE_CHECKING:
     from runledger.log.client import LedgerClient
     from runledger.log.publish import RetryPolicy, SubjectWriter
     from runledger.sdk.effects import KeyState
+    from runledger.sdk.lifecycle import RunResult
+
+    # Drives a child run to an outcome: (parent, child spec, child run id, input, parent step, resume).
+    ChildDriver = Callable[["RecordedRun", AgentSpec, str, Any, int, bool], Awaitable[RunResult]]
 
 
-def error_info(exc: BaseException, with_traceback: bool = True) -> ErrorInfo:
+logger = logging.getLogger(__name__)
+
+# How many times _settle reads the key again after another writer got to it first, before it gives up.
+_SETTLE_ROUNDS = 20
+
+
+def _report_lease_wait(seconds: float, state: KeyState) -> None:
+    logger.info(
+        "effect %r: attempt %d (fencing token %d) of run %s step %s has no outcome and holds its lease for "
+        "another %.1fs (its process may be paused, not dead); waiting for the lease to expire",
+        state.key, state.attempt, state.fencing_token, state.run_id, state.step, seconds,
+    )  # fmt: skip
+
+
+def error_info(exc: BaseException, with_traceback: bool = True, *, retryable: bool = False) -> ErrorInfo:
     """The recorded form of an exception. An error reported from elsewhere (a sandboxed
     agent) keeps its own type name and traceback via ``remote_type`` / ``remote_traceback``."""
     tb = getattr(exc, "remote_traceback", None)
     if tb is None and with_traceback:
         tb = "".join(traceback.format_exception(exc))
-    return ErrorInfo(type=getattr(exc, "remote_type", type(exc).__name__), message=str(exc), traceback=tb)
+    return ErrorInfo(
+        type=getattr(exc, "remote_type", type(exc).__name__), message=str(exc), traceback=tb, retryable=retryable
+    )
 
 
 class RecordedRun:
@@ -113,6 +142,9 @@ class RecordedRun:
         self._next_step = 0
         self._append_lock = asyncio.Lock()
         self._on_live: Callable[[], None] | None = None  # called once, when the first live step is taken
+        # How child runs are started and resumed: set by runledger.sdk.lifecycle (start_run,
+        # resume_run), which this module cannot import (it imports this one).
+        self._child_driver: ChildDriver | None = None
         self._segment_wall = time.time()
         self._seconds_at_segment = checkpoint.spent["seconds"]
 
@@ -157,12 +189,25 @@ class RecordedRun:
         output the agent's code does not reach is never decrypted) and never twice."""
         if not is_marker(value):
             return value
+        return await self._payload_opener().open_value(value)
+
+    def _payload_opener(self) -> PayloadOpener:
         opener = self._opener
         if opener is None:
             opener = self._opener = client_opener(self._client)
             if self._protector is not None and self._protector.keys is not None:
                 opener.remember(self._protector.keys)
-        return await opener.open_value(value)
+        return opener
+
+    async def _recorded_failure(
+        self, name: str, step: int, error: dict[str, Any], kind: str = "tool"
+    ) -> ToolFailedError:
+        """The error a recorded failed step raises on replay, with its message as the agent saw it
+        live (error texts are recorded sealed)."""
+        message = error["message"]
+        if isinstance(message, str) and is_marker(message):
+            message = await self._payload_opener().open_text(message)
+        return ToolFailedError(name, step, error["type"], message, retryable=bool(error.get("retryable")), kind=kind)
 
     async def _open_model_output(self, output: Any) -> Any:
         # The fold merges usage (structure) into the recorded response (content).
@@ -236,25 +281,45 @@ class RecordedRun:
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "model", name, args_digest, {"messages": messages, "params": params})
-            if rec.error:
-                raise ToolFailedError(name, step, rec.error["type"], rec.error["message"])
-            return _response_from_record(await self._open_model_output(rec.output))
-        await self._check_budgets(step, model_call=True)
-        started = time.perf_counter()
-        try:
-            response = await self._spec.model.complete(messages, **params)
-        except Exception as exc:
-            await self._append(
-                ModelCalled(
-                    step=step,
-                    model=name,
-                    request={"messages": messages, "params": params},
-                    args_digest=args_digest,
-                    error=error_info(exc, False),
-                    duration_ms=(time.perf_counter() - started) * 1000,
+            if rec.status != "retrying":
+                if rec.error:
+                    raise await self._recorded_failure(name, step, rec.error, "model")
+                return _response_from_record(await self._open_model_output(rec.output))
+        # Live, or the next attempt of a step whose last recorded attempt failed and was to be retried.
+        retry: Retry = getattr(self._spec.model, "retry", None) or NO_RETRY
+        attempt = 1 if rec is None else rec.attempts + 1
+        first = time.monotonic()
+        while True:
+            await self._check_budgets(step, model_call=True)
+            started = time.perf_counter()
+            try:
+                response = await self._spec.model.complete(messages, **params)
+                break
+            except Exception as exc:
+                wait = retry.wait_s(attempt)
+                again = retry.another(attempt, exc, time.monotonic() - first, wait)
+                info = error_info(exc, False, retryable=retry.retryable(exc))
+                await self._append(
+                    ModelCalled(
+                        step=step,
+                        model=name,
+                        request={"messages": messages, "params": params},
+                        args_digest=args_digest,
+                        error=info,
+                        duration_ms=(time.perf_counter() - started) * 1000,
+                        attempt=attempt,
+                        will_retry=again,
+                    )
                 )
-            )
-            raise
+                if not again:
+                    # What a replay of this step raises, raised live too.
+                    raise ToolFailedError(
+                        name, step, info.type, info.message, retryable=info.retryable, kind="model"
+                    ) from exc
+                logger.info("model %s (step %d) attempt %d failed (%s); retrying in %.1fs", name, step, attempt,
+                            info.type, wait)  # fmt: skip
+                await asyncio.sleep(wait)
+                attempt += 1
         await self._append(
             ModelCalled(
                 step=step,
@@ -268,6 +333,7 @@ class RecordedRun:
                 },
                 usage=Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens),
                 duration_ms=(time.perf_counter() - started) * 1000,
+                attempt=attempt,
             )
         )
         self._after_step(step)
@@ -288,51 +354,88 @@ class RecordedRun:
             raise ConfigurationError(f"tool {tool!r} is not declared on agent {self._spec.name} and no fn= was given")
         return Tool(tool, fn)
 
-    async def tool(self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None) -> Any:
+    async def tool(
+        self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None, tool_call_id: str | None = None
+    ) -> Any:
         """Call a tool. Read tools are recorded as tool.called; write/irreversible ones go
-        through the effect ledger with the key their declaration builds from ``args``."""
+        through the effect ledger with the key their declaration builds from ``args``.
+
+        ``args`` (the JSON value recorded and digested) is checked against the tool's signature
+        first (runledger.sdk.tools): arguments it refuses are recorded as the tool's failed
+        ``tool.called`` step (ToolArgumentsError; an effect tool then builds and claims no key) and
+        raise ToolFailedError, as a replay of the step does. The function runs through
+        ``Tool.call``: sync ones in a worker thread, async ones awaited."""
         declared = self._resolve_tool(tool, fn)
+        invalid = None
         if declared.effect_class != "read":
-            assert declared.key is not None
-            return await self.effect(
-                declared.name,
-                args,
-                key=declared.key(args),
-                fn=declared.fn,
-                reconcile=declared.reconcile,
-                effect_class=declared.effect_class,
-            )
+            invalid = declared.argument_error(jsonable(args))
+            if invalid is None:
+                assert declared.key is not None
+                return await self.effect(
+                    declared.name,
+                    args,
+                    key=self._effect_key(declared.key, jsonable(args), tool_call_id=tool_call_id),
+                    fn=declared.call,
+                    reconcile=declared.reconcile,
+                    effect_class=declared.effect_class,
+                    tool_call_id=tool_call_id,
+                    lease_s=declared.lease_s,
+                )
         args = jsonable(args)
         args_digest = digest(args)
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "tool", declared.name, args_digest, args)
-            if rec.error:
-                raise ToolFailedError(declared.name, step, rec.error["type"], rec.error["message"])
-            return await self._open(rec.output)
-        await self._check_budgets(step, model_call=False)
-        started = time.perf_counter()
-        output: Any = None
-        failure: Exception | None = None
-        try:
-            output = jsonable(await call_maybe_async(declared.fn, self._resolve(args)))
-        except Exception as exc:
-            failure = exc
-        info = None if failure is None else error_info(failure, False)
-        await self._append(
-            ToolCalled(
-                step=step,
-                name=declared.name,
-                args=args,
-                args_digest=args_digest,
-                output=output,
-                error=info,
-                duration_ms=(time.perf_counter() - started) * 1000,
+            if rec.status != "retrying":
+                if rec.error:
+                    raise await self._recorded_failure(declared.name, step, rec.error)
+                return await self._open(rec.output)
+        # Live, or the next attempt of a step whose last recorded attempt failed and was to be retried.
+        retry = declared.retry or NO_RETRY
+        attempt = 1 if rec is None else rec.attempts + 1
+        first = time.monotonic()
+        while True:
+            await self._check_budgets(step, model_call=False)
+            started = time.perf_counter()
+            output: Any = None
+            failure: Exception | None = None
+            try:
+                # Validity is decided on the args as recorded (never on resolved secrets), so the
+                # record and any replay agree; the call validates the resolved ones for its values.
+                if invalid is None:
+                    invalid = declared.argument_error(args)
+                if invalid is not None:
+                    raise invalid
+                output = jsonable(await declared.call(self._resolve(args)))
+            except Exception as exc:
+                failure = exc
+            again, wait, info = False, 0.0, None
+            if failure is not None:
+                wait = retry.wait_s(attempt)
+                again = invalid is None and retry.another(attempt, failure, time.monotonic() - first, wait)
+                info = error_info(failure, False, retryable=invalid is None and retry.retryable(failure))
+            await self._append(
+                ToolCalled(
+                    step=step,
+                    name=declared.name,
+                    args=args,
+                    args_digest=args_digest,
+                    output=output,
+                    error=info,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                    attempt=attempt,
+                    will_retry=again,
+                )
             )
-        )
+            if not again:
+                break
+            logger.info("tool %s (step %d) attempt %d failed (%s); retrying in %.1fs", declared.name, step,
+                        attempt, info.type if info else "?", wait)  # fmt: skip
+            await asyncio.sleep(wait)
+            attempt += 1
         self._after_step(step)
         if info is not None:
-            raise ToolFailedError(declared.name, step, info.type, info.message) from failure
+            raise ToolFailedError(declared.name, step, info.type, info.message, retryable=info.retryable) from failure
         return as_recorded(output)
 
     # -- effects -------------------------------------------------------------------------------------
@@ -346,6 +449,8 @@ class RecordedRun:
         fn: ToolFn,
         reconcile: Any = None,
         effect_class: EffectClass = "write",
+        tool_call_id: str | None = None,
+        lease_s: float | None = None,
     ) -> Any:
         """Perform a side effect at most once per idempotency ``key``, across processes.
 
@@ -353,9 +458,18 @@ class RecordedRun:
         records the outcome. A key already committed returns its recorded result without
         acting. A claim with no outcome is in doubt: ``reconcile(key)`` decides (it returns the
         result, or NOT_FOUND when the external system has no trace), else EffectInDoubtError.
+
+        ``fn`` receives the attempt's ``EffectContext`` (key, run id, step, attempt, the model's
+        ``tool_call_id``, the fencing token) when it declares a parameter for it (``ctx``, or
+        annotated ``EffectContext``), and through ``EffectContext.current()`` anywhere below it
+        (runledger.sdk.context): pass ``ctx.key`` to the service as its idempotency key. The claim
+        carries a lease of ``lease_s`` seconds (default ``$RUNLEDGER_EFFECT_LEASE_S``, else 30):
+        a resume that finds the claim without an outcome waits for the lease to expire before it
+        settles it, so a holder that is only paused is not overtaken while it may still act.
         """
         if not key:
             raise ConfigurationError(f"effect {name!r} needs a non-empty idempotency key")
+        lease = effect_lease(lease_s)
         args = jsonable(args)
         args_digest = digest(args)
         step, rec = self._take_step()
@@ -367,103 +481,152 @@ class RecordedRun:
                 return await self._open(rec.output)
             if rec.status == "failed":
                 raise EffectFailedError(key, (rec.error or {}).get("message", "failed"))
-            # Recorded as intended only: the process died somewhere inside the effect.
-            return await self._settle(step, name, args, key, fn, reconcile)
+            # Recorded as intended only: the process died (or stopped) somewhere inside the effect.
+            return await self._settle(
+                step, name, args, key, fn, reconcile,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+            )  # fmt: skip
         await self._check_budgets(step, model_call=False)
         # Write-ahead, both before acting and published together: the run's intent, and the claim
         # of the key, optimistically as its first event (fenced on "the subject is empty"). A key
         # with a history refuses that claim; then _settle reads the key and decides. Either order
         # of the two writes is a state a crash between them could leave, and resume handles both.
-        claim = asyncio.ensure_future(self._claim_new_key(step, name, args, args_digest, key))
+        intent = EffectIntended(
+            step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class,
+            lease_s=lease, tool_call_id=tool_call_id, holder=this_holder() or None,
+        )  # fmt: skip
+        claim = asyncio.ensure_future(self._claim_new_key(intent))
         try:
-            await self._append(
-                EffectIntended(
-                    step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class
-                )
-            )
+            await self._append(intent)
         except BaseException:
             await asyncio.gather(claim, return_exceptions=True)  # never act, never leave it running
             raise
         claimed = await claim
         if claimed is None:
-            return await self._settle(step, name, args, key, fn, reconcile)
-        return await self._act(step, args, key, fn, claimed)
+            return await self._settle(
+                step, name, args, key, fn, reconcile,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+            )  # fmt: skip
+        return await self._act(step, args, key, fn, claimed, tool_call_id)
 
-    async def _claim_new_key(self, step: int, name: str, args: Any, args_digest: str, key: str) -> KeyState | None:
+    def _effect_key(self, key_fn: Callable[..., Any], args: Any, *, tool_call_id: str | None = None) -> str:
+        """The idempotency key ``key_fn`` builds from ``args`` for the effect about to take the next
+        step. A key function that declares a parameter for it (``ctx``, or annotated
+        ``EffectContext``) receives the context before any claim: run id, step, tool-call id, with
+        ``key=""``, ``attempt=0`` and ``fencing_token=0`` (runledger.sdk.context)."""
+        ctx = EffectContext(
+            key="", run_id=self.run_id, step=self._next_step, attempt=0, fencing_token=0, tool_call_id=tool_call_id
+        )
+        return call_key(key_fn, args, ctx)
+
+    async def _claim_new_key(self, intent: EffectIntended) -> KeyState | None:
         """Claim a key that has never been used; None when it has a history (the fence refused)."""
-        from runledger.sdk.effects import KeyState, append_to_key
+        from runledger.sdk.effects import KeyState
 
-        try:
-            return await append_to_key(
-                self._client,
-                KeyState(key),
-                EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest),
-                run_id=self.run_id,
-                agent=self.agent,
-                policy=self._policy,
-                transform=self._writer.transform,
-            )
-        except FencedError:
-            return None
+        return await self._try_append_key(KeyState(intent.key), intent)
 
-    async def _settle(self, step: int, name: str, args: Any, key: str, fn: ToolFn, reconcile: Any) -> Any:
-        """Bring the key to an outcome for this step: reuse, reconcile, or claim and act."""
-        from runledger.sdk.effects import read_key
+    async def _settle(
+        self,
+        step: int,
+        name: str,
+        args: Any,
+        key: str,
+        fn: ToolFn,
+        reconcile: Any,
+        *,
+        effect_class: EffectClass,
+        tool_call_id: str | None,
+        lease_s: float,
+    ) -> Any:
+        """Bring the key to an outcome for this step: reuse, reconcile, or claim and act.
+
+        A claim of this step without an outcome whose lease has not expired is waited for (its
+        holder may be paused, not dead); then it is settled by ``reconcile`` (or the run
+        suspends in doubt), and a free key is claimed by a new attempt (a new fencing token),
+        which fences the old holder's writes out. Every write here is fenced on the key as read:
+        when another writer got there first, the key is read again and the decision taken anew."""
+        from runledger.sdk.effects import lease_remaining, read_key, wait_for_lease
 
         state = await read_key(self._client, key)
-        if state.status == "claimed":
-            if state.run_id != self.run_id or state.step != step:
-                raise EffectClaimedElsewhereError(key, state.run_id or "?", state.step or -1)
-            if reconcile is None:
-                await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
-                raise EffectInDoubtError(self.run_id, step, key)
-            found = await call_maybe_async(reconcile, key)
-            resolution = EffectResolved(
-                key=key,
-                by="reconcile",
-                outcome="not_committed" if found is NOT_FOUND else "committed",
-                result=None if found is NOT_FOUND else jsonable(found),
-            )
-            state = await self._append_key(state, resolution)
-        if state.status == "committed":
-            await self._append(
-                EffectCommitted(
-                    step=step,
+        for _ in range(_SETTLE_ROUNDS):
+            if state.status == "claimed":
+                if state.run_id != self.run_id or state.step != step:
+                    holder = -1 if state.step is None else state.step
+                    raise EffectClaimedElsewhereError(key, state.run_id or "?", holder)
+                if lease_remaining(state) > 0:
+                    state = await wait_for_lease(self._client, state, on_wait=_report_lease_wait)
+                    continue
+                if reconcile is None:
+                    await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
+                    raise EffectInDoubtError(self.run_id, step, key)
+                found = await call_maybe_async(reconcile, key)
+                resolution = EffectResolved(
                     key=key,
-                    result=state.result,
-                    via="reconcile" if state.via == "reconcile" else "record",
+                    by="reconcile",
+                    outcome="not_committed" if found is NOT_FOUND else "committed",
+                    result=None if found is NOT_FOUND else jsonable(found),
                 )
-            )
-            self._after_step(step)
-            return await self._open(state.result)
-        # free (never claimed, released, or an earlier attempt failed): claim, act, record.
-        state = await self._append_key(
-            state, EffectIntended(step=step, name=name, key=key, args=args, args_digest=digest(args))
-        )
-        return await self._act(step, args, key, fn, state)
+                state = await self._try_append_key(state, resolution) or await read_key(self._client, key)
+                continue
+            if state.status == "committed":
+                await self._append(
+                    EffectCommitted(
+                        step=step,
+                        key=key,
+                        result=state.result,
+                        via="reconcile" if state.via == "reconcile" else "record",
+                    )
+                )
+                self._after_step(step)
+                return await self._open(state.result)
+            # free (never claimed, released, or an earlier attempt failed): claim a new attempt, act, record.
+            intent = EffectIntended(
+                step=step, name=name, key=key, args=args, args_digest=digest(args), effect_class=effect_class,
+                lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
+            )  # fmt: skip
+            claimed = await self._try_append_key(state, intent)
+            if claimed is not None:
+                return await self._act(step, args, key, fn, claimed, tool_call_id)
+            state = await read_key(self._client, key)
+        raise EffectClaimedElsewhereError(key, state.run_id or "?", -1 if state.step is None else state.step)
 
-    async def _act(self, step: int, args: Any, key: str, fn: ToolFn, state: KeyState) -> Any:
-        """The key is claimed by this step: call the function, record the outcome (key first, then run)."""
+    async def _act(
+        self, step: int, args: Any, key: str, fn: ToolFn, state: KeyState, tool_call_id: str | None = None
+    ) -> Any:
+        """The key is claimed by this step: call the function, record the outcome (key first, then run).
+
+        The function gets this attempt's context; the outcome is fenced on this attempt's claim."""
         crash_point(f"effect:{key}:claimed")
+        pause_point(f"effect:{key}:claimed")
+        ctx = EffectContext(
+            key=key, run_id=self.run_id, step=step, attempt=state.attempt, fencing_token=state.fencing_token,
+            tool_call_id=tool_call_id, lease_s=state.lease_s,
+        )  # fmt: skip
         started = time.perf_counter()
         try:
-            result = jsonable(await call_maybe_async(fn, self._resolve(args)))
+            result = jsonable(await call_effect(fn, self._resolve(args), ctx))
         except Exception as exc:
             info = error_info(exc, False)
-            await self._append_key(state, EffectFailed(step=step, key=key, error=info))
-            await self._append(EffectFailed(step=step, key=key, error=info))
+            failed = EffectFailed(step=step, key=key, error=info, fencing_token=ctx.fencing_token)
+            await self._append_key(state, failed)
+            await self._append(failed)
             self._after_step(step)
             raise EffectFailedError(key, f"{info.type}: {info.message}") from exc
         duration = (time.perf_counter() - started) * 1000
         crash_point(f"effect:{key}:acted")
-        await self._append_key(state, EffectCommitted(step=step, key=key, result=result, duration_ms=duration))
+        pause_point(f"effect:{key}:acted")
+        committed = EffectCommitted(
+            step=step, key=key, result=result, duration_ms=duration, fencing_token=ctx.fencing_token
+        )
+        await self._append_key(state, committed)
         crash_point(f"effect:{key}:recorded")
-        await self._append(EffectCommitted(step=step, key=key, result=result, duration_ms=duration))
+        await self._append(committed)
         self._after_step(step)
         return as_recorded(result)
 
-    async def _append_key(self, state: KeyState, body: Payload) -> KeyState:
-        from runledger.sdk.effects import append_to_key, read_key
+    async def _try_append_key(self, state: KeyState, body: Payload) -> KeyState | None:
+        """Append to the key right after ``state`` (fenced on it); None when another writer got there first."""
+        from runledger.sdk.effects import append_to_key
 
         try:
             return await append_to_key(
@@ -476,11 +639,34 @@ class RecordedRun:
                 transform=self._writer.transform,
             )
         except FencedError:
-            # Someone else wrote to the key between our read and our write: re-read and report.
-            fresh = await read_key(self._client, state.key)
-            if fresh.status == "committed":
-                return fresh
-            raise EffectClaimedElsewhereError(state.key, fresh.run_id or "?", fresh.step or -1) from None
+            return None
+
+    async def _append_key(self, state: KeyState, body: Payload) -> KeyState:
+        """Record this attempt's outcome on the key, fenced on its claim.
+
+        Anything written to the key since the claim (a resolution, a newer attempt's claim, taken
+        over after the lease) means this process lost the claim while it acted (it was paused, or
+        slower than its lease): it stops with FencedError and records nothing more. Whatever it
+        did in the world carried the same idempotency key as the attempt that took over."""
+        from runledger.sdk.effects import append_to_key
+
+        try:
+            return await append_to_key(
+                self._client,
+                state,
+                body,
+                run_id=self.run_id,
+                agent=self.agent,
+                policy=self._policy,
+                transform=self._writer.transform,
+            )
+        except FencedError:
+            logger.warning(
+                "effect %r: attempt %d (fencing token %d) of run %s step %s lost its claim before recording "
+                "its outcome (the key was settled or claimed again after the lease); this process stops",
+                state.key, state.attempt, state.fencing_token, self.run_id, state.step,
+            )  # fmt: skip
+            raise
 
     # -- approvals -----------------------------------------------------------------------------------
 
@@ -514,6 +700,90 @@ class RecordedRun:
         self._after_step(step)
         raise SuspendedForApproval(self.run_id, request_id, action)
 
+    # -- child runs ----------------------------------------------------------------------------------
+
+    async def child(self, spec: AgentSpec, input: Any = None) -> Any:
+        """Run ``spec`` as a child run of this one; the child's output is this step's result.
+
+        The child is an ordinary run on its own subject (its own version tuple, journal, data
+        policy and budgets) whose ``run.started`` names this run and step (``parent_run_id``,
+        ``parent_step``). Its id is ``child_run_id(self.run_id, step)``: derived, so a resume finds
+        the same child. This run records ``child.started`` (child id, agent, input digest) before
+        the child starts, and ``child.completed`` (its output) or ``child.failed`` after it ended.
+
+        On replay a completed child returns its recorded output and a failed one raises
+        ChildFailedError, running nothing (after the kind, agent name and input digest are checked
+        against the record, like any step). A child started but without a recorded outcome (a
+        crash inside it, or after it ended) is resumed (``resume_run``, fenced, replaying its own
+        journal; a child that finished meanwhile just reports its outcome) or, if it never got to
+        record its ``run.started``, started with that id; then its outcome is recorded here.
+
+        A child that suspends (an approval, an effect in doubt, a suspended grandchild) suspends
+        this run too: ``run.suspended`` (reason ``child``, request id: the child's run id) is
+        recorded and ChildSuspendedError raised (the runner ends cleanly; ``pending`` lists the
+        child's approval requests). Approve or settle in the child, then resume this run: it
+        resumes the child. A failed child raises ChildFailedError, which the agent may catch.
+
+        Budgets are separate: the child spends its own (``spec.budgets``), and its turns, tokens and
+        seconds do not count against this run's; this run's wall-clock seconds include the time it
+        waits for the child, and its budgets are checked before a child starts. Children in
+        parallel (``asyncio.gather``) take step numbers in call order, like any step.
+        """
+        input = jsonable(input)
+        args_digest = digest(input)
+        step, rec = self._take_step()
+        if rec is not None:
+            self._check(step, rec, "child", spec.name, args_digest, input)
+            if rec.status == "completed":
+                return await self._open(rec.output)
+            if rec.status == "failed":
+                raise await self._recorded_child_failure(step, rec)
+            # Started, no outcome: the rest of the child is live work (the collector may run again).
+            if self._on_live is not None:
+                on_live, self._on_live = self._on_live, None
+                on_live()
+            child_id = rec.child_run_id or child_run_id(self.run_id, step)
+            return await self._child_outcome(step, child_id, await self._run_child(spec, child_id, input, step, True))
+        await self._check_budgets(step, model_call=False)
+        child_id = child_run_id(self.run_id, step)
+        await self._append(ChildStarted(step=step, run_id=child_id, agent=spec.name, args_digest=args_digest))
+        crash_point(f"child:{step}:started")
+        return await self._child_outcome(step, child_id, await self._run_child(spec, child_id, input, step, False))
+
+    async def _run_child(self, spec: AgentSpec, child_id: str, input: Any, step: int, resume: bool) -> RunResult:
+        if self._child_driver is None:
+            raise ConfigurationError(
+                f"run {self.run_id} cannot start child runs: it was not built by start_run or resume_run"
+            )
+        return await self._child_driver(self, spec, child_id, input, step, resume)
+
+    async def _child_outcome(self, step: int, child_id: str, result: RunResult) -> Any:
+        """Record how the child ``child_id`` of ``step`` ended and answer the agent accordingly."""
+        if result.status == "completed":
+            output = jsonable(result.output)
+            await self._append(ChildCompleted(step=step, run_id=child_id, output=output))
+            self._after_step(step)
+            return as_recorded(output)
+        if result.status == "failed":
+            reason, message = result.reason or "exception", result.error or ""
+            error = ErrorInfo(type=ChildFailedError.__name__, message=message)
+            await self._append(ChildFailed(step=step, run_id=child_id, reason=reason, error=error))
+            self._after_step(step)
+            raise ChildFailedError(self.run_id, step, child_id, reason, message)
+        await self._append(RunSuspended(step=step, request_id=child_id, reason="child"))
+        suspended = ChildSuspendedError(self.run_id, step, child_id, result.reason or "suspended", result.error or "")
+        suspended.pending = list(result.pending)
+        raise suspended
+
+    async def _recorded_child_failure(self, step: int, rec: StepRecord) -> ChildFailedError:
+        """What a recorded ``child.failed`` raises on replay, its message opened (error texts are sealed)."""
+        error = rec.error or {}
+        message = error.get("message", "")
+        if isinstance(message, str) and is_marker(message):
+            message = await self._payload_opener().open_text(message)
+        child_id = rec.child_run_id or child_run_id(self.run_id, step)
+        return ChildFailedError(self.run_id, step, child_id, str(error.get("reason") or "exception"), str(message))
+
     # -- clock and randomness ------------------------------------------------------------------------
 
     async def now(self) -> dt.datetime:
@@ -540,6 +810,11 @@ class RecordedRun:
 
 
 _UNSET: Any = object()
+
+
+def child_run_id(parent_run_id: str, step: int) -> str:
+    """The id of the child run a run starts at ``step``: derived, so a resume finds the same child."""
+    return f"{parent_run_id}-c{step}"
 
 
 def _response_from_record(output: Any) -> ModelResponse:

@@ -46,8 +46,10 @@ class SyncRun:
     def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         return self._call(self._run.model(messages, **params))
 
-    def tool(self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None) -> Any:
-        return self._call(self._run.tool(tool, args, fn=fn))
+    def tool(
+        self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None, tool_call_id: str | None = None
+    ) -> Any:
+        return self._call(self._run.tool(tool, args, fn=fn, tool_call_id=tool_call_id))
 
     def effect(
         self,
@@ -58,13 +60,21 @@ class SyncRun:
         fn: ToolFn,
         reconcile: Any = None,
         effect_class: EffectClass = "write",
+        tool_call_id: str | None = None,
+        lease_s: float | None = None,
     ) -> Any:
         return self._call(
-            self._run.effect(name, args, key=key, fn=fn, reconcile=reconcile, effect_class=effect_class)
-        )
+            self._run.effect(
+                name, args, key=key, fn=fn, reconcile=reconcile, effect_class=effect_class,
+                tool_call_id=tool_call_id, lease_s=lease_s,
+            )
+        )  # fmt: skip
 
     def approval(self, action: str, args: Any = None) -> dict[str, Any]:
         return self._call(self._run.approval(action, args))
+
+    def child(self, spec: AgentSpec, input: Any = None) -> Any:
+        return self._call(self._run.child(spec, input))
 
     def now(self) -> dt.datetime:
         return self._call(self._run.now())

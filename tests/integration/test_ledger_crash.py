@@ -42,6 +42,12 @@ def payments(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         proc.wait()
 
 
+# Two live resumes racing: the loser finds the key claimed by a process that is alive, which it must
+# wait for (a short lease keeps that quick). A SIGKILLed holder is not waited for: the crash tests
+# run with the default 30 s lease and the resume sees that the holder is gone (runledger.sdk.holder).
+LEASE = {"RUNLEDGER_EFFECT_LEASE_S": "0.5"}
+
+
 def runledger(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "runledger", *args],
@@ -101,6 +107,9 @@ def test_crash_anywhere_then_resume_refunds_and_emails_exactly_once(
     resumed = runledger(nats_url, "resume", run_id, "--agent", AGENT, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert f"run {run_id}: completed" in resumed.stdout
+    # The claim's holder was SIGKILLed on this host: the resume sees it is gone and does not wait
+    # out its 30 s lease (it would, and say so, for a holder that may only be paused).
+    assert "holds its lease" not in resumed.stderr, resumed.stderr
 
     refunds = [c for c in calls(payments[1]) if c["order"] == "order-8891"]
     assert len(refunds) == 1, refunds
@@ -130,7 +139,7 @@ def test_two_resumes_at_once_exactly_one_proceeds(nats_url: str, payments: tuple
         subprocess.Popen(
             [sys.executable, "-m", "runledger", "resume", "--nats", nats_url, "twice", "--agent", AGENT],
             cwd=ROOT,
-            env={**os.environ, **barrier},
+            env={**os.environ, **LEASE, **barrier},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

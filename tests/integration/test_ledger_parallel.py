@@ -111,12 +111,12 @@ def _finish(url: str, run_id: str, env: dict[str, str]) -> dict[str, Any]:
         args = ("resume", run_id, "--agent", AGENT) if cp is not None else (
             "run", "--agent", AGENT, "--run-id", run_id, "--input", '{"order": "ref"}')  # fmt: skip
         _, err = _cli(url, *args, env=env).communicate(timeout=60)
-    raise AssertionError(f"{run_id} did not finish: {err}")
+    raise AssertionError(f"{run_id} did not finish: {_checkpoint(url, run_id)} {err}")
 
 
 @pytest.mark.timeout(600)
 def test_random_sigkills_of_parallel_steps_resume_to_the_same_result(nats_url: str, tmp_path: Path) -> None:
-    rounds = int(os.environ.get("RUNLEDGER_PARALLEL_CRASH_ROUNDS", "20"))
+    rounds = int(os.environ.get("RUNLEDGER_PARALLEL_CRASH_ROUNDS", "50"))
     rng = random.Random(int(os.environ.get("RUNLEDGER_TEST_SEED", "0")) or None)
     # The reference: one uncrashed run, timed to draw the kill moments from.
     ref_log = tmp_path / "ref.log"

@@ -3,15 +3,21 @@
 The planted-secret test records 1,000 steps whose inputs and outputs carry known
 secrets in varied places and then searches every byte the server stored: the
 messages of every stream (run events, effect claims, blob chunks) and the files of
-the JetStream store directory.
+the JetStream store directory. The planted-passphrase test does the same for
+multi-word passphrases in the shapes a password takes in free text (quoted, to the
+end of the line, in a URL query, JSON inside a string, URL-encoded, base64) and under
+credential-named keys: no word of any passphrase may be stored.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import re
 import time
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +277,106 @@ async def test_a_secret_resolver_given_in_code(client: LedgerClient) -> None:
     opener = client_opener(client)
     opened = await opener.open_value(await protector.protect_value("output", "echo v-123456"))
     assert opened.startswith("echo «redacted:secret:k:")
+
+
+# -- multi-word passphrases ----------------------------------------------------------------------------------
+
+PASSPHRASES = {
+    "words": "quixotic zebrafish marzipan lantern",
+    "symbols": "Vortex#9 plinth&quasar !jubilee",
+    "mixed": "nebula-otter 44 tamarind; aubergine",
+}
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+# The shapes a password takes in free text; each is planted in a tool's output, a model message and an
+# effect's arguments.
+SHAPES: list[tuple[str, Callable[[str], str]]] = [
+    ("yaml", lambda p: f"password: {p}"),
+    ("env line", lambda p: f"DB_PASSWORD={p}\nDB_HOST=db.internal"),
+    ("json", lambda p: json.dumps({"user": "ann", "password": p})),
+    ("shell", lambda p: f"export PASSPHRASE='{p}'"),
+    ("pwd", lambda p: f"mysql --user=ann pwd={p}"),
+    ("json in a string", lambda p: json.dumps(json.dumps({"client_secret": p}))),
+    ("query", lambda p: f"https://x/login?user=ann&password={urllib.parse.quote_plus(p)}&next=/home"),
+    ("url-encoded", lambda p: "body=" + urllib.parse.quote(f"password={p}", safe="")),
+    ("base64", lambda p: "data: " + _b64(f"password: {p}")),
+]
+
+
+def _passphrase_needles() -> list[str]:
+    """Every word of every passphrase (and each run of 4+ letters and digits in one), as stored text
+    could hold it (plain, URL-encoded); and the planted base64 wrappers themselves."""
+    needles: set[str] = set()
+    for p in PASSPHRASES.values():
+        for word in {*p.split(), *re.findall(r"[A-Za-z0-9]{4,}", p)}:
+            if len(word) >= 4:
+                needles |= {word, urllib.parse.quote(word, safe=""), urllib.parse.quote_plus(word)}
+        needles.add(_b64(f"password: {p}"))
+    return sorted(needles)
+
+
+def _assert_no_passphrase(blob: bytes, where: str) -> None:
+    for needle in _passphrase_needles():
+        for form in _forms(needle):
+            assert form not in blob, f"{needle!r} found in {where}"
+
+
+def passphrase_agent() -> Any:
+    async def agent(run: Run) -> Any:
+        for i, (_, make) in enumerate(SHAPES):
+            for name, p in PASSPHRASES.items():
+                planted = make(p)
+                tag = f"shape-{i}-{name}"
+                await run.tool(
+                    "read_config", {"tag": tag}, fn=lambda a, t=planted: {"config": {"text": t}, "tag": a["tag"]}
+                )
+                await run.model([{"role": "user", "content": f"{tag}: connect with {planted}"}])
+                await run.effect("notify", {"tag": tag, "body": planted}, key=f"notify:{run.run_id}:{tag}", fn=_echo)
+        # Credential-named keys: matched by pattern, whatever the case and separators.
+        creds = {
+            "db_password": PASSPHRASES["words"],
+            "DB_PWD": PASSPHRASES["symbols"],
+            "X-Auth-Token": PASSPHRASES["mixed"],
+        }
+        await run.tool(
+            "connect", {"tag": "keys", **creds}, fn=lambda a: {"session_token": PASSPHRASES["words"], "ok": 1}
+        )
+        return "done"
+
+    return agent
+
+
+@pytest.mark.parametrize("encrypt", [True, False], ids=["sealed", "redaction-only"])
+async def test_planted_passphrases_reach_no_stored_byte(
+    client: LedgerClient, nats_server: ServerState, tmp_path: Path, encrypt: bool
+) -> None:
+    spec = AgentSpec(
+        "passphrases", passphrase_agent(), _model(), agent_version="v1", data_policy=DataPolicy(encrypt=encrypt)
+    )
+    result = await start_run(client, spec, {"note": "planted passphrases"}, run_id=f"passphrases{encrypt}")
+    assert result.status == "completed", result.error
+
+    stored = await _all_stored_messages(client)
+    _assert_no_passphrase(stored, "the stored messages")
+    for path in Path(nats_server.data_dir).rglob("*"):
+        if path.is_file():
+            _assert_no_passphrase(path.read_bytes(), str(path))
+    # What a reader with the run's key sees.
+    log = await load_run(client, result.run_id, fetch=True)
+    opened = json.dumps([r.event.payload for r in log.records], ensure_ascii=False)
+    _assert_no_passphrase(opened.encode(), "the opened content")
+    # The rest of the content is kept: every step's tag, and the text around the secrets.
+    for i in range(len(SHAPES)):
+        for name in PASSPHRASES:
+            assert f"shape-{i}-{name}" in opened
+    assert "«redacted:credential:" in opened and "«redacted:base64:credential:" in opened
+    assert "«redacted:urlencoded:credential:" in opened and "«redacted:field:dbpassword:" in opened
+    assert "DB_HOST=db.internal" in opened and "&next=/home" in opened
+    if not encrypt:
+        assert b"shape-8-mixed" in stored  # redaction alone keeps the rest readable in the stream
+    dump = await _projection_dump(client, tmp_path)
+    _assert_no_passphrase(dump.encode(), "the DuckDB projection and its Parquet export")

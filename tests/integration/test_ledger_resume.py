@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from runledger import AgentSpec, NondeterminismError, Run, ScriptedModel, VersionMismatchError
+from runledger import AgentSpec, ConfigurationError, NondeterminismError, Run, ScriptedModel, VersionMismatchError
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import approve
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
-from runledger.sdk.lifecycle import resume_run, start_run
+from runledger.sdk.lifecycle import VersionAcceptance, resume_run, start_run
 
 pytestmark = pytest.mark.integration
 
@@ -135,3 +135,50 @@ async def test_a_divergence_with_an_unchanged_tuple_shows_both_calls_and_the_cau
     # Both calls side by side: the recorded argument and the new one, as diff lines.
     assert '-   "content": "today is Monday"' in text and '+   "content": "today is Tuesday"' in text
     assert "outside the Run API" in text and "forged" in text
+
+
+async def test_an_operator_accepts_a_hotfix_version_and_the_run_continues(client: LedgerClient) -> None:
+    ran: list[str] = []
+
+    async def agent(run: Run) -> str:
+        found = await run.tool("search", {"q": "a"}, fn=lambda a: ran.append("search") or ["r1"])
+        await run.approval("publish", {"found": found})
+        return await run.tool("publish", {"n": len(found)}, fn=lambda a: ran.append("publish") or "done")
+
+    def versioned(version: str, fn: Any = agent) -> AgentSpec:
+        return AgentSpec("hotfix", fn, ScriptedModel([]), agent_version=version)
+
+    first = await start_run(client, versioned("1.0.0"), run_id="hotfix-1")
+    await approve(client, "hotfix-1", first.pending[0], by="op")
+    with pytest.raises(VersionMismatchError) as refused:
+        await resume_run(client, versioned("1.0.1"), "hotfix-1")
+    assert "--accept-version 1.0.1" in str(refused.value)
+    with pytest.raises(ConfigurationError):  # the acceptance must name the version being run
+        await resume_run(client, versioned("1.0.1"), "hotfix-1", accept_version=VersionAcceptance("9.9", by="alice"))
+    result = await resume_run(
+        client, versioned("1.0.1"), "hotfix-1", accept_version=VersionAcceptance("1.0.1", by="alice", reason="fix")
+    )
+    assert result.status == "completed" and result.output == "done"
+    assert ran == ["search", "publish"]  # the recorded search was replayed, not run again
+    log = await load_run(client, "hotfix-1")
+    accepted = [e.payload for e in log.events if e.type == "version.accepted"]
+    assert accepted == [{"agent_version": "1.0.1", "previous": "1.0.0", "by": "alice", "reason": "fix"}]
+    assert fold(log.records).version["agent_version"] == "1.0.1"  # type: ignore[index]
+
+
+async def test_an_accepted_version_still_stops_at_its_first_divergent_step(client: LedgerClient) -> None:
+    async def v1(run: Run) -> str:
+        await run.tool("search", {"q": "a"}, fn=lambda a: ["r1"])
+        await run.approval("publish", None)
+        return "ok"
+
+    async def v2(run: Run) -> str:
+        await run.tool("search", {"q": "b"}, fn=lambda a: ["r1"])  # incompatible: other arguments
+        return "ok"
+
+    first = await start_run(client, AgentSpec("hotfix2", v1, ScriptedModel([]), agent_version="1"), run_id="hf-2")
+    await approve(client, "hf-2", first.pending[0], by="op")
+    spec = AgentSpec("hotfix2", v2, ScriptedModel([]), agent_version="2")
+    with pytest.raises(NondeterminismError) as info:
+        await resume_run(client, spec, "hf-2", accept_version=VersionAcceptance("2", by="alice"))
+    assert info.value.step == 0

@@ -22,7 +22,7 @@ import pytest
 import runledger.errors
 import runledger.projections.errors
 import runledger.sandbox.errors
-from runledger.errors import BlobMissingError, LedgerError, NondeterminismError
+from runledger.errors import BlobMissingError, LedgerError, ModelError, NondeterminismError, ToolFailedError
 from runledger.log.subjects import BLOB_BUCKET
 from runledger.projections.errors import ProjectionError
 from runledger.sandbox.errors import AgentFailedError, SandboxError
@@ -151,7 +151,18 @@ SAMPLES: dict[type[BaseException], list[tuple[Any, ...]]] = {
     # Keyword-only arguments (the new call's arguments, the side-by-side detail) are set after the
     # positional ones: the round trip must keep them too.
     NondeterminismError: [("run-1", 3, "tool 'a' (args 1)", "tool 'a' (args 2)", False), ("run-1", 3, "x", "y", True)],
+    ModelError: [("HTTP 429: slow down",)],
+    ToolFailedError: [("lookup", 3, "TimeoutError", "no answer in 5s")],
 }
+
+
+def test_keyword_only_arguments_survive_pickling() -> None:
+    for error in (
+        ModelError("HTTP 429: slow down", retryable=True, status=429),
+        ToolFailedError("gpt", 3, "ModelError", "HTTP 429", retryable=True, kind="model"),
+    ):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and copy.__dict__ == error.__dict__
 
 
 def test_a_nondeterminism_error_keeps_its_arguments_and_detail_across_pickling() -> None:

@@ -12,10 +12,15 @@ from runledger.record.canonical import canonical_json
 from runledger.record.events import (
     PAYLOADS,
     UPCASTERS,
+    Budgets,
     ClockRead,
     Event,
+    ModelCalled,
+    RunStarted,
     ToolCalled,
+    Usage,
     _decode_fast,
+    _int_paths,
     chain_hash,
     decode,
     decode_fast,
@@ -24,7 +29,7 @@ from runledger.record.events import (
     upcast,
     utc_now,
 )
-from tests.unit.helpers import Chain
+from tests.unit.helpers import VERSION, Chain
 
 
 def test_round_trip_keeps_bytes_and_hash() -> None:
@@ -191,6 +196,21 @@ def _hostile_corpus() -> list[bytes]:
                    {"duration_ms": "1.5"}, {"name": 5}, {"error": {"type": "E", "message": "m", "x": 1}},
                    {"error": {"type": "E", "message": "m"}}, {"args": {"deep": [[[[]]]]}}]:  # fmt: skip
         corpus.append(_rehashed({**base, "payload": {**payload, **change}}))
+    # Strictness and the 64-bit bound of typed integers (content, e.g. "output", is unbounded).
+    for change in [{"step": 2**63}, {"step": 2**63 - 1}, {"step": -(2**63)}, {"step": -(2**63) - 1}, {"step": 10**30},
+                   {"step": -0.0}, {"step": "1e3"}, {"duration_ms": 10**30}, {"duration_ms": 10**400},
+                   {"duration_ms": True}, {"duration_ms": "NaN"}, {"output": 10**30}, {"output": [2**64, -(2**70)]},
+                   {"args_digest": b"d".decode()}, {"name": ["lookup"]}]:  # fmt: skip
+        corpus.append(_rehashed({**base, "payload": {**payload, **change}}))
+    model = json.loads(_model_event())
+    usage = model["payload"]["usage"]
+    for change in [{"input_tokens": "3"}, {"input_tokens": 3.0}, {"input_tokens": 2**63}, {"output_tokens": -(2**63)},
+                   {"input_tokens": False}, {"input_tokens": 2**63 - 1}]:  # fmt: skip
+        corpus.append(_rehashed({**model, "payload": {**model["payload"], "usage": {**usage, **change}}}))
+    started = json.loads(chain.raw[0])
+    for budgets in [{"turns": "3"}, {"turns": "3.0"}, {"turns": 3.0}, {"turns": 2**63}, {"tokens": 2**63 - 1},
+                    {"seconds": 30}, {"seconds": "30"}, {"seconds": 10**30}, {"seconds": None}]:  # fmt: skip
+        corpus.append(_rehashed({**started, "payload": {**started["payload"], "budgets": budgets}}))
     without_step = {k: v for k, v in payload.items() if k != "step"}
     corpus.append(_rehashed({**base, "payload": without_step}))
     corpus.append(_rehashed({k: v for k, v in base.items() if k != "ts"}))
@@ -225,6 +245,15 @@ def _hostile_corpus() -> list[bytes]:
     digest.update(spliced_out)
     corpus.append(nan[: at + 8] + digest.hexdigest().encode() + nan[at + 8 + 64 :])
     return corpus
+
+
+def _model_event() -> bytes:
+    chain = Chain()
+    chain.start()
+    request = {"messages": [{"role": "user", "content": "hi"}]}
+    chain.add(ModelCalled(step=0, model="m", request=request, args_digest="d", response={"content": "x"},
+                          usage=Usage(input_tokens=3, output_tokens=4), duration_ms=1.5))  # fmt: skip
+    return chain.raw[1]
 
 
 def test_decode_fast_answers_exactly_as_decode() -> None:
@@ -281,3 +310,114 @@ def test_a_hashed_non_finite_number_is_refused_by_both_decoders(token: bytes) ->
     for fn in (decode, decode_fast):
         with pytest.raises(EventDecodeError, match=r"NaN or infinity|not canonical"):
             fn(hostile)
+
+
+# -- strict decoding: no coercion, 64-bit integers -----------------------------------------------------
+
+
+def _payload_changed(raw: bytes, **change: object) -> bytes:
+    data = json.loads(raw)
+    return _rehashed({**data, "payload": {**data["payload"], **change}})
+
+
+def _tool_event() -> bytes:
+    chain = Chain()
+    chain.start()
+    chain.add(ToolCalled(step=0, name="t", args={"q": 1}, args_digest="d", output="x", duration_ms=2.5))
+    return chain.raw[1]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"step": "0"}, "step: Input should be a valid integer"),  # a string is not an integer
+        ({"step": 0.0}, "step: Input should be a valid integer"),  # nor is an integral float
+        ({"step": True}, "step: Input should be a valid integer"),  # nor a bool
+        ({"step": 2**63}, "step: an integer of 19 digits, beyond 64 bits (-2**63..2**63-1)"),
+        ({"step": -(2**63) - 1}, "step: an integer of 19 digits, beyond 64 bits (-2**63..2**63-1)"),
+        ({"step": 10**30}, "step: an integer of 31 digits, beyond 64 bits (-2**63..2**63-1)"),
+        ({"step": 10**200}, "step: an integer of over 100 digits, beyond 64 bits (-2**63..2**63-1)"),
+        ({"duration_ms": "1.5"}, "duration_ms: Input should be a valid number"),
+        ({"duration_ms": False}, "duration_ms: Input should be a valid number"),
+        ({"name": 5}, "name: Input should be a valid string"),
+        ({"error": {"type": "E", "message": 5}}, "error.message: Input should be a valid string"),
+    ],
+)
+def test_strict_decoding_refuses_what_lax_validation_would_coerce(change: dict[str, object], reason: str) -> None:
+    raw = _payload_changed(_tool_event(), **change)
+    for fn in (decode, decode_fast):
+        with pytest.raises(EventDecodeError) as info:
+            fn(raw)
+        assert info.value.reason == f"invalid tool.called payload: {reason}", fn
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (_payload_changed(_model_event(), usage={"input_tokens": "3", "output_tokens": 4}),
+         "invalid model.called payload: usage.input_tokens: Input should be a valid integer"),
+        (_payload_changed(_model_event(), usage={"input_tokens": 3, "output_tokens": 2**64}),
+         "invalid model.called payload: usage.output_tokens: an integer of 20 digits, beyond 64 bits "
+         "(-2**63..2**63-1)"),
+    ],
+)  # fmt: skip
+def test_nested_integers_are_strict_and_bounded_too(raw: bytes, reason: str) -> None:
+    for fn in (decode, decode_fast):
+        with pytest.raises(EventDecodeError) as info:
+            fn(raw)
+        assert info.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [({"seq": "1"}, "seq"), ({"seq": 1.0}, "seq"), ({"schema_version": "1"}, "schema_version"),
+     ({"schema_version": 1.0}, "schema_version"), ({"seq": True}, "seq")],
+)  # fmt: skip
+def test_the_envelope_is_strict_too(change: dict[str, object], reason: str) -> None:
+    raw = _rehashed({**json.loads(_tool_event()), **change})
+    for fn in (decode, decode_fast):
+        with pytest.raises(EventDecodeError, match=f"not an event envelope: {reason}"):
+            fn(raw)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"step": 2**63 - 1},
+        {"step": -(2**63)},
+        {"duration_ms": 3},  # an integer where a float is declared: a JSON number without a fraction
+        {"duration_ms": 10**30},
+        {"output": 10**30},  # content is not a column: any JSON number
+        {"args": {"n": [2**64, -(2**70), 1.0]}},
+    ],
+)
+def test_strict_decoding_accepts_json_numbers_where_they_belong(change: dict[str, object]) -> None:
+    raw = _payload_changed(_tool_event(), **change)
+    assert _decode_fast(raw) is not None  # the fast path takes it
+    assert decode_fast(raw) == decode(raw)
+    assert {k: decode(raw).payload[k] for k in change} == change  # as stored
+
+
+def test_what_runledger_writers_build_from_loose_values_decodes_strictly() -> None:
+    # Writers validate leniently and store the validated values (canonical JSON of the model):
+    # an int budget for a float field is written 30.0, a float token count 3.
+    chain = Chain()
+    chain.add(RunStarted(agent="a", version=VERSION, budgets=Budgets(turns=3, seconds=30)))  # type: ignore[arg-type]
+    loose = {"step": 0, "model": "m", "request": {}, "args_digest": "d", "usage": {"input_tokens": 3.0},
+             "duration_ms": 1}  # fmt: skip
+    chain.add(ModelCalled.model_validate(loose))
+    for raw in chain.raw:
+        assert _decode_fast(raw) is not None
+        assert decode(raw) == decode_fast(raw)
+    assert b'"seconds":30.0' in chain.raw[0]
+    assert b'"input_tokens":3,' in chain.raw[1] and b'"duration_ms":1.0' in chain.raw[1]
+
+
+def test_the_bound_covers_every_typed_integer() -> None:
+    # Found from the models (a new integer field is bounded without a change here), nested ones too.
+    assert {("step",), ("usage", "input_tokens"), ("usage", "output_tokens")} <= set(_int_paths(ModelCalled))
+    assert {("budgets", "turns"), ("budgets", "tokens")} <= set(_int_paths(RunStarted))
+    assert ("step",) in _int_paths(ToolCalled) and ("duration_ms",) not in _int_paths(ToolCalled)
+    for cls in PAYLOADS.values():
+        declared = {name for name, info in cls.model_fields.items() if info.annotation in (int, int | None)}
+        assert declared == {path[0] for path in _int_paths(cls) if len(path) == 1}, cls

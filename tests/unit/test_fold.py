@@ -184,3 +184,36 @@ def test_from_dict_inverts_to_dict() -> None:
     for cp in (_busy_checkpoint(), Checkpoint()):
         assert Checkpoint.from_dict(cp.to_dict()) == cp
         assert Checkpoint.from_dict({**cp.to_dict(), "a_field_from_a_newer_version": 1}) == cp
+
+
+def test_a_child_step_is_started_then_completed_or_failed() -> None:
+    from runledger.record.events import ChildCompleted, ChildFailed, ChildStarted
+
+    c = Chain(run_id="P")
+    c.start()
+    c.add(ChildStarted(step=0, run_id="P-c0", agent="kid", args_digest="d0"), ts="2026-01-01T00:00:00.000000Z")
+    cp = fold(c.events)
+    rec = cp.steps[0]
+    assert (rec.kind, rec.name, rec.args_digest, rec.status) == ("child", "kid", "d0", "started")
+    assert rec.child_run_id == "P-c0"
+    c.add(ChildCompleted(step=0, run_id="P-c0", output={"n": 1}), ts="2026-01-01T00:00:02.000000Z")
+    c.add(ChildStarted(step=1, run_id="P-c1", agent="kid", args_digest="d1"))
+    c.add(ChildCompleted(step=1, run_id="P-other", output="not this step's child"))  # changes nothing
+    c.add(ChildFailed(step=1, run_id="P-c1", reason="budget_exhausted", error=ErrorInfo(type="E", message="m")))
+    cp = fold(c.events)
+    assert (cp.steps[0].status, cp.steps[0].output, cp.steps[0].duration_ms) == ("completed", {"n": 1}, 2000.0)
+    assert (cp.steps[1].status, cp.steps[1].output) == ("failed", None)
+    error = cp.steps[1].error or {}
+    assert (error["type"], error["message"], error["reason"]) == ("E", "m", "budget_exhausted")
+    assert cp.last_step == 1 and cp.child_of_run_id is None
+
+
+def test_a_child_run_knows_its_parent_and_others_record_no_parent_fields() -> None:
+    c = Chain(run_id="P-c3")
+    started = c.start(parent_run_id="P", parent_step=3)
+    cp = fold(c.events)
+    assert (cp.child_of_run_id, cp.child_of_step) == ("P", 3)
+    assert started.payload["parent_run_id"] == "P" and started.payload["parent_step"] == 3
+    plain = Chain().start()
+    assert "parent_run_id" not in plain.payload and "parent_step" not in plain.payload  # bytes as before children
+    assert fold([plain]).child_of_run_id is None

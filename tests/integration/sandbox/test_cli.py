@@ -45,9 +45,23 @@ def test_rerun_replay_local_and_diff(
     assert main(["diff", "cli-parent", branch, "--nats", nats_url]) == 0
     out = capsys.readouterr().out
     assert "first difference at step 2" in out and "version model" in out
+    lines = out.splitlines()
+    at = lines.index("decision at the fork:")  # first, before the steps
+    assert '"refund": true' in lines[at + 1] and '"refund": false' in lines[at + 2]
+    assert at < lines.index(next(x for x in lines if x.startswith("first difference")))
+    assert "aligned by kind and name: 0 equal, 2 changed, 0 inserted, 1 removed" in out
     assert main(["diff", "cli-parent", branch, "--nats", nats_url, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["first_difference"] == 2 and data["outcome"]["branch"] == "completed"
+    # The strict branch's email reuses the parent's key with another body: shown with both digests.
+    (changed,) = data["args_differ"]
+    assert changed["key"] == "email:T-1001" and changed["step"] == 3 and changed["parent_step"] == 4
+    assert len(changed["args_digest"]) == len(changed["committed_args_digest"]) == 64
+    assert changed["args_digest"] != changed["committed_args_digest"]
+    assert (f"step 3 send_email key email:T-1001: args {changed['args_digest']}, "
+            f"committed with {changed['committed_args_digest']}") in out  # fmt: skip
+    assert [s["op"] for s in data["steps"]] == ["changed", "removed", "changed"]
+    assert data["steps"][-1]["branch"]["status"] == "simulated"
     assert len(payments.calls()) == 1
 
     code = main(["rerun", "cli-parent", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",

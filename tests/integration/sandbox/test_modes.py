@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
-from runledger.examples.refund_agent.agent import TICKETS, spec
+from runledger.examples.refund_agent.agent import ORDERS, TICKETS, spec
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
 from runledger.protect.runs import load_run
+from runledger.record.canonical import digest
 from runledger.record.fold import fold
-from runledger.sandbox.diff import diff
+from runledger.sandbox.diff import diff, render
 from runledger.sandbox.errors import RerunRequestError
 from runledger.sandbox.rerun import Rerunner, RerunRequest
 from runledger.sdk.lifecycle import start_run
@@ -93,7 +95,58 @@ async def test_counterfactual_model_makes_a_different_decision_at_the_fork(
     assert at_fork.step == 2 and not at_fork.same
     assert '"refund": true' in at_fork.parent["output"]["content"]
     assert '"refund": false' in at_fork.branch["output"]["content"]
+    assert d.fork_decision is not None and not d.fork_decision.same
+    assert (d.fork_decision.parent_step, d.fork_decision.branch_step) == (2, 2)
+    # The strict branch drops the refund; the steps after it stay aligned by kind and name.
+    assert [(s.op, s.parent_step, s.branch_step) for s in d.steps] == [
+        ("changed", 2, 2), ("removed", 3, None), ("changed", 4, 3),
+    ]  # fmt: skip
+    # Its email reuses the parent's key with another body: simulated and marked, never "committed".
+    cp = await branch_checkpoint(client, result.run_id)
+    assert cp.steps[3].status == "simulated" and "email:T-1001" not in cp.committed_keys
+    (e,) = d.args_differ
+    assert e.key == "email:T-1001" and e.args_digest != e.committed_args_digest
     assert len(payments.calls()) == 1
+
+
+async def test_live_branch_never_serves_a_key_committed_with_other_arguments(
+    client: LedgerClient, rerunner: Rerunner, payments: PaymentsService, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    parent = await start_run(client, spec(), T1001, run_id="p-args")
+    assert parent.status == "completed"
+    sent = tmp_path / "outbox" / "sent.jsonl"
+    assert len(payments.calls()) == 1 and len(sent.read_text().splitlines()) == 1
+    # The order looks different now (read tools run live): the same refund, another email body.
+    monkeypatch.setitem(ORDERS, "order-8891", {**ORDERS["order-8891"], "item": "juicer"})
+    result = await rerunner.rerun(RerunRequest(parent_run_id="p-args", agent=AGENT, mode="live", fork_step=0))
+    assert result.status == "completed", result.error
+    assert len(payments.calls()) == 1  # no real effect: the refund's key was committed with these arguments
+    assert len(sent.read_text().splitlines()) == 1  # and the email was not sent again
+
+    p_cp, b_cp = await branch_checkpoint(client, "p-args"), await branch_checkpoint(client, result.run_id)
+    assert b_cp.steps[3].status == "committed" and b_cp.steps[3].key == "refund:order-8891"  # same args: served
+    email = b_cp.steps[4]
+    assert email.kind == "effect" and email.key == "email:T-1001" and email.status == "simulated"
+    assert "email:T-1001" not in b_cp.committed_keys and b_cp.simulated_keys == ["email:T-1001"]
+    events = [r.event for r in (await load_run(client, result.run_id)).records]
+    assert not any(e.type == "effect.committed" and e.payload["key"] == "email:T-1001" for e in events)
+    (simulated,) = [e for e in events if e.type == "effect.simulated"]
+    marker = simulated.payload["result"]
+    body = {"ticket": "T-1001", "to": "ana@example.com", "body": "We have refunded 49.90 for your juicer."}
+    assert marker == {"simulated": True, "effect": "send_email", "key": "email:T-1001", "reason": "args_differ",
+                      "args_digest": digest(body), "committed_args_digest": p_cp.steps[4].args_digest}  # fmt: skip
+    assert marker["args_digest"] != marker["committed_args_digest"]
+
+    d = await diff(client, "p-args", result.run_id)
+    (e,) = d.args_differ
+    assert (e.step, e.name, e.key, e.parent_step) == (4, "send_email", "email:T-1001", 4)
+    assert (e.args_digest, e.committed_args_digest) == (marker["args_digest"], marker["committed_args_digest"])
+    assert d.fork_decision is not None and d.fork_decision.same  # the classification at the fork
+    assert d.first_difference == 1  # the order the live lookup returned
+    assert [s.op for s in d.steps] == ["equal", "changed", "changed", "equal", "changed"]
+    text = render(d)
+    assert f"step 4 send_email key email:T-1001: args {e.args_digest}, committed with {e.committed_args_digest}" in text
 
 
 async def test_counterfactual_must_change_exactly_one_element(client: LedgerClient, rerunner: Rerunner,

@@ -92,3 +92,28 @@ def test_integers_no_bigint_holds_become_null() -> None:
 def test_an_empty_buffer_is_an_empty_table_of_the_right_shape() -> None:
     table = TableBuffer("events").to_arrow()
     assert table.num_rows == 0 and "payload" in table.column_names
+
+
+def test_child_runs_carry_their_parent_and_child_steps_their_run() -> None:
+    from runledger.record.events import ChildCompleted, ChildStarted, RunStarted
+    from tests.unit.projections.chains import VERSION
+
+    stream = Stream()
+    parent = run_chain(stream, "p1")
+    parent.add(RunStarted(agent="support", version=VERSION))
+    parent.add(ChildStarted(step=0, run_id="p1-c0", agent="kid", args_digest="d"))
+    parent.add(ChildCompleted(step=0, run_id="p1-c0", output={"n": 1}))
+    child = run_chain(stream, "p1-c0", agent="kid")
+    child.add(RunStarted(agent="kid", version=VERSION, parent_run_id="p1", parent_step=0))
+    runs, steps = TableBuffer("runs"), TableBuffer("steps")
+    for chain, run_id in ((parent, "p1"), (child, "p1-c0")):
+        cp = fold(chain.events)
+        add_run(runs, run_id, RunFold(chain.subject, cp, 1))
+        add_steps(steps, run_id, cp, sorted(cp.steps))
+    rows = runs.to_arrow().to_pylist()
+    assert [(r["run_id"], r["child_of_run_id"], r["child_of_step"], r["parent_run_id"]) for r in rows] == [
+        ("p1", None, None, None), ("p1-c0", "p1", 0, None),
+    ]  # fmt: skip
+    (step,) = steps.to_arrow().to_pylist()
+    assert (step["kind"], step["name"], step["status"], step["child_run_id"]) == ("child", "kid", "completed", "p1-c0")
+    assert json.loads(step["output"]) == {"n": 1}

@@ -378,10 +378,10 @@ def run_suite(opts: SuiteOptions) -> Section:
         f"API key), {n} times per data policy. (2) Redacting a {mb} MB text document. (3) Runs of "
         f"{steps_out['steps_per_run']} tool steps (the same ~1 KB step) on an embedded nats-server that fsyncs "
         f"before every ack, one run per policy in each of {rounds} rounds (the policies take turns), timed per "
-        "recorded step (a run's time divided by its steps, run start and end included). (4) 1 MiB of each "
-        "adversarial input (`bench/protect.py`, ADVERSARIAL: near misses built for each detector), redacted by that "
-        "detector alone and by the default redactor, best of runs, against `str.replace` over the same MiB; and "
-        "1 MiB of dense input, every candidate a distinct real secret."
+        "recorded step (a run's time divided by its steps, run start and end included). (4) "
+        f"{adversarial_size // 1024} KiB of each adversarial input (`bench/protect.py`, ADVERSARIAL: near misses built "
+        "for each detector), redacted by that detector alone and by the default redactor, CPU time, best of runs, "
+        "against `str.replace` over the same text; and as much dense input, every candidate a distinct real secret."
     )
     base_label = next(iter(POLICIES))
     per_step = steps_out["ms_per_step"]

@@ -394,13 +394,15 @@ DETECTORS: tuple[Detector, ...] = (
     _d(
         "stripe_key",
         r"[srp]k_(?:live|test)_(?<!\w.{8})[0-9A-Za-z]{16,}+",
+        hint=("_live_", "_test_"),
         gate=r"_(?:live|test)_",
         reach=64,
     ),
     _d(
         "aws_access_key_id",
         r"A(?<!\wA)(?:KIA|SIA|BIA|CCA|ROA|IDA)[0-9A-Z]{16}\b",
-        gate=r"A(?:KIA|SIA|BIA|CCA|ROA|IDA)",  # one regex scan, not six finds
+        hint=("akia", "asia", "abia", "acca", "aroa", "aida"),
+        gate=r"A(?:KIA|SIA|BIA|CCA|ROA|IDA)",  # in a long text one regex scan, not six finds
         reach=64,
     ),
     # Anchored at "secret"/"private" (rarer than "aws", which an input can repeat); the "aws" at
@@ -417,6 +419,7 @@ DETECTORS: tuple[Detector, ...] = (
     _d(
         "github_token",
         r"g(?<!\wg)(?:h[pousr]_[A-Za-z0-9]{36,}+|ithub_pat_[A-Za-z0-9_]{22,}+)",
+        hint=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
         gate=r"g(?:h[pousr]_|ithub_pat_)",
         reach=64,
     ),
@@ -501,6 +504,7 @@ NON_SENSITIVE_KEYS: frozenset[str] = frozenset(
 _B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
 _B64_MAP = bytes(ord("a") if c in _B64_ALPHABET else c if c in b"=\r\n" else ord(" ") for c in range(256))
 _B64_RUN = re.compile(b"a" * 16 + rb"a*+={0,2}+")
+_B64_SHORT = re.compile(r"[A-Za-z0-9+/_-]{16,}")  # the same, for a short text (no copy of it made)
 # The text as bytes with only base64 characters and line ends kept (blanks elsewhere).
 _B64_KEEP = bytes(c if c in _B64_ALPHABET or c in b"\r\n" else ord(" ") for c in range(256))
 # "-", "_", "/" and "+" are base64 data, or a separator in front of base64 (``key-<base64>``,
@@ -884,7 +888,7 @@ class _Protected:
         return i >= 0 and spans[i][1] > s
 
 
-_MISSING = object()
+_MISSING = "\x00"  # not a kind: a key not looked at yet
 
 
 class Redactor:
@@ -907,6 +911,11 @@ class Redactor:
         self._key_kinds: dict[str, str | None] = {}  # dict key -> "field:<key>" when it names a credential
         self._unwrap = tuple(self.policy.unwrap)
         self._any_hint = _alternation(h for det in self._detectors for h in det.hints)
+        # What a short text without any hint still goes through: the detectors without hints. With
+        # hints, the ones present are found once (``in``) and each detector's are a set to compare.
+        self._unhinted = tuple(det for det in self._detectors if not det.hints)
+        self._hint_list = tuple(sorted({h for det in self._detectors for h in det.hints}))
+        self._hint_sets = {id(det): frozenset(det.hints) for det in self._detectors}
         self._lock = threading.Lock()
         # Registered secrets (replaced, never mutated: a scan reads one consistent pair).
         self._known: dict[str, str] = {}  # secret value -> kind
@@ -940,12 +949,13 @@ class Redactor:
                 self._tokens[key] = tok
         return tok
 
-    def _count(self, kinds: Iterable[str], scanned: int = 0) -> None:
+    def _count(self, kinds: list[str], scanned: int = 0) -> None:
         with self._lock:
             self.stats.strings_scanned += scanned
-            replaced = self.stats.replaced
-            for kind in kinds:
-                replaced[kind] = replaced.get(kind, 0) + 1
+            if kinds:
+                replaced = self.stats.replaced
+                for kind in kinds:
+                    replaced[kind] = replaced.get(kind, 0) + 1
 
     def token(self, kind: str, value: str) -> str:
         """The stable token of ``value`` in this run."""
@@ -970,14 +980,14 @@ class Redactor:
     def _sensitive(self, key: str) -> str | None:
         """The token kind of a credential-named dict key (``field:apikey``), None for other keys."""
         kind = self._key_kinds.get(key, _MISSING)
-        if kind is _MISSING:
+        if kind == _MISSING:
             form = _key_form(key)
             sensitive = self._key_re.match(form) is not None and self._not_key_re.match(form) is None
             kind = "field:" + _KIND_JUNK.sub("_", _normalize_key(key)) if sensitive else None
             if len(self._key_kinds) >= 4096:
                 self._key_kinds.clear()
             self._key_kinds[key] = kind
-        return kind  # type: ignore[return-value]
+        return kind
 
     def redact(self, value: Any, path: tuple[str, ...] = ()) -> Any:
         """A copy of JSON-native ``value`` with secrets and configured fields tokenized."""
@@ -989,9 +999,12 @@ class Redactor:
             return self.redact_text(value)
         if isinstance(value, dict):
             out: dict[str, Any] = {}
+            key_kinds = self._key_kinds
             for k, v in value.items():
                 key = str(k)
-                kind = self._sensitive(key)
+                kind = key_kinds.get(key, _MISSING)
+                if kind == _MISSING:
+                    kind = self._sensitive(key)
                 if kind is not None and v is not None and v != "" and not isinstance(v, bool):
                     out[key] = self._whole(kind, v)
                 else:
@@ -1009,9 +1022,12 @@ class Redactor:
             return self.redact_text(value)
         if isinstance(value, dict):
             out: dict[str, Any] = {}
+            key_kinds = self._key_kinds
             for k, v in value.items():
                 key = str(k)
-                kind = self._sensitive(key)
+                kind = key_kinds.get(key, _MISSING)
+                if kind == _MISSING:
+                    kind = self._sensitive(key)
                 if kind is not None and v is not None and v != "" and not isinstance(v, bool):
                     out[key] = self._whole(kind, v)
                 else:
@@ -1046,6 +1062,10 @@ class Redactor:
         strings come back step after step. A hit returns exactly what a scan would (the
         detectors are fixed, tokens are a pure function of the run's key and the value) and
         counts the same stats; registering a secret empties the cache."""
+        if len(text) < 8 and not self._known_order:  # too short for any detector to find anything
+            with self._lock:
+                self.stats.strings_scanned += 1
+            return text
         if len(text) < CACHE_MIN_CHARS or len(text) > CACHE_MAX_TEXT:
             mint = _Mint()
             out = self._scan_with(text, 0, mint)
@@ -1055,9 +1075,11 @@ class Redactor:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
-        if hit is not None:
-            self._count(hit[1], 1)
-            return hit[0]
+                self.stats.strings_scanned += 1
+                replaced = self.stats.replaced
+                for kind in hit[1]:
+                    replaced[kind] = replaced.get(kind, 0) + 1
+                return hit[0]
         known = self._known
         mint = _Mint()
         out = self._scan_with(text, 0, mint)
@@ -1089,21 +1111,38 @@ class Redactor:
         if len(text) < 8:
             return text
         hints: _Hints | None = None
-        hinted = True  # whether some detector's hint may be in the text
-        protected = _Protected(text)
-        for det in self._detectors:
-            if det.hints or det.lower:
-                if hints is None:
-                    hints = _Hints(_lower(text))
-                    hinted = len(text) > GATE_MAX_CHARS or self._any_hint.search(hints.low) is not None
-                if det.hints and (not hinted or all(hints.find(h, 0) < 0 for h in det.hints)):
-                    continue
-            if det.gate is not None and len(text) <= GATE_MAX_CHARS and det.gate.search(text) is None:
+        protected: _Protected | None = None
+        short = len(text) <= GATE_MAX_CHARS
+        detectors = self._detectors
+        present: frozenset[str] = frozenset()
+        if short:  # one scan for every hint at once decides for all the hinted detectors
+            low = _lower(text)
+            if self._any_hint.search(low) is None:
+                detectors = self._unhinted
+            else:  # a few C ``in`` checks (the per-hint bookkeeping is for long texts)
+                present = frozenset([h for h in self._hint_list if h in low])
+                hints = _Hints(low)
+        hint_sets = self._hint_sets
+        for det in detectors:
+            if det.hints:
+                if short:
+                    if hint_sets[id(det)].isdisjoint(present):
+                        continue
+                elif det.gate is None:  # (a long text is searched for a detector's gate, if it has one)
+                    if hints is None:
+                        hints = _Hints(_lower(text))
+                    if all(hints.find(h, 0) < 0 for h in det.hints):
+                        continue
+            elif det.lower and hints is None:
+                hints = _Hints(_lower(text))
+            if det.gate is not None and short and not det.hints and det.gate.search(text) is None:
                 continue
+            if protected is None:
+                protected = _Protected(text)
             spans = self._find(det, text, hints, protected)
             if spans:
                 text = self._apply(det.kind, text, spans, protected if det.extent is not None else None, mint)
-                hints, protected = None, _Protected(text)
+                hints, protected = None, None
         return self._open_wrappers(text, depth, mint)
 
     def _find(self, det: Detector, text: str, hints: _Hints | None, protected: _Protected) -> list[tuple[int, int]]:
@@ -1115,7 +1154,10 @@ class Redactor:
         one, except an extent's (a credential's value holding a token: see ``_apply``)."""
         subject = hints.low if det.lower and hints is not None else text
         pattern, reach, cut, extent, valid = det.pattern, max(1, det.reach), det.cut, det.extent, det.valid
-        own = det.hints if hints is not None else ()
+        if len(text) <= WINDOW_CHARS and pattern.search(subject) is None:
+            return []  # one window and no match: no more to do
+        # Skipping to hints (or gate matches) is for texts of more than one window; a gate wins.
+        own = det.hints if hints is not None and len(text) > WINDOW_CHARS and det.gate is None else ()
         group = det.group
         guarded: bool | None = None  # whether the text holds tokens or references (asked at the first match)
         n = len(text)
@@ -1334,6 +1376,10 @@ class Redactor:
         encoded = text.encode("latin-1", "replace")
         if _B64_RUN.search(encoded.translate(_B64_MAP)) is None:
             return False
+        if len(text) <= GATE_MAX_CHARS:  # a few runs: find them in place, and let one-case ones go
+            short_runs = _B64_SHORT.findall(text)
+            if all(r.islower() or r.isupper() or r.isdigit() for r in short_runs):
+                return False
         raw = encoded.translate(_B64_KEEP)
         if b"\n" in raw:  # the lines of a block are one run
             raw = _B64_BLOCK_LINE.sub(b"", raw)
@@ -1341,6 +1387,14 @@ class Redactor:
         sizes = list(map(len, parts))
         long_enough = list(map(operator.le, itertools.repeat(16), sizes))
         runs, sizes = list(itertools.compress(parts, long_enough)), list(itertools.compress(sizes, long_enough))
+        # Hex digests and ids are one case (or digits): base64 of text is never (as in _open_base64).
+        one_case = map(
+            operator.or_,
+            map(operator.or_, map(bytes.islower, runs), map(bytes.isupper, runs)),
+            map(bytes.isdigit, runs),
+        )
+        mixed = list(map(operator.not_, one_case))
+        runs, sizes = list(itertools.compress(runs, mixed)), list(itertools.compress(sizes, mixed))
         if not runs:
             return False
         if max(sizes) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
@@ -1403,19 +1457,25 @@ def contains_token(text: str) -> bool:
 
 
 def text_size(value: Any, limit: int = OFFLOAD_MIN_CHARS) -> int:
-    """How many characters of text ``value`` holds (strings and dict keys), counting stopped at ``limit``."""
+    """How many characters of text ``value`` (JSON-native) holds in its strings, counting stopped at ``limit``."""
+    if isinstance(value, str):
+        return len(value)
+    if not isinstance(value, dict | list):
+        return 0  # a number, a boolean, None
     total = 0
-    stack = [value]
-    while stack and total < limit:
-        v = stack.pop()
-        if isinstance(v, str):
-            total += len(v)
-        elif isinstance(v, dict):
-            for k, item in v.items():
-                total += len(k) if isinstance(k, str) else 0
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        for item in node.values() if type(node) is dict else node:
+            kind = type(item)
+            if kind is str:
+                total += len(item)
+                if total >= limit:
+                    return total
+            elif kind is dict or kind is list or isinstance(item, dict | list):
                 stack.append(item)
-        elif isinstance(v, list):
-            stack.extend(v)
+            elif isinstance(item, str):
+                total += len(item)
     return total
 
 

@@ -556,8 +556,9 @@ def test_one_redactor_shared_by_threads_returns_and_counts_as_one() -> None:
     assert sum(shared.stats.replaced.values()) == 4 * 5 * sum(single.stats.replaced.values())
 
 
-def test_text_size_counts_strings_and_keys_up_to_a_limit() -> None:
-    assert text_size({"ab": ["x" * 10, {"c": "y" * 5}], "n": 3}) == 2 + 10 + 1 + 5 + 1
+def test_text_size_counts_the_strings_up_to_a_limit() -> None:
+    assert text_size({"ab": ["x" * 10, {"c": "y" * 5}], "n": 3, "z": None}) == 10 + 5
+    assert text_size(3) == text_size(None) == text_size(2.5) == 0 and text_size("abc") == 3
     assert text_size(["x" * 100] * 100, limit=250) < 400
 
 

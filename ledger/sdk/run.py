@@ -624,20 +624,24 @@ class RecordedRun:
         self._after_step(step)
         return as_recorded(result)
 
-    async def _try_append_key(self, state: KeyState, body: Payload) -> KeyState | None:
-        """Append to the key right after ``state`` (fenced on it); None when another writer got there first."""
+    async def _write_key(self, state: KeyState, body: Payload) -> KeyState:
+        """Append to the key right after ``state``, fenced on it (FencedError when another writer was first)."""
         from runledger.sdk.effects import append_to_key
 
+        return await append_to_key(
+            self._client,
+            state,
+            body,
+            run_id=self.run_id,
+            agent=self.agent,
+            policy=self._policy,
+            transform=self._writer.transform,
+        )
+
+    async def _try_append_key(self, state: KeyState, body: Payload) -> KeyState | None:
+        """Append to the key right after ``state`` (fenced on it); None when another writer got there first."""
         try:
-            return await append_to_key(
-                self._client,
-                state,
-                body,
-                run_id=self.run_id,
-                agent=self.agent,
-                policy=self._policy,
-                transform=self._writer.transform,
-            )
+            return await self._write_key(state, body)
         except FencedError:
             return None
 
@@ -648,18 +652,8 @@ class RecordedRun:
         over after the lease) means this process lost the claim while it acted (it was paused, or
         slower than its lease): it stops with FencedError and records nothing more. Whatever it
         did in the world carried the same idempotency key as the attempt that took over."""
-        from runledger.sdk.effects import append_to_key
-
         try:
-            return await append_to_key(
-                self._client,
-                state,
-                body,
-                run_id=self.run_id,
-                agent=self.agent,
-                policy=self._policy,
-                transform=self._writer.transform,
-            )
+            return await self._write_key(state, body)
         except FencedError:
             logger.warning(
                 "effect %r: attempt %d (fencing token %d) of run %s step %s lost its claim before recording "

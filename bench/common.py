@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import math
+import os
 import statistics
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -14,6 +16,9 @@ from runledger.log.server import EmbeddedServer, ServerState
 
 @contextlib.contextmanager
 def server(sync_always: bool = True) -> Iterator[ServerState]:
+    # Run keys are wrapped under a master key kept outside NATS: a bench's ledger lives as long as
+    # the bench, so an ephemeral one serves (inherited by the processes the bench starts).
+    os.environ.setdefault("RUNLEDGER_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
     with tempfile.TemporaryDirectory(prefix="runledger-bench-") as tmp:
         srv = EmbeddedServer(home=Path(tmp) / "home")
         state = srv.start(data_dir=Path(tmp) / "data", sync_always=sync_always)

@@ -154,7 +154,7 @@ def synthetic_run(i: int, agents: int = 5) -> list[Message]:
              "effect_class": "irreversible"}  # fmt: skip
     result = {"refund_id": f"rf-{i}", "amount": found["amount"]}
     out.append(run.add("effect.intended", claim))
-    ledger_key = ChainBuilder(effect_subject(key), run_id, agent, lambda s: effect_msg_id(key, s))
+    ledger_key = ChainBuilder(effect_subject(agent, key), run_id, agent, lambda s: effect_msg_id(agent, key, s))
     out.append(ledger_key.add("effect.intended", claim))
     commit = {"step": step, "key": key, "result": result, "duration_ms": 25.0, "via": "act"}
     out.append(ledger_key.add("effect.committed", commit))
@@ -206,10 +206,13 @@ async def publish_raw(client: LedgerClient, messages: Iterator[Message], *, chun
     while batch:
         for subject, data, msg_id in batch:
             await client.nc.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
-        await client.nc.flush()
+        # A server that fsyncs every message behind a busy machine answers the flush's PING late.
+        await client.nc.flush(timeout=60)
         stored += len(batch)
-        deadline = time.monotonic() + 20
-        while (await client.js.stream_info(LEDGER_STREAM)).state.messages < stored:
+        deadline, seen = time.monotonic() + 20, -1
+        while (now := int((await client.js.stream_info(LEDGER_STREAM)).state.messages)) < stored:
+            if now > seen:  # still storing (one fsync a message, on a busy machine): not lost, wait on
+                deadline, seen = time.monotonic() + 20, now
             if time.monotonic() > deadline:
                 for subject, data, msg_id in batch:
                     await client.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id}, timeout=10)

@@ -12,8 +12,9 @@
    and URL-encoded wrappers), 1 MiB of each input built to make it work hardest (prefixes
    that almost match, repeated: ``-eyJ`` for the JWT detector, ``AKIA`` for AWS key ids, digit
    groups for cards, ``password =`` with nothing after it...), redacted by that detector alone
-   and by the whole default redactor, against a baseline over the same MiB in the same run
-   (``str.replace`` of a character it does not hold: one pass over the memory). And, apart,
+   and by the whole default redactor, medians of interleaved runs, against baselines over the same
+   MiB in the same runs (``str.replace`` of a character it does not hold: one pass over the memory;
+   a regex that visits every character and matches none: the engine's cost a character). And, apart,
    "dense" input where every candidate is a real, distinct secret: its cost is one token each.
 """
 
@@ -24,6 +25,7 @@ import asyncio
 import base64
 import os
 import random
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -140,6 +142,18 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+_PRINTABLE = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;-"
+_SECRET_RUN = _b64(b"password: hunter2") + " "  # one secret: the exact path, every run's offsets
+
+
+def _text_run(rng: random.Random) -> str:
+    return _b64(bytes(rng.choices(_PRINTABLE, k=12))) + " "
+
+
+def _after_secret(build: Callable[[int], str]) -> Callable[[int], str]:
+    return lambda size: _SECRET_RUN + build(size - len(_SECRET_RUN))
+
+
 def _luhn_digit(body: str) -> str:
     return str(next(d for d in range(10) if redaction.luhn_ok(body + str(d))))
 
@@ -217,6 +231,9 @@ ADVERSARIAL: dict[str, list[tuple[str, Callable[[int], str]]]] = {
         ("mixed-case runs of 16", _random(lambda r: "".join(r.choice("aAbB0+") for _ in range(16)) + " ")),
         ("base64 of `AKIA` + 15 chars", _fill(_b64(b"AKIA" + b"A" * 15) + " ")),
         ("76-column lines", _fill(_b64(b"x" * 57) + "\n")),
+        # As many distinct runs as fit, each decoding to text every detector then scans (the probe's worst).
+        ("distinct runs of 16, text inside, one a secret", _after_secret(_random(_text_run))),
+        ("distinct runs of 16, digits inside", _random(lambda r: _b64(bytes(r.choices(b"0123456789", k=12))) + " ")),
     ],
     "urlencoded": [
         ("`%3D%3D%3D `", _fill("%3D%3D%3D ")),
@@ -269,47 +286,55 @@ def _redactor_for(kind: str, everything: bool, wrapper: bool = True) -> Redactor
     return redactor
 
 
-# CPU time of this thread (``time.thread_time``), best of runs: on a shared machine the wall clock
-# mostly measures the other processes; this is what the redaction itself costs.
-def _best_ms(kind: str, text: str, everything: bool, reps: int, wrapper: bool = True) -> float:
-    best = float("inf")
+# CPU time of this thread (``time.thread_time``): on a shared machine the wall clock mostly measures
+# the other processes. Still, a busy machine slows the CPU work too (caches, a shared core), so each
+# input is timed ``reps`` times, interleaved with two baselines over the same MiB: ``str.replace`` of
+# a character it does not hold (one pass over the memory) and a regex that visits every character and
+# matches none (what the detectors' engine costs a character). The median is the figure; the ratio to
+# the regex pass, taken run by run, is what a noisy run changes least.
+_RE_PASS = re.compile(r"[\x01\x02]")
+
+
+def _cpu_ms(fn: Callable[[], object]) -> float:
+    t = time.thread_time()
+    fn()
+    return (time.thread_time() - t) * 1000
+
+
+def _scan_ms(kind: str, text: str, everything: bool, wrapper: bool = True) -> float:
+    redaction._card_ok.cache_clear()
+    redactor = _redactor_for(kind, everything, wrapper)  # fresh: no warm token cache
+    return _cpu_ms(lambda: redactor._scan(text))
+
+
+def _measure(kind: str, text: str, reps: int) -> dict[str, Any]:
+    alone, everything, replace, regex = [], [], [], []
     for _ in range(reps):
-        redaction._card_ok.cache_clear()
-        redactor = _redactor_for(kind, everything, wrapper)
-        t = time.thread_time()
-        redactor._scan(text)
-        best = min(best, (time.thread_time() - t) * 1000)
-    return best
+        ms = _scan_ms(kind, text, False)
+        if kind in WRAPPER_KINDS:  # the wrapper's own cost: less the detectors' scan of the text itself
+            ms = max(0.0, ms - _scan_ms(kind, text, False, wrapper=False))
+        alone.append(ms)
+        everything.append(_scan_ms(kind, text, True))
+        replace.append(_cpu_ms(lambda: text.replace("\x01", "")))
+        regex.append(_cpu_ms(lambda: _RE_PASS.search(text)))
+    return {
+        "detector_ms": statistics.median(alone),
+        "detector_best_ms": min(alone),
+        "all_ms": statistics.median(everything),
+        "baseline_ms": statistics.median(replace),
+        "regex_ms": statistics.median(regex),
+        "detector_per_regex": statistics.median([a / max(r, 1e-6) for a, r in zip(alone, regex, strict=True)]),
+    }
 
 
-def _baseline_ms(text: str, reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t = time.thread_time()
-        text.replace("\x01", "")
-        best = min(best, (time.thread_time() - t) * 1000)
-    return best
-
-
-def adversarial_costs(size: int = MIB, reps: int = 3) -> dict[str, list[dict[str, Any]]]:
-    """ms to redact ``size`` characters of each adversarial input: the detector alone, the default
-    redactor, and the baseline (best of ``reps``, each from a fresh redactor: no warm token cache)."""
+def adversarial_costs(size: int = MIB, reps: int = 5) -> dict[str, list[dict[str, Any]]]:
+    """ms of CPU to redact ``size`` characters of each adversarial input: the detector alone, the
+    default redactor, and the baselines (medians of ``reps`` interleaved runs, each from a fresh
+    redactor)."""
     rows = []
     for kind, inputs in ADVERSARIAL.items():
         for name, build in inputs:
-            text = build(size)
-            alone = _best_ms(kind, text, False, reps)
-            if kind in WRAPPER_KINDS:  # the wrapper's own cost: less the detectors' scan of the text itself
-                alone = max(0.0, alone - _best_ms(kind, text, False, reps, wrapper=False))
-            rows.append(
-                {
-                    "detector": kind,
-                    "input": name,
-                    "detector_ms": alone,
-                    "all_ms": _best_ms(kind, text, True, reps),
-                    "baseline_ms": _baseline_ms(text, reps),
-                }
-            )
+            rows.append({"detector": kind, "input": name, **_measure(kind, build(size), reps)})
     dense = []
     for kind, (name, build) in DENSE.items():
         text = build(size)
@@ -327,12 +352,12 @@ def adversarial_costs(size: int = MIB, reps: int = 3) -> dict[str, list[dict[str
 def adversarial_section_parts(result: dict[str, list[dict[str, Any]]], size: int) -> tuple[list[Table], Goal, str]:
     rows = result["adversarial"]
     table = Table(
-        f"adversarial input, {size // 1024} KiB each: ms of CPU (best of runs; a wrapper alone: the default "
-        "detectors with it, less without it)",
-        ["detector", "input", "detector alone", "default redactor", "baseline", "detector / baseline"],
+        f"adversarial input, {size // 1024} KiB each: ms of CPU, median of runs (a wrapper alone: the default "
+        "detectors with it, less without it), against one regex pass over the same text",
+        ["detector", "input", "detector alone", "best", "default redactor", "regex pass", "detector / regex pass"],
         [
-            [r["detector"], r["input"], num(r["detector_ms"]), num(r["all_ms"]), num(r["baseline_ms"]),
-             f"{r['detector_ms'] / max(r['baseline_ms'], 1e-6):.0f}x"]
+            [r["detector"], r["input"], num(r["detector_ms"]), num(r["detector_best_ms"]), num(r["all_ms"]),
+             num(r["regex_ms"]), f"{r['detector_per_regex']:.1f}x"]
             for r in rows
         ],
     )  # fmt: skip
@@ -349,12 +374,13 @@ def adversarial_section_parts(result: dict[str, list[dict[str, Any]]], size: int
     goal = Goal(
         f"every redaction detector: 1 MiB of adversarial input in under {ADVERSARIAL_GOAL_MS:.0f} ms",
         per_mib < ADVERSARIAL_GOAL_MS,
-        f"worst: {worst['detector']} on {worst['input']}, {per_mib:.1f} ms per MiB",
+        f"worst: {worst['detector']} on {worst['input']}, {per_mib:.1f} ms per MiB (median; "
+        f"{worst['detector_per_regex']:.1f}x a regex pass over the same text)",
     )
     worst_all = max(rows, key=lambda r: r["all_ms"])
     note = (
-        f"Adversarial input: the slowest detector took {per_mib:.1f} ms per MiB "
-        f"({worst['detector']}, {worst['input']}); "
+        f"Adversarial input: the slowest detector took {per_mib:.1f} ms per MiB, median of runs "
+        f"({worst['detector']}, {worst['input']}; {worst['detector_per_regex']:.1f}x one regex pass over it); "
         f"the whole default redactor at most {worst_all['all_ms'] * MIB / size:.1f} ms per MiB "
         f"({worst_all['detector']}, {worst_all['input']})."
     )
@@ -380,8 +406,9 @@ def run_suite(opts: SuiteOptions) -> Section:
         f"before every ack, one run per policy in each of {rounds} rounds (the policies take turns), timed per "
         "recorded step (a run's time divided by its steps, run start and end included). (4) "
         f"{adversarial_size // 1024} KiB of each adversarial input (`bench/protect.py`, ADVERSARIAL: near misses built "
-        "for each detector), redacted by that detector alone and by the default redactor, CPU time, best of runs, "
-        "against `str.replace` over the same text; and as much dense input, every candidate a distinct real secret."
+        "for each detector), redacted by that detector alone and by the default redactor, CPU time, median of "
+        "interleaved runs, against one regex pass over the same text; and as much dense input, every candidate a "
+        "distinct real secret."
     )
     base_label = next(iter(POLICIES))
     per_step = steps_out["ms_per_step"]

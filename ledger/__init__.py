@@ -8,7 +8,8 @@ layers below it (``tests/unit/test_layers.py`` keeps it so)::
     ├── errors, extras   the error tree of the core, the optional parts and what each needs
     ├── record           the record format, pure: events, canonical JSON, ids, the fold
     ├── log              the log on NATS JetStream: client, embedded server and cluster,
-    │                    streams and buckets, fenced publishing, readers, subject names
+    │                    streams and buckets, fenced publishing, readers, subject names,
+    │                    private (0600/0700) files
     ├── protect          data protection: redaction, content capture and sealing, run keys,
     │                    blobs by reference, erasure, roles and their permissions
     ├── sdk              the agent SDK: the Run API, start and resume, agents, tools,

@@ -17,6 +17,9 @@
     │   └── StreamGapError            a stream sequence went missing between two messages
     ├── ReaderUnavailable             the fast readers cannot speak to this server (nats-py reads instead)
     ├── KeyStoreError                 a run's keys cannot be created, read or used (erased, altered, unreachable)
+    ├── MasterKeyError                the master key that wraps run keys is malformed or unusable
+    │   ├── MasterKeyMissingError     no master key is configured for this process
+    │   └── WrongMasterKeyError       a run's keys were wrapped under another master key
     ├── BlobError                     the object store cannot store a blob
     │   ├── BlobMissingError          a referenced blob is not in the object store
     │   └── BlobCorruptError          a blob does not match its hash
@@ -227,6 +230,40 @@ class ReaderUnavailable(LedgerError):
 
 class KeyStoreError(LedgerError):
     pass
+
+
+class MasterKeyError(LedgerError):
+    """The master key that wraps run keys (``runledger.protect.keystore``) cannot be used. Not a
+    KeyStoreError on purpose: readers treat a KeyStoreError as "no key" and show content sealed,
+    while a process without the right master key must be told so, not shown less."""
+
+
+class MasterKeyMissingError(MasterKeyError):
+    def __init__(self, looked: str) -> None:
+        self.looked = looked
+        super().__init__(
+            f"no master key to wrap or unwrap run keys (looked at {looked}): on the machine of the ledger run "
+            "`runledger up` (it creates <home>/master.key, mode 0600); elsewhere give this process the same key "
+            "in $RUNLEDGER_MASTER_KEY or $RUNLEDGER_MASTER_KEY_FILE, or name a KMS in $RUNLEDGER_KMS"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.looked,), self.__dict__)
+
+
+class WrongMasterKeyError(MasterKeyError):
+    def __init__(self, kid: str, wrapped_under: str, have: str) -> None:
+        self.kid = kid
+        self.wrapped_under = wrapped_under
+        self.have = have
+        super().__init__(
+            f"the keys of {kid} are wrapped under master key {wrapped_under}, but this process has {have}: "
+            "give it the master key the run was recorded with ($RUNLEDGER_MASTER_KEY, $RUNLEDGER_MASTER_KEY_FILE "
+            "or the ledger machine's <home>/master.key)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.kid, self.wrapped_under, self.have), self.__dict__)
 
 
 class BlobError(LedgerError):

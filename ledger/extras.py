@@ -16,19 +16,27 @@ from runledger.errors import MissingExtraError
 MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
     "projections": ("duckdb", "pyarrow", "pytz"),
     "sandbox": ("docker", "duckdb", "pyarrow", "pytz"),
+    "ui": ("starlette", "uvicorn", "jinja2", "docker", "duckdb", "pyarrow", "pytz"),
+    # Namespace packages: the dotted module each distribution installs.
+    "langgraph": ("langgraph", "langgraph.checkpoint", "langchain_core"),
+    "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http", "opentelemetry.proto"),
 }
 
 # The sub-commands of a package that cannot even be imported without its extra, so that calling
 # one names the extra (tests/unit/test_extras.py checks this against what the packages register).
 COMMANDS_OF_EXTRA: dict[str, tuple[str, ...]] = {
     "projections": ("export", "project", "quarantine", "sql"),
+    "ui": ("ui",),
 }
 
 
 @functools.cache
 def _missing(extra: str) -> str | None:
     for module in MODULES_OF_EXTRA[extra]:
-        if importlib.util.find_spec(module) is None:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except ModuleNotFoundError:  # a dotted name whose parent package is not installed either
             return module
     return None
 

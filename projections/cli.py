@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import signal
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from runledger.cli.connect import with_client
+from runledger.errors import ConfigurationError
 from runledger.log.client import LedgerClient
 from runledger.projections.errors import StreamReadError
 from runledger.projections.progress import ProgressLine
@@ -99,6 +101,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if not args.parquet:
+        raise ConfigurationError("`runledger export` needs --parquet DIR, or a mode: `runledger export otlp -h`")
     with _open_for_reading(args) as store:
         counts = export_parquet(store.con, Path(args.parquet))
     for name, rows in counts.items():
@@ -152,9 +156,17 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_sql)
 
-    p = sub.add_parser("export", parents=[common, db, reading], help="write the projection as partitioned Parquet")
-    p.add_argument("--parquet", required=True, metavar="DIR", help="directory to write <table>/... files into")
+    p = sub.add_parser(
+        "export", parents=[common, db, reading], help="write the projection as partitioned Parquet (or: export otlp)"
+    )
+    p.add_argument("--parquet", metavar="DIR", help="directory to write <table>/... files into")
     p.set_defaults(func=cmd_export)
+    # Other packages add modes (`export otlp`, runledger.integrations) through entry points: none is imported here.
+    modes = sorted(entry_points(group="runledger.export"), key=lambda ep: ep.name)
+    if modes:
+        targets = p.add_subparsers(dest="export_mode", metavar="MODE")
+        for ep in modes:
+            ep.load()(targets, [common, db, reading])
 
     p = sub.add_parser("quarantine", parents=[common, db, reading], help="list messages that are not valid events")
     p.add_argument("--limit", type=_positive)

@@ -4,12 +4,16 @@
 (``decode``'s answers, faster), quarantines what does not decode, appends every event to the
 ``events`` rows, and folds it:
 
-- events on a run subject (``ledger.run.<agent>.<run_id>``) with ``runledger.record.fold.apply`` into
+- events on a run subject (``ledger.run.<agent>.<run_id>.<writer>``) with ``runledger.record.fold.apply`` into
   that run's checkpoint, grouped by the subject's run id exactly as ``load_run`` groups
   them for resume (so the checkpoint here is the one resume builds, except that resume
   opens sealed content first and the projection never does: ``runledger.protect.capture``);
-- events on an idempotency-key subject (``ledger.effect.<digest>``) with
+- events on an idempotency-key subject (``ledger.effect.<agent>.<digest>.<writer>``) with
   ``runledger.sdk.effects.apply_key`` into that key's state.
+
+A run whose checkpoint says ``erased`` has its content erased from the checkpoint before its rows
+are built, and is listed in ``BatchRows.erased`` so the commit rewrites its stored events
+(``runledger.projections.erasure``).
 
 It keeps the state of the runs and keys it has seen; the caller (which owns the DuckDB
 file) preloads the state of anything else before a batch and tells it what to forget, so
@@ -23,12 +27,13 @@ length), and folding in SQL (a second copy of the fold, which the design forbids
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from runledger.errors import EventDecodeError
-from runledger.log.subjects import EFFECT_PREFIX, parse_run_subject
+from runledger.log.subjects import EFFECT_PREFIX, parse_effect_subject, parse_run_subject
+from runledger.projections.erasure import erase_checkpoint
 from runledger.projections.errors import UnprojectableError
 from runledger.projections.rows import (
     RunFold,
@@ -54,9 +59,10 @@ ROW_ERRORS = (ValueError, TypeError, OverflowError)
 
 
 def route_key(subject: str) -> str | None:
-    """The state a message on ``subject`` folds into: ``run:<run_id>``, ``key:<subject>`` or None."""
+    """The state a message on ``subject`` folds into: ``run:<run_id>``, ``key:<key subject>`` (the
+    key's subject without its writer token: every writer's messages fold into one key) or None."""
     if subject.startswith(_EFFECT_PREFIX):
-        return "key:" + subject
+        return "key:" + (subject.rpartition(".")[0] if parse_effect_subject(subject) else subject)
     parsed = parse_run_subject(subject)
     if parsed is not None:
         return "run:" + parsed[1]
@@ -91,6 +97,7 @@ class BatchRows:
     quarantined: int = 0
     first_seq: int = 0
     last_seq: int = 0
+    erased: list[str] = field(default_factory=list)  # runs of the batch erased: their stored rows are rewritten
 
 
 def _snapshot(cp: Checkpoint) -> dict[int, tuple[object, ...]]:
@@ -167,8 +174,8 @@ class PartitionProjector:
                 continue  # not a subject of the ledger's layout: kept in events, folded nowhere
             run_id = route[4:]
             if route[0] == "k":
-                self._fold_key(rec, ev)
-                touched_keys.add(rec.subject)
+                self._fold_key(run_id, rec, ev)  # the key's subject, not a run id
+                touched_keys.add(run_id)
                 continue
             rf = runs.get(run_id)
             if rf is None:
@@ -177,9 +184,13 @@ class PartitionProjector:
                 before[run_id] = _snapshot(rf.checkpoint)
             if rf.fold_error is None:
                 self._fold_run(rf, rec, ev)
+        erased: list[str] = []
         for run_id, snapshot in before.items():
             rf = self.runs[run_id]
             cp = rf.checkpoint
+            if cp.erased is not None:
+                erase_checkpoint(cp)  # before its rows are built: they, and every later batch's, carry no content
+                erased.append(run_id)
             changed = [
                 n for n, r in cp.steps.items() if snapshot.get(n) != (id(r), r.status, r.seq, id(r.output), id(r.error))
             ]
@@ -194,6 +205,7 @@ class PartitionProjector:
             quarantined=len(quarantine),
             first_seq=records[0].stream_seq if records else 0,
             last_seq=records[-1].stream_seq if records else 0,
+            erased=erased,
         )
 
     @staticmethod
@@ -204,10 +216,10 @@ class PartitionProjector:
         except Exception as exc:  # e.g. a gap, a ts that is not RFC 3339: resume fails on it the same way
             rf.fold_error = fold_error(exc, recorded)  # as fold_until_refused reports it
 
-    def _fold_key(self, rec: RawRecord, ev: Event) -> None:
-        ks = self.keys.get(rec.subject)
+    def _fold_key(self, subject: str, rec: RawRecord, ev: Event) -> None:
+        ks = self.keys.get(subject)
         if ks is None:
-            ks = self.keys[rec.subject] = KeyState(key="")
+            ks = self.keys[subject] = KeyState(key="")
         if not ks.key:
             key = ev.payload.get("key")
             ks.key = key if isinstance(key, str) else ""

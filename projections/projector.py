@@ -344,7 +344,7 @@ class Projector:
         quarantined = sum(p.quarantined for p in parts)
         self.store.commit(
             tables, first_seq=records[0].stream_seq, last_seq=records[-1].stream_seq, events=events,
-            quarantined=quarantined,
+            quarantined=quarantined, erased=sorted({run_id for p in parts for run_id in p.erased}),
         )  # fmt: skip
         totals[0] += events
         totals[1] += quarantined

@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 
+from runledger.log.private import private_dir, private_umask, tighten
 from runledger.projections.errors import ProjectionError, QueryError
 from runledger.record.events import Event
 from runledger.record.fold import Checkpoint, fold
@@ -127,9 +128,21 @@ EXPORTS: list[tuple[str, list[str], str]] = [
 
 def export_parquet(con: Any, directory: Path) -> dict[str, int]:
     """Write every table as Parquet under ``directory/<table>/`` (Hive-partitioned by agent and
-    UTC date where it has them), replacing an earlier export. Returns rows per table."""
+    UTC date where it has them), replacing an earlier export. Returns rows per table.
+
+    Private whatever the umask: files 0600, the table directories (and ``directory`` when it is
+    created here) 0700; DuckDB writes them under ``private_umask`` (runledger.log.private)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    if not directory.exists():
+        private_dir(directory)
+    with private_umask():
+        counts = _export(con, directory)
+    for name, _, _ in EXPORTS:
+        tighten(directory / name)  # files an earlier export left with wider modes
+    return counts
+
+
+def _export(con: Any, directory: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
     for name, partitions, select in EXPORTS:
         target = directory / name
@@ -139,7 +152,7 @@ def export_parquet(con: Any, directory: Path) -> dict[str, int]:
         if partitions:
             options += f", PARTITION_BY ({', '.join(partitions)})"
         else:
-            target.mkdir(parents=True, exist_ok=True)
+            target.mkdir(mode=0o700, parents=True, exist_ok=True)
             for old in target.glob("*.parquet"):
                 old.unlink()
             target = target / "data.parquet"

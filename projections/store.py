@@ -12,6 +12,10 @@ Guarantees:
 - **One writer.** A writer holds an exclusive ``flock`` on ``<file>.lock`` for its whole
   life (DuckDB's own lock covers other DuckDB clients), so ``--rebuild`` can swap the file
   without another projector writing to the old one.
+- **Private.** A writer creates the file, its WAL and its lock mode 0600 and missing
+  directories 0700, whatever the umask: DuckDB creates its files itself, so a writer holds
+  ``runledger.log.private.private_umask`` while it is open, and sets an existing file (an
+  older version's) to 0600 when it opens it.
 
 The file is plain DuckDB: tables, views and built-in functions only.
 """
@@ -23,6 +27,7 @@ import fcntl
 import hashlib
 import inspect
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -30,7 +35,16 @@ from typing import IO, Any
 import duckdb
 import pyarrow as pa
 
+from runledger.log.private import (
+    FILE_MODE,
+    acquire_private_umask,
+    private_dir,
+    release_private_umask,
+    tighten,
+)
+from runledger.log.subjects import EFFECT_PREFIX
 from runledger.projections import crashpoints
+from runledger.projections.erasure import erased_error_json, erased_json, erased_value_json
 from runledger.projections.errors import (
     ProjectionError,
     ProjectionFileError,
@@ -87,9 +101,9 @@ DATA_ERRORS = (
 def fold_fingerprint() -> str:
     """A digest of the code that derives rows: when it changes, a rebuild may change them."""
     h = hashlib.sha256()
-    from runledger.projections import partition, rows
+    from runledger.projections import erasure, partition, rows
 
-    for module in (ledger_fold, ledger_effects, rows, partition):
+    for module in (ledger_fold, ledger_effects, rows, partition, erasure):
         h.update(inspect.getsource(module).encode())
     return h.hexdigest()[:16]
 
@@ -138,10 +152,17 @@ class ProjectionStore:
         self.writer = writer
         self._lock: IO[str] | None = None
         self._reads: Any = None
+        self._private = writer
         if writer:
-            self._lock = take_lock(self.path)
+            acquire_private_umask()  # DuckDB's file, WAL and temp files: 0600, whatever the umask
+            try:
+                self._lock = take_lock(self.path)
+            except BaseException:
+                self._release()
+                raise
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if writer and not self.path.parent.exists():
+                private_dir(self.path.parent)
             if not writer and not self.path.exists():
                 raise ProjectionFileError(str(self.path), "does not exist yet: run `runledger project` first")
             self.con = _connect(self.path, read_only=not writer)
@@ -151,6 +172,8 @@ class ProjectionStore:
                 # a file a third larger. Every COMMIT still writes and syncs the WAL first, so
                 # this changes when data is compressed, not what a crash keeps.
                 self.con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_WAL}'")
+                for made in (self.path, self.path.with_name(self.path.name + ".wal")):
+                    tighten(made)  # a file an older version made with the umask's modes
                 migrate(self.con, str(self.path))
         except BaseException:
             self._release()
@@ -172,6 +195,9 @@ class ProjectionStore:
         self._release()
 
     def _release(self) -> None:
+        if self._private:
+            self._private = False
+            release_private_umask()
         if self._lock is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._lock, fcntl.LOCK_UN)
@@ -261,9 +287,20 @@ class ProjectionStore:
     # -- the batch -----------------------------------------------------------------------------------
 
     def commit(
-        self, tables: dict[str, list[pa.Table]], *, first_seq: int, last_seq: int, events: int, quarantined: int
+        self,
+        tables: dict[str, list[pa.Table]],
+        *,
+        first_seq: int,
+        last_seq: int,
+        events: int,
+        quarantined: int,
+        erased: Sequence[str] = (),
     ) -> None:
         """Append/replace every table's rows and move the position to ``last_seq``, atomically.
+
+        ``erased``: runs the batch found erased; their stored events and effect keys are
+        rewritten without content in the same transaction (``runledger.projections.erasure``),
+        as are those of erased runs whose idempotency keys the batch touched.
 
         ``first_seq`` must follow the stored position: anything else means two projectors
         or a reader bug, and nothing is written. A value DuckDB refuses (``DATA_ERRORS``) rolls
@@ -288,6 +325,7 @@ class ProjectionStore:
                     con.execute(_WRITE_SQL[name].format(t=staged))
                 finally:
                     con.unregister(staged)
+            _rewrite_erased(con, {*erased, *_erased_key_owners(con, first_seq, last_seq)})
             con.execute(
                 "UPDATE projector_state SET last_seq = ?, events = events + ?, quarantined = quarantined + ?, "
                 "batches = batches + 1, updated_at = current_timestamp",
@@ -342,8 +380,11 @@ def take_lock(path: Path) -> IO[str]:
 
     Raises ProjectionLockedError naming the holder's pid.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(lock_path(path), "a+")  # noqa: SIM115 - held for the store's lifetime
+    if not path.parent.exists():
+        private_dir(path.parent)
+    fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    handle = os.fdopen(fd, "r+")  # held for the store's lifetime
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as exc:
@@ -372,3 +413,47 @@ def replace_file(fresh: Path, target: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _erased_key_owners(con: Any, first_seq: int, last_seq: int) -> set[str]:
+    """Erased runs whose idempotency-key events are in the batch ``first_seq..last_seq`` (an
+    operator settling a key of an erased run: the run itself is not in the batch)."""
+    rows = con.execute(
+        "SELECT DISTINCT e.run_id FROM events e JOIN checkpoints c USING (run_id) "
+        "WHERE e.stream_seq BETWEEN ? AND ? AND starts_with(e.subject, ?) "
+        "AND json_extract_string(c.checkpoint, '$.erased') IS NOT NULL",
+        [first_seq, last_seq, EFFECT_PREFIX + "."],
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _rewrite_erased(con: Any, run_ids: set[str]) -> None:
+    """Rewrite the stored events and effect keys of ``run_ids`` without content (inside the
+    batch's transaction). Their runs, steps and checkpoints rows came erased from the partition."""
+    if not run_ids:
+        return
+    ids = [sorted(run_ids)]
+    rows = con.execute(
+        "SELECT stream_seq, type, payload FROM events WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", ids
+    ).fetchall()
+    changed = [(seq, text) for seq, type_, payload in rows if (text := erased_json(type_, payload)) is not None]
+    if changed:
+        seqs, payloads = zip(*changed, strict=True)
+        staged = pa.table({"stream_seq": pa.array(seqs, pa.int64()), "payload": pa.array(payloads, pa.string())})
+        con.register("erased_events", staged)
+        try:
+            con.execute(
+                "UPDATE events SET payload = erased_events.payload FROM erased_events "
+                "WHERE events.stream_seq = erased_events.stream_seq"
+            )
+        finally:
+            con.unregister("erased_events")
+    keys = con.execute(
+        "SELECT subject, result, error FROM effect_keys WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", ids
+    ).fetchall()
+    for subject, result, error in keys:
+        new_result, new_error = erased_value_json(result), erased_error_json(error)
+        if (new_result, new_error) != (result, error):
+            con.execute(
+                "UPDATE effect_keys SET result = ?, error = ? WHERE subject = ?", [new_result, new_error, subject]
+            )

@@ -27,6 +27,24 @@ A child run (``run.child``) is never started by a re-run (its code would run on 
 it is served from the parent's record before the fork and, in redrive, after it; a live
 re-run refuses it past the fork (``served_child``).
 
+**The guest proposes, the host decides** (docs/sandbox.md, "What the broker decides"). A branch is
+driven by untrusted code in a sandbox, so the host, not the request, decides:
+
+- effect keys: computed here from the declared tool's key function over the branch's arguments
+  (``served_effect``; a guest never names one), or taken from the lineage's own record before the
+  fork; a tool-call id that would change a key must be one a model response of this run handed out;
+- whose record serves a key: only a key whose every claim comes from the run's lineage (the
+  branch, its parent and the parent's ancestors by ``run.forked``) is served or acted; a key
+  claimed by any other run is neither (``effect.simulated``, reason ``other_lineage``, no
+  content of the other run);
+- secrets: a ``secret://NAME`` resolves only when the tool declares NAME (``@tool(secrets=[...])``)
+  and the operator allows it for re-runs (``SandboxPolicy.secrets``); otherwise the call fails
+  with ``SecretNotAllowedError`` and nothing is looked up. ``scrub`` takes every resolved value
+  out of what goes back to the guest;
+- model parameters of a live call: only ``MODEL_PARAMS``, ``max_tokens`` capped at
+  ``SandboxPolicy.max_tokens``; the model called is always the branch's;
+- how much a re-run may record: ``check_limits`` (events, bytes with blob bodies, blobs).
+
 Steps served from the parent are recorded again in the branch (same outputs), so a
 branch is a complete run: foldable, resumable (a redelivered re-run resumes its branch
 with the ordinary journal) and diffable step by step against its parent. Before the
@@ -36,14 +54,23 @@ changed before the fork point), not divergence.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from runledger.errors import ChildFailedError, ConfigurationError, NondeterminismError
+from runledger.errors import ChildFailedError, ConfigurationError, NondeterminismError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.subjects import effect_subject
-from runledger.record.canonical import digest, jsonable
+from runledger.protect.blobs import is_blob_ref
+from runledger.protect.capture import content_values
+from runledger.protect.redaction import SecretResolver
+from runledger.protect.runs import load_run
+from runledger.record.canonical import canonical_json, digest, jsonable
 from runledger.record.events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -55,14 +82,18 @@ from runledger.record.events import (
     EffectIntended,
     EffectSimulated,
     ErrorInfo,
+    Event,
     ModelCalled,
+    Payload,
     RandomDrawn,
     ToolCalled,
     Usage,
 )
-from runledger.record.fold import Checkpoint, StepRecord
+from runledger.record.fold import Checkpoint, StepRecord, fold
+from runledger.sandbox.containers import SandboxPolicy
+from runledger.sandbox.errors import SandboxViolation, SecretNotAllowedError
 from runledger.sdk.agent import AgentSpec
-from runledger.sdk.effects import KeyState, apply_key
+from runledger.sdk.effects import KeyState, apply_key, read_key
 from runledger.sdk.models import ModelResponse
 from runledger.sdk.run import RecordedRun
 from runledger.sdk.tools import Tool, ToolFn
@@ -71,6 +102,48 @@ Mode = Literal["redrive", "live"]
 
 # The ``reason`` of a simulated effect whose key was committed with other arguments.
 ARGS_DIFFER = "args_differ"
+# The ``reason`` of a simulated effect whose key was claimed by a run outside the branch's lineage.
+OTHER_LINEAGE = "other_lineage"
+# How many ancestors (by run.forked) a lineage is followed up: a branch of a branch of ... a run.
+MAX_LINEAGE = 32
+
+# The model parameters a sandboxed agent may set on a live call, each with its check (the value is
+# refused unless it passes); max_tokens and max_completion_tokens are capped by the policy, not refused.
+# Never ``model`` (the model called is the branch's), ``n`` or anything else that multiplies spend or
+# points the host's credentials elsewhere (a base URL, a user, streaming).
+_NUMBER = (int, float)
+
+
+def _between(low: float, high: float) -> Any:
+    return lambda v: isinstance(v, _NUMBER) and not isinstance(v, bool) and low <= v <= high
+
+
+def _stop(v: Any) -> bool:
+    texts = [v] if isinstance(v, str) else v
+    return isinstance(texts, list) and len(texts) <= 4 and all(isinstance(t, str) and len(t) <= 256 for t in texts)
+
+
+MODEL_PARAMS: dict[str, Any] = {
+    "temperature": _between(0, 2),
+    "top_p": _between(0, 1),
+    "presence_penalty": _between(-2, 2),
+    "frequency_penalty": _between(-2, 2),
+    "seed": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "stop": _stop,
+    "max_tokens": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    "max_completion_tokens": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    "tools": lambda v: isinstance(v, list) and len(v) <= 128 and all(isinstance(t, dict) for t in v),
+    "tool_choice": lambda v: isinstance(v, str | dict),
+    "parallel_tool_calls": lambda v: isinstance(v, bool),
+    "response_format": lambda v: isinstance(v, dict),
+}
+_CAPPED = ("max_tokens", "max_completion_tokens")
+
+# The tool whose call is running, and the secrets it declares: what ``BranchRun._resolve`` may
+# resolve. Per task, so calls in flight together each see their own.
+_SECRET_SCOPE: contextvars.ContextVar[tuple[str, frozenset[str]] | None] = contextvars.ContextVar(
+    "runledger_branch_secret_scope", default=None
+)
 
 
 def args_differ_marker(result: Any) -> dict[str, Any] | None:
@@ -85,26 +158,49 @@ def args_differ_marker(result: Any) -> dict[str, Any] | None:
     return None
 
 
-async def read_committed_claim(client: LedgerClient, key: str) -> tuple[KeyState, str | None]:
-    """The key's state and, when it is committed, the args digest of the claim that committed it.
+@dataclass(frozen=True)
+class KeyHistory:
+    """What a live branch needs to know about a key: its state, the args digest of the claim that
+    committed it (None unless committed) and every run that ever claimed it."""
 
-    ``KeyState`` does not keep the claim's digest, so the key's subject is read and folded
-    here (what ``read_key`` does) while the digest of the latest ``effect.intended`` is kept:
-    a key is claimed only while free, so the claim before the commit is the committing one."""
-    raws = await read_raw(client, effect_subject(key))
+    state: KeyState
+    committed_args_digest: str | None
+    claimed_by: frozenset[str]
+
+
+async def read_key_history(client: LedgerClient, key: str, agent: str) -> KeyHistory:
+    """The key's subject, read and folded (what ``read_key`` does), keeping what ``KeyState`` does not:
+    the digest of the committing claim (a key is claimed only while free, so the claim before the
+    commit is the committing one) and the run id of every claim."""
+    raws = await read_raw(client, effect_subject(agent, key))
     good, _bad = decode_records(raws)
-    state = KeyState(key)
+    state = KeyState(key, agent)
     claim: str | None = None
     committed: str | None = None
+    claimants: set[str] = set()
     for rec in good:
         apply_key(state, rec)
         if rec.event.type == "effect.intended":
             claim = rec.event.payload.get("args_digest")
+            claimants.add(rec.event.run_id)
         if state.status == "committed" and committed is None:
             committed = claim
     if raws:
         state.last_stream_seq = max(r.stream_seq for r in raws)
-    return state, committed if state.status == "committed" else None
+    return KeyHistory(state, committed if state.status == "committed" else None, frozenset(claimants))
+
+
+async def read_committed_claim(
+    client: LedgerClient, key: str, agent: str | None = None
+) -> tuple[KeyState, str | None]:
+    """The key's state and, when it is committed, the args digest of the claim that committed it
+    (``agent``'s key; found by the key alone when None)."""
+    if agent is None:
+        agent = (await read_key(client, key)).agent
+    if not agent:
+        return KeyState(key), None
+    history = await read_key_history(client, key, agent)
+    return history.state, history.committed_args_digest
 
 
 class BranchRun(RecordedRun):
@@ -118,6 +214,7 @@ class BranchRun(RecordedRun):
         mode: Mode,
         allow_effects: bool = False,
         live_tools: frozenset[str] | None = None,
+        sandbox_policy: SandboxPolicy | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -126,6 +223,122 @@ class BranchRun(RecordedRun):
         self.mode = mode
         self.allow_effects = allow_effects
         self.live_tools = live_tools
+        self.sandbox_policy = sandbox_policy or SandboxPolicy()
+        # What this re-run recorded so far (its events, their bytes with blob bodies, its blobs).
+        self.recorded_events = 0
+        self.recorded_bytes = 0
+        self.recorded_blobs = 0
+        self._lineage: frozenset[str] | None = None
+        self._call_ids: set[str] = set()  # tool-call ids the model responses of this run handed out
+        self._resolved_secrets = False
+
+    # -- what the host decides -----------------------------------------------------------------------
+
+    async def _append(self, body: Payload) -> Event:
+        event = await super()._append(body)
+        self.recorded_events += 1
+        self.recorded_bytes += len(canonical_json(event.payload))
+        for value in content_values(event):
+            if is_blob_ref(value):
+                self.recorded_blobs += 1
+                self.recorded_bytes += int(value.get("size") or 0)
+        return event
+
+    def check_limits(self) -> None:
+        """Raise SandboxViolation when the re-run has recorded as much as its policy allows. Called by
+        the broker before each request, so a cap ends the branch between steps, never inside one."""
+        p = self.sandbox_policy
+        for what, used, cap, name in (
+            ("events", self.recorded_events, p.max_events, "max_events"),
+            ("bytes", self.recorded_bytes, p.max_bytes, "max_bytes"),
+            ("blobs", self.recorded_blobs, p.max_blobs, "max_blobs"),
+        ):
+            if used >= cap:
+                raise SandboxViolation(
+                    f"the re-run reached its limit of {cap} recorded {what} ({used} so far): the sandboxed agent "
+                    f"floods the record; raise SandboxPolicy.{name} if this re-run really needs more"
+                )
+
+    def scrub(self, value: Any) -> Any:
+        """``value`` with every secret this re-run resolved replaced by its token: what may go back
+        to the guest (tool outputs, error texts), as the record holds it."""
+        if not self._resolved_secrets or self._protector is None:
+            return value
+        redactor = self._protector.redactor
+        if isinstance(value, str):
+            return redactor.redact_known(value)
+        if isinstance(value, dict):
+            return {redactor.redact_known(k): self.scrub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.scrub(v) for v in value]
+        return value
+
+    @contextlib.contextmanager
+    def _secrets_of(self, name: str, declared: Any) -> Iterator[None]:
+        secrets = frozenset(getattr(declared, "secrets", ()) or ())
+        token = _SECRET_SCOPE.set((name, secrets))
+        try:
+            yield
+        finally:
+            _SECRET_SCOPE.reset(token)
+
+    def _resolve(self, args: Any) -> Any:
+        """``args`` for the tool, ``secret://`` references resolved only for the names the running tool
+        declares and the operator allows; any other name raises before anything is looked up."""
+        names = SecretResolver.references(args)
+        if names:
+            tool, declared = _SECRET_SCOPE.get() or ("(undeclared)", frozenset())
+            for name in sorted(names):
+                if name not in declared:
+                    raise SecretNotAllowedError(tool, name, "declared")
+                if name not in self.sandbox_policy.secrets:
+                    raise SecretNotAllowedError(tool, name, "allowed")
+            self._resolved_secrets = True
+        return super()._resolve(args)
+
+    def _live_model_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters of a live model call as the host allows them (MODEL_PARAMS; max_tokens capped)."""
+        allowed: dict[str, Any] = {}
+        for name, value in params.items():
+            check = MODEL_PARAMS.get(name)
+            if check is None:
+                raise SandboxViolation(
+                    f"model parameter {name[:80]!r} is not allowed in a re-run (the model called is the branch's, "
+                    f"{self._spec.model.name}); allowed: {', '.join(sorted(MODEL_PARAMS))}"
+                )
+            if (isinstance(value, float) and not math.isfinite(value)) or not check(value):
+                raise SandboxViolation(f"model parameter {name!r} has a value a re-run refuses: {str(value)[:80]}")
+            allowed[name] = min(value, self.sandbox_policy.max_tokens) if name in _CAPPED else value
+        return allowed
+
+    def _check_call_id(self, key_fn: Any, args: Any, tool_call_id: str | None) -> None:
+        """A tool-call id the guest names may shape an effect's key (a key function taking the
+        context) only if a model response of this run handed it out."""
+        if tool_call_id is None or tool_call_id in self._call_ids:
+            return
+        if self._effect_key(key_fn, args, tool_call_id=tool_call_id) != self._effect_key(key_fn, args):
+            raise SandboxViolation(
+                f"tool_call_id {tool_call_id[:80]!r} was not handed out by a model response of this run, and "
+                "the effect's key would depend on it"
+            )
+
+    async def lineage(self) -> frozenset[str]:
+        """The runs whose keys this branch may be served: itself, its parent, the parent's ancestors."""
+        if self._lineage is None:
+            runs = [self.run_id, self.parent.run_id]
+            link = self.parent.parent
+            while link and len(runs) < MAX_LINEAGE:
+                ancestor = str(link.get("parent_run_id") or "")
+                if not ancestor or ancestor in runs:
+                    break
+                runs.append(ancestor)
+                try:
+                    link = fold((await load_run(self._client, ancestor, open_content=False)).records,
+                                check_chain=False).parent  # fmt: skip
+                except RunNotFoundError:
+                    break
+            self._lineage = frozenset(runs)
+        return self._lineage
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -158,10 +371,17 @@ class BranchRun(RecordedRun):
     # -- model ---------------------------------------------------------------------------------------
 
     async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        response = await self._model(messages, **params)
+        self._call_ids.update(str(c["id"]) for c in response.tool_calls if isinstance(c, dict) and c.get("id"))
+        return response
+
+    async def _model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        if self._next_step >= self.fork_step:
+            params = self._live_model_params(params)
         if self._own_journal() or self._next_step >= self.fork_step:
             return await super().model(messages, **params)  # live from the fork on, in every mode
         messages, params = jsonable(messages), jsonable(params)
-        args_digest = digest({"messages": messages, "params": params})
+        args_digest = digest({"messages": messages, "params": params}, self._cp.chain_format)
         step, rec = self._recorded("model", None, args_digest)
         if rec is None:
             raise self._unanswerable(step, f"model (args {args_digest[:12]})")
@@ -186,6 +406,7 @@ class BranchRun(RecordedRun):
         # An effect tool whose arguments its signature refuses is a failed tool step (as in RecordedRun.tool).
         if declared is not None and declared.effect_class != "read" and declared.argument_error(jsonable(args)) is None:
             assert declared.key is not None
+            self._check_call_id(declared.key, jsonable(args), tool_call_id)
             key = self._effect_key(declared.key, jsonable(args), tool_call_id=tool_call_id)
             return await self.effect(name, args, key=key, fn=declared.call, reconcile=declared.reconcile,
                                      effect_class=declared.effect_class, tool_call_id=tool_call_id,
@@ -194,9 +415,10 @@ class BranchRun(RecordedRun):
         if self._own_journal() or not self._from_record(step):
             if self.live_tools is not None and name not in self.live_tools and not self._own_journal():
                 raise ConfigurationError(f"tool {name!r} is not marked live for this re-run (--live-tool {name})")
-            return await super().tool(tool, args, fn=fn, tool_call_id=tool_call_id)
+            with self._secrets_of(name, declared):
+                return await super().tool(tool, args, fn=fn, tool_call_id=tool_call_id)
         args = jsonable(args)
-        args_digest = digest(args)
+        args_digest = digest(args, self._cp.chain_format)
         step, rec = self._recorded("tool", name, args_digest)
         if rec is None:
             raise self._unanswerable(step, f"tool {name!r} (args {args_digest[:12]})")
@@ -226,7 +448,7 @@ class BranchRun(RecordedRun):
         if self._own_journal():
             return await self._replay_own_effect(name, args, key=key, fn=fn, reconcile=reconcile)
         args = jsonable(args)
-        args_digest = digest(args)
+        args_digest = digest(args, self._cp.chain_format)
         if self._from_record(step):
             step, rec = self._recorded("effect", name, args_digest)
             if rec is None or rec.key != key or rec.status not in ("committed", "simulated"):
@@ -236,9 +458,17 @@ class BranchRun(RecordedRun):
             await self._append(EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest))
             await self._append(EffectCommitted(step=step, key=key, result=result, via="record"))
             return result
-        # Live re-execution: the dry-run stub checks the key, and the arguments it was committed
-        # with, against the ledger first.
-        state, committed_digest = await read_committed_claim(self._client, key)
+        # Live re-execution: the dry-run stub checks the key, who claimed it, and the arguments it
+        # was committed with, against the ledger first.
+        history = await read_key_history(self._client, key, self.agent)
+        state, committed_digest = history.state, history.committed_args_digest
+        if history.claimed_by - await self.lineage():
+            # Claimed by a run outside this lineage (another agent's payment, a sibling branch):
+            # its result is that run's content and its key is taken; neither served nor acted.
+            self._next_step += 1
+            marked = {"simulated": True, "effect": name, "key": key, "reason": OTHER_LINEAGE}
+            await self._append(EffectSimulated(step=step, name=name, key=key, args=args, result=marked))
+            return marked
         if state.status == "committed" and committed_digest == args_digest:
             self._next_step += 1
             await self._append(EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest))
@@ -258,8 +488,10 @@ class BranchRun(RecordedRun):
             real_fn = fn if fn is not None else (declared.call if declared else None)
             if real_fn is None:
                 raise ConfigurationError(f"effect {name!r} has no function on the host to run for real")
-            return await super().effect(name, args, key=key, fn=real_fn, reconcile=reconcile, effect_class=effect_class,
-                                        tool_call_id=tool_call_id, lease_s=lease_s)  # fmt: skip
+            with self._secrets_of(name, declared):
+                return await super().effect(name, args, key=key, fn=real_fn, reconcile=reconcile,
+                                            effect_class=effect_class, tool_call_id=tool_call_id,
+                                            lease_s=lease_s)  # fmt: skip
         self._next_step += 1
         result = {"simulated": True, "effect": name, "key": key}
         await self._append(EffectSimulated(step=step, name=name, key=key, args=args, result=result))
@@ -273,6 +505,35 @@ class BranchRun(RecordedRun):
         if rec.status == "committed":
             return await super().effect(name, args, key=key, fn=fn or _never, reconcile=reconcile)
         raise self._unanswerable(self._next_step, f"effect {name!r} key {key!r} (in doubt in the branch)")
+
+    async def served_effect(self, name: str, args: Any, *, tool_call_id: str | None = None) -> Any:
+        """An effect step the guest asked for (the broker's ``effect`` op): the guest names the effect
+        and its arguments, never its key.
+
+        Served from a record (the branch's own journal, or the parent's before the fork and in
+        ``redrive``), the key is the one that record holds for this step. Live, the effect must be a
+        declared effect tool of the agent (``@tool(effect=..., key=...)``): it goes through ``tool``,
+        which computes the key from the tool's key function over these arguments. Anything else is
+        refused (ConfigurationError): the host has no key function to trust for it."""
+        declared = self._spec.tool_map.get(name)
+        step = self._next_step
+        fn = declared.call if declared is not None else _never
+        if self._own_journal():
+            own = self._cp.steps[step]
+            return await self.effect(name, args, key=own.key or "", fn=fn, tool_call_id=tool_call_id)
+        if self._from_record(step):
+            args_digest = digest(jsonable(args), self._cp.chain_format)
+            _, rec = self._recorded("effect", name, args_digest)
+            if rec is None or not rec.key:
+                raise self._unanswerable(step, f"effect {name!r} (args {args_digest[:12]})")
+            return await self.effect(name, args, key=rec.key, fn=fn, tool_call_id=tool_call_id)
+        if declared is None or declared.effect_class == "read" or declared.key is None:
+            raise ConfigurationError(
+                f"effect {name!r} is not a declared effect tool of agent {self._spec.name}: a re-run computes "
+                "idempotency keys on the host from the tool's key function; declare it with "
+                "@tool(effect=..., key=...) and call it by name"
+            )
+        return await self.tool(declared, args, tool_call_id=tool_call_id)
 
     # -- child runs ----------------------------------------------------------------------------------
 
@@ -292,7 +553,7 @@ class BranchRun(RecordedRun):
         past the fork). From the fork on in ``live`` mode a child is refused (ConfigurationError):
         fork after the child's step, re-drive, or re-run the child run itself."""
         input = jsonable(input)
-        args_digest = digest(input)
+        args_digest = digest(input, self._cp.chain_format)
         step = self._next_step
         own = self._cp.steps.get(step)  # the branch's own journal (a redelivered re-run resuming)
         if own is not None:
@@ -330,7 +591,7 @@ class BranchRun(RecordedRun):
         if self._own_journal() or not self._from_record(step):
             return await super().approval(action, args)
         args = jsonable(args)
-        approval_digest = digest({"action": action, "args": args})
+        approval_digest = digest({"action": action, "args": args}, self._cp.chain_format)
         step, rec = self._recorded("approval", action, approval_digest)
         if rec is None or rec.status != "approved":
             # Not answered by the record (or not approved there): ask, as a live run would.

@@ -5,7 +5,17 @@ from the record, from a stub, or by calling the real model or tool with the host
 credentials. Errors the agent is meant to see (a tool that failed, a denied approval)
 go back over the channel; anything that ends the run (divergence, a budget, a
 suspension, a broken protocol) propagates to the runner, which records it and kills the
-container. The guest is untrusted: every message is validated, every wait bounded.
+container.
+
+The guest proposes, the host decides. Every message is validated before use
+(runledger.sandbox.channel: size, depth, encoding, fields and their types); an effect
+request names no key (the branch computes it from the tool's key function); model
+parameters go through the branch's allowlist; every value and error text sent back is
+scrubbed of the secrets the re-run resolved; every read and every write has a deadline
+(``SandboxPolicy.io_timeout_s`` for a write, the re-run's wall-clock limit for all); the
+re-run's caps on events, bytes and blobs are checked before each request. A guest that
+breaks any of it fails its branch (``SandboxViolation``, reason ``sandbox``), never the
+host process.
 """
 
 from __future__ import annotations
@@ -16,10 +26,12 @@ from typing import Any
 
 from runledger.errors import ApprovalDeniedError, ChildFailedError, EffectFailedError, ToolFailedError
 from runledger.sandbox.channel import check_request, encode, read_message
+from runledger.sandbox.containers import SandboxPolicy
 from runledger.sandbox.errors import AgentFailedError, ChannelError, SandboxViolation
 
 # Errors an agent may catch and handle: forwarded to the guest instead of ending the run.
 FORWARDED = (ToolFailedError, EffectFailedError, ApprovalDeniedError, ChildFailedError)
+WALL_CLOCK = "the re-run exceeded its wall-clock limit"
 
 
 class Broker:
@@ -30,34 +42,53 @@ class Broker:
         start: dict[str, Any],
         *,
         deadline: float,
+        policy: SandboxPolicy | None = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
         self.start = start
         self.deadline = deadline
+        self.policy = policy or SandboxPolicy()
         self.requests = 0
 
     async def _read(self) -> dict[str, Any] | None:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise SandboxViolation("the re-run exceeded its wall-clock limit")
+            raise SandboxViolation(WALL_CLOCK)
         try:
             return await asyncio.wait_for(read_message(self.reader), timeout=remaining)
         except TimeoutError as exc:
-            raise SandboxViolation("the re-run exceeded its wall-clock limit") from exc
+            raise SandboxViolation(WALL_CLOCK) from exc
         except ChannelError as exc:
             raise SandboxViolation(f"malformed channel message: {exc}") from exc
         except (ConnectionError, OSError) as exc:
             return None if isinstance(exc, ConnectionResetError) else _raise(exc)
 
     async def _send(self, message: dict[str, Any]) -> None:
+        """Write one reply, waiting for the guest to take it at most ``io_timeout_s`` (and never past
+        the wall-clock deadline): a guest that sends requests and never reads the replies fills the
+        socket's buffers, and an unbounded ``drain()`` would hold the worker's task forever."""
+        remaining = self.deadline - time.monotonic()
+        limit = min(self.policy.io_timeout_s, remaining)
         self.writer.write(encode(message))
-        await self.writer.drain()
+        try:
+            await asyncio.wait_for(self.writer.drain(), timeout=max(limit, 0.0))
+        except TimeoutError as exc:
+            if limit >= remaining:
+                raise SandboxViolation(WALL_CLOCK) from exc
+            raise SandboxViolation(
+                f"the sandboxed agent did not read its replies within {self.policy.io_timeout_s:g}s"
+            ) from exc
+        except (ConnectionError, OSError) as exc:
+            raise SandboxViolation(f"channel error: {exc}") from exc
 
     async def greet(self, hello: dict[str, Any] | None) -> None:
         if hello is None:
             raise SandboxViolation("the sandboxed agent exited before saying hello")
-        ident, op = check_request(hello)
+        try:
+            ident, op = check_request(hello)
+        except ChannelError as exc:
+            raise SandboxViolation(f"malformed channel message: {exc}") from exc
         if op != "hello":
             raise SandboxViolation(f"expected hello, got {op!r}")
         await self._send({"id": ident, "ok": self.start})
@@ -76,32 +107,31 @@ class Broker:
             if op == "done":
                 return message.get("output")
             if op == "failed":
-                error = message.get("error")
-                raise AgentFailedError(error if isinstance(error, dict) else {"message": repr(error)})
+                raise AgentFailedError(message["error"])
+            if op == "hello":
+                raise SandboxViolation("malformed channel message: a second hello")
+            check_limits = getattr(run, "check_limits", None)
+            if check_limits is not None:
+                check_limits()  # before the step starts: a cap never cuts an effect between claim and act
             self.requests += 1
             try:
                 result = await self._dispatch(run, op, message)
             except FORWARDED as exc:
                 fields = {k: v for k, v in vars(exc).items() if isinstance(v, str | int | float | bool | None)}
-                await self._send({"id": ident, "error": {"type": type(exc).__name__, "message": str(exc),
-                                                         "fields": fields}})  # fmt: skip
+                error = {"type": type(exc).__name__, "message": str(exc), "fields": fields}
+                await self._send({"id": ident, "error": _scrub(run, error)})
                 continue
-            await self._send({"id": ident, "ok": result})
+            await self._send({"id": ident, "ok": _scrub(run, result)})
 
     async def _dispatch(self, run: Any, op: str, m: dict[str, Any]) -> Any:
+        # The fields and their types were checked by check_request (runledger.sandbox.channel.FIELDS).
         try:
             if op == "model":
-                messages, params = m.get("messages"), m.get("params") or {}
-                if not isinstance(messages, list) or not isinstance(params, dict):
-                    raise SandboxViolation("model request needs messages (a list) and params (an object)")
-                return (await run.model(messages, **params)).model_dump()
+                return (await run.model(m["messages"], **(m.get("params") or {}))).model_dump()
             if op == "tool":
-                call_id = m.get("tool_call_id")
-                if call_id is not None and not isinstance(call_id, str):
-                    raise SandboxViolation("tool_call_id must be a string")
-                return await run.tool(_text(m, "name"), m.get("args"), tool_call_id=call_id)
+                return await run.tool(_text(m, "name"), m.get("args"), tool_call_id=m.get("tool_call_id"))
             if op == "effect":
-                return await run.effect(_text(m, "name"), m.get("args"), key=_text(m, "key"))
+                return await run.served_effect(_text(m, "name"), m.get("args"), tool_call_id=m.get("tool_call_id"))
             if op == "approval":
                 return await run.approval(_text(m, "action"), m.get("args"))
             if op == "child":
@@ -115,10 +145,16 @@ class Broker:
         raise SandboxViolation(f"unexpected op {op!r}")
 
 
+def _scrub(run: Any, value: Any) -> Any:
+    """``value`` with every secret the re-run resolved replaced by its token (BranchRun.scrub)."""
+    scrub = getattr(run, "scrub", None)
+    return value if scrub is None else scrub(value)
+
+
 def _text(message: dict[str, Any], field: str) -> str:
     value = message.get(field)
     if not isinstance(value, str) or not value or len(value) > 1000:
-        raise SandboxViolation(f"request field {field!r} must be a non-empty string")
+        raise SandboxViolation(f"request field {field!r} must be a non-empty string of at most 1000 characters")
     return value
 
 

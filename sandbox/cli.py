@@ -1,12 +1,16 @@
-"""The sandbox package's sub-commands: sandbox build, rerun, worker, diff."""
+"""The sandbox package's sub-commands: sandbox build, rerun, reruns, worker, diff."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
+import os
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -17,11 +21,13 @@ from runledger.log.client import LedgerClient, connect
 from runledger.ops.trace import render_run
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
-from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+from runledger.sandbox.containers import LABEL, OWNER, SandboxPolicy, SandboxPool
 from runledger.sandbox.diff import diff, render
 from runledger.sandbox.image import build_image, current_image, docker_client
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 from runledger.sandbox.worker import run_worker, submit
+
+DEAD_LETTERED = " dead-lettered after "  # in the message of a RerunDeadLetteredError, as its branch records it
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -48,6 +54,8 @@ def _print(result: Any) -> int:
     print(f"branch {result.run_id} of {result.parent_run_id} ({result.mode} from step {result.fork_step}"
           + (f", changed {result.changed}" if result.changed else "") + f"): {result.status}"
           + (f" ({result.reason})" if result.reason else ""))  # fmt: skip
+    if result.time_limit_note:
+        print(result.time_limit_note)
     if result.error:
         print(result.error)
     print(f"compare with: runledger diff {result.parent_run_id} {result.run_id}")
@@ -154,30 +162,103 @@ def _print_result(request: RerunRequest, outcome: RerunResult | Exception) -> No
     if isinstance(outcome, Exception):
         print(f"re-run {request.request_id}: error: {outcome}", file=sys.stderr)
     else:
+        note = "; ".join(n for n in (outcome.reason or "", outcome.time_limit_note) if n)
         print(f"re-run {request.request_id}: branch {outcome.run_id} {outcome.status}"
-              + (f" ({outcome.reason})" if outcome.reason else ""), flush=True)  # fmt: skip
+              + (f" ({note})" if note else ""), flush=True)  # fmt: skip
+
+
+def _remove_own_sandboxes(docker: Any) -> int:
+    """Remove every sandbox this process owns on the engine, whichever pool made it. Returns how many."""
+    removed = 0
+    for container in docker.api.containers(all=True, filters={"label": f"{LABEL}.owner={OWNER}"}):
+        with contextlib.suppress(Exception):  # docker-py raises several types; gone already is fine
+            docker.api.remove_container(container["Id"], force=True)
+            removed += 1
+    return removed
+
+
+def _arm_watchdog(docker: Any, after_s: float, finished: threading.Event) -> None:
+    """Bound the exit after a stop signal: if the process still runs ``after_s`` later (a host tool
+    wedged in a thread, which nothing can cancel and which the interpreter waits for at exit, or
+    an event loop blocked by agent code), remove this process's sandboxes and exit at once."""
+
+    def fire() -> None:
+        code = 0 if finished.is_set() else 1  # finished: only a wedged thread held the exit
+        with contextlib.suppress(Exception):
+            _remove_own_sandboxes(docker)
+        print(f"worker: still running {after_s:g}s after the stop signal: exiting now", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    timer = threading.Timer(after_s, fire)
+    timer.daemon = True
+    timer.start()
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger worker`")
+    if not logging.getLogger().handlers:  # the worker's own warnings (retries, dead letters) reach stderr
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    docker = docker_client()
+    signalled, finished = threading.Event(), threading.Event()
+
     async def serve() -> int:
-        docker = docker_client()
         policy = SandboxPolicy(image=args.image or current_image(docker), timeout_s=args.timeout)
         client = await connect(nats_url(args))
-        print(f"worker: serving re-runs from {client.url} with {policy.image}", flush=True)
-        # SIGTERM (docker stop, compose down) and Ctrl-C: finish the re-runs in hand, remove the sandboxes.
+        print(f"worker: serving re-runs from {client.url} with {policy.image} (time limit {policy.timeout_s:g}s, "
+              f"{args.max_attempts} attempts a request)", flush=True)  # fmt: skip
+        # SIGTERM (docker stop, compose down) and Ctrl-C: take no new request, give the re-runs in
+        # hand --drain seconds, then interrupt them (left for redelivery) and remove the sandboxes.
+        # A Python-level handler, not the loop's: it runs even while agent code blocks the loop.
+        loop = asyncio.get_running_loop()
         stop = asyncio.Event()
+
+        def on_signal(signum: int, frame: object) -> None:
+            if not signalled.is_set():
+                signalled.set()
+                _arm_watchdog(docker, args.drain + 30.0, finished)
+            with contextlib.suppress(RuntimeError):  # the loop already closed: the worker is exiting
+                loop.call_soon_threadsafe(stop.set)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+            signal.signal(sig, on_signal)
         try:
             await run_worker(client, docker, policy=policy, concurrency=args.concurrency, pool_size=args.pool,
                              max_requests=args.max_requests, ack_wait_s=args.ack_wait, stop=stop,
-                             on_result=_print_result)  # fmt: skip
+                             on_result=_print_result, max_attempts=args.max_attempts,
+                             retry_delay_s=args.retry_delay, drain_s=args.drain)  # fmt: skip
         finally:
             await client.close()
+            finished.set()
         return 0
 
-    return run_async(serve())
+    code = run_async(serve())
+    # A creation interrupted by the stop finishes in its thread after its pool was closed.
+    _remove_own_sandboxes(docker)
+    return code
+
+
+def cmd_reruns(args: argparse.Namespace) -> int:
+    """Branch runs of queued re-runs (``br-<request id>``), dead-lettered ones marked."""
+    from runledger.ops.trace import list_runs
+
+    runs = with_client(args, lambda c: list_runs(c, status=args.status))
+    branches = [r for r in runs if r.parent and r.run_id.startswith("br-")]
+    if args.dead:
+        branches = [r for r in branches if r.error and DEAD_LETTERED in r.error]
+    if args.json:
+        rows = [{"request_id": r.run_id[3:], "dead_lettered": bool(r.error and DEAD_LETTERED in r.error),
+                 **r.to_dict()} for r in branches]  # fmt: skip
+        print(json.dumps(rows, indent=2, sort_keys=True, ensure_ascii=False, default=str))
+        return 0
+    if not branches:
+        print("no dead-lettered re-runs" if args.dead else "no queued re-run has started yet")
+        return 0
+    print(f"{'request':<27} {'parent':<27} {'status':<10} {'started':<27} note")
+    for r in branches:
+        dead = bool(r.error and DEAD_LETTERED in r.error)
+        note = ("DEAD LETTER: " if dead else "") + (r.error or "")
+        print(f"{r.run_id[3:]:<27} {r.parent or '':<27} {r.status:<10} {r.started_at or '':<27} {note}")
+    return 0
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -213,11 +294,34 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true", help="queued: wait for the branch to finish")
     p.set_defaults(func=cmd_rerun)
 
+    p = sub.add_parser("reruns", parents=[common], help="list the branch runs of queued re-runs, dead letters marked")
+    p.add_argument("--dead", action="store_true", help="only re-runs the workers gave up on (dead-lettered)")
+    p.add_argument("--status", choices=["running", "suspended", "completed", "failed"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_reruns)
+
     p = sub.add_parser("worker", parents=[common], help="execute queued re-runs")
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--pool", type=int, default=2, help="warm sandboxes kept ready")
     p.add_argument("--image", help="sandbox image (default: the last one built)")
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument(
+        "--timeout", type=float, default=60.0,
+        help="wall-clock limit of each re-run (s); a request asking for more is capped at it",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-attempts", type=int, default=3,
+        help="deliveries a request may fail its worker (an unexpected error, a worker that died) before "
+        "it is dead-lettered: its branch fails with the reason",
+    )  # fmt: skip
+    p.add_argument(
+        "--retry-delay", type=float, default=2.0,
+        help="seconds before a request that failed its worker is tried again (times its delivery count)",
+    )  # fmt: skip
+    p.add_argument(
+        "--drain", type=float, default=5.0,
+        help="on SIGTERM/Ctrl-C: seconds the re-runs in hand get to finish before they are interrupted "
+        "(killed, left for redelivery)",
+    )  # fmt: skip
     p.add_argument("--max-requests", type=int, help="exit after this many requests")
     p.add_argument(
         "--ack-wait",

@@ -3,7 +3,9 @@
 Each sandbox is one container (no network, read-only root, a small tmpfs, every
 capability dropped, no-new-privileges, a non-root user, limits on memory, CPU and pids,
 no host environment, no Docker socket) plus a private directory holding the unix socket
-of its channel, mounted at /run/runledger. The agent's code is mounted read-only at
+of its channel: only the socket itself is mounted (at /run/runledger/broker.sock), so no
+directory of the host is writable from the guest (a mounted directory is host disk, outside
+the tmpfs limit: 300 MB were written through one). The agent's code is mounted read-only at
 /app/<package>. A warm sandbox has its guest started, the SDK imported and the channel
 connected; it waits to be given a re-run.
 
@@ -34,11 +36,27 @@ LABEL = "runledger.sandbox"
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
 GUEST_COMMAND = ["python3", "-m", "runledger.sandbox.guest", "/run/runledger/broker.sock"]
 GUEST_ENVIRONMENT = {"PYTHONPATH": "/app:/opt/runledger:/opt/runledger/site"}
+SOCKET_IN_GUEST = "/run/runledger/broker.sock"
+# The secrets an operator allows re-runs to resolve (comma-separated), when the policy is not given them.
+SECRETS_ENV = "RUNLEDGER_RERUN_SECRETS"
+
+
+def _operator_secrets() -> frozenset[str]:
+    return frozenset(name.strip() for name in os.environ.get(SECRETS_ENV, "").split(",") if name.strip())
 
 
 @dataclass(frozen=True)
 class SandboxPolicy:
-    """Limits of one sandbox. Frozen: a policy is decided before the re-run starts."""
+    """Limits of one sandbox and of what its re-run may do on the host. Frozen: a policy is
+    decided before the re-run starts, and the host enforces every field (the guest proposes,
+    the host decides; docs/sandbox.md, "What the broker decides").
+
+    ``io_timeout_s`` bounds every write to the guest (a guest that stops reading its replies
+    fails its branch); ``max_events``, ``max_bytes`` and ``max_blobs`` cap what one re-run
+    records (events of the branch, their bytes with blob bodies, payloads stored as blobs);
+    ``max_tokens`` caps a live model call's ``max_tokens``; ``secrets`` are the names a re-run
+    may resolve (``secret://NAME``) for a tool that declares them (default: ``$RUNLEDGER_RERUN_SECRETS``,
+    comma-separated; none when unset)."""
 
     image: str = "runledger/sandbox:latest"
     memory: str = "256m"
@@ -47,6 +65,12 @@ class SandboxPolicy:
     tmpfs_size: str = "64m"
     timeout_s: float = 60.0
     connect_timeout_s: float = 30.0
+    io_timeout_s: float = 10.0
+    max_events: int = 10_000
+    max_bytes: int = 256 * 1024 * 1024
+    max_blobs: int = 1_000
+    max_tokens: int = 4_096
+    secrets: frozenset[str] = field(default_factory=_operator_secrets)
 
 
 @dataclass(eq=False)
@@ -105,8 +129,10 @@ def _code_mount(code_root: Path, package: str) -> dict[str, dict[str, str]]:
 
 
 def _mounts(code_root: Path, package: str, sock_dir: Path) -> dict[str, dict[str, str]]:
+    # The socket alone, not its directory: a socket cannot be written to as a file, so nothing of
+    # the host's disk is writable from the guest (the directory stays 0700, the broker's own).
     return {
-        str(sock_dir): {"bind": "/run/runledger", "mode": "rw"},
+        str(sock_dir / "broker.sock"): {"bind": SOCKET_IN_GUEST, "mode": "rw"},
         **_code_mount(code_root, package),
     }
 
@@ -135,7 +161,9 @@ class SandboxPool:
         for container in self._listed({"label": LABEL}):
             owner = (container.get("Labels") or {}).get(f"{LABEL}.owner", "")
             owner_host, _, pid = owner.partition(":")
-            if owner_host == host and pid.isdigit() and pid_alive(int(pid)):
+            # Only this host's pids can be checked: a sandbox of another host sharing the engine (a
+            # worker in a container has its own hostname) is alive as far as anyone here can tell.
+            if owner_host != host or (pid.isdigit() and pid_alive(int(pid))):
                 continue
             with contextlib.suppress(Exception):
                 self.docker.api.remove_container(container["Id"], force=True)
@@ -149,8 +177,7 @@ class SandboxPool:
         return listed
 
     async def _create(self, code_root: Path, package: str) -> Sandbox:
-        sock_dir = Path(tempfile.mkdtemp(prefix="rl-sbx-"))
-        sock_dir.chmod(0o777)  # the guest runs as an unprivileged uid and must reach the socket
+        sock_dir = Path(tempfile.mkdtemp(prefix="rl-sbx-"))  # 0700: only the socket in it is mounted
         loop = asyncio.get_running_loop()
         connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = loop.create_future()
 
@@ -162,7 +189,7 @@ class SandboxPool:
 
         path = sock_dir / "broker.sock"
         server = await asyncio.start_unix_server(on_connect, path=str(path), limit=MAX_LINE)
-        path.chmod(0o777)
+        path.chmod(0o777)  # the guest runs as an unprivileged uid and must be able to connect
         p = self.policy
         api = self.docker.api
         try:
@@ -280,7 +307,7 @@ class SandboxPool:
             await asyncio.to_thread(sandbox.api.remove_container, sandbox.container_id, force=True)
         if sandbox.connected.done() and not sandbox.connected.cancelled():
             _, writer = sandbox.connected.result()
-            writer.close()
+            writer.transport.abort()  # replies a guest never read are dropped, not flushed forever
         sandbox.server.close()
         shutil.rmtree(sandbox.sock_dir, ignore_errors=True)
         self._all.discard(sandbox)

@@ -8,7 +8,10 @@
         ├── ChannelError                 a malformed, oversized or unexpected message on the channel
         ├── AgentFailedError             (host) the agent raised inside the sandbox (recorded as its failure)
         ├── RemoteError                  (guest) the broker reported an error no SDK error type matches
-        └── RerunRequestError            a re-run request that cannot be honoured (bad mode, tuple change...)
+        ├── SecretNotAllowedError        a re-run's tool named a secret it does not declare or may not use
+        ├── RerunRequestError            a re-run request that cannot be honoured (bad mode, tuple change...)
+        │   └── RunErasedError           the run to re-run was erased: its content is gone
+        └── RerunDeadLetteredError       a worker gave up on a re-run request that kept failing (recorded on its branch)
 
 A re-drive that makes a call the record cannot answer raises the core's
 ``runledger.errors.NondeterminismError`` with ``diverged=True`` (recorded as the branch's
@@ -87,5 +90,63 @@ class RemoteError(SandboxError):
     handle the real error on the host."""
 
 
+class SecretNotAllowedError(SandboxError):
+    """A ``secret://NAME`` in the arguments of a tool a re-run calls, which the tool does not
+    declare (``missing="declared"``) or the operator does not allow for re-runs (``"allowed"``).
+    Nothing was looked up; the tool's call fails with this (the agent sees a ToolFailedError)."""
+
+    def __init__(self, tool: str, name: str, missing: str) -> None:
+        self.tool = tool
+        self.name = name
+        self.missing = missing
+        if missing == "declared":
+            advice = f"declare it on the tool (@tool({tool!r}, secrets=[{name!r}]))"
+        else:
+            advice = "allow it for re-runs (SandboxPolicy(secrets=...), or $RUNLEDGER_RERUN_SECRETS for a worker)"
+        super().__init__(
+            f"tool {tool!r} may not resolve secret://{name} in a re-run: only secrets a tool declares and the "
+            f"operator allows resolve in a sandboxed re-run; {advice}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.tool, self.name, self.missing), self.__dict__)
+
+
 class RerunRequestError(SandboxError):
     pass
+
+
+class RunErasedError(RerunRequestError):
+    """The run to re-run (or the parent of a branch being started) was erased: there is nothing to
+    re-run it from. Permanent, like every RerunRequestError: the worker drops the request."""
+
+    def __init__(self, run_id: str, erased: dict[str, Any]) -> None:
+        self.run_id = run_id
+        self.erased = dict(erased)
+        cause = f", because run {erased['because_of']} was" if erased.get("because_of") else ""
+        super().__init__(
+            f"run {run_id} was erased{cause} (by {erased.get('by')}: {erased.get('reason')}): its content is gone, "
+            f"so it cannot be re-run or branched. Its structure is still readable: `runledger show {run_id}`"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.erased), self.__dict__)
+
+
+class RerunDeadLetteredError(SandboxError):
+    """A re-run request failed its worker ``deliveries`` times (an unexpected error handling it, or
+    a worker that died on it) and will not be tried again; recorded as its branch's ``run.failed``.
+
+    ``cause``: what went wrong the last time, as text (safe to record: no lone surrogates)."""
+
+    def __init__(self, request_id: str, deliveries: int, cause: str) -> None:
+        self.request_id = request_id
+        self.deliveries = deliveries
+        self.cause = cause
+        super().__init__(
+            f"re-run request {request_id} dead-lettered after {deliveries} deliveries: {cause}. It is not "
+            "retried; fix the cause and queue a new request (`runledger rerun RUN ...`)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.request_id, self.deliveries, self.cause), self.__dict__)

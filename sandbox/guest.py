@@ -74,8 +74,12 @@ class RemoteRun:
         name = tool if isinstance(tool, str) else tool.name
         return await self._call("tool", name=name, args=args, tool_call_id=tool_call_id)
 
-    async def effect(self, name: str, args: Any, *, key: str, fn: Any = None, **_: Any) -> Any:
-        return await self._call("effect", name=name, args=args, key=key)
+    async def effect(
+        self, name: str, args: Any, *, key: str, fn: Any = None, tool_call_id: str | None = None, **_: Any
+    ) -> Any:
+        """An effect step: the host computes its key (from the declared tool's key function over
+        ``args``, or from the record), so ``key`` and ``fn`` stay here; the request names neither."""
+        return await self._call("effect", name=name, args=args, tool_call_id=tool_call_id)
 
     async def approval(self, action: str, args: Any = None) -> dict[str, Any]:
         result: dict[str, Any] = await self._call("approval", action=action, args=args)

@@ -6,14 +6,24 @@ element), starts the branch run (``run.started`` + ``run.forked``) or resumes it
 re-run request is redelivered, hands a warm sandbox the agent, and lets the broker
 answer it through a BranchRun until the agent reports its outcome. The outcome is
 recorded on the branch by the same ``drive`` that records live runs.
+
+The re-run's wall-clock limit is the host's: the request's ``timeout_s``, capped at the pool's
+``SandboxPolicy.timeout_s`` (a request cannot buy more time than its worker allows; the result
+says when it was capped). When it runs out, whatever the branch is waiting for (the guest, a host
+tool, a model call) is cancelled and the container killed; the branch fails (reason ``sandbox``).
+
+``Rerunner.dead_letter`` records a request its worker gives up on (``runledger.sandbox.worker``)
+as its branch's ``run.failed``, starting the branch from the parent's record if it never started.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import inspect
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,17 +32,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from runledger.errors import RunNotFoundError, VersionMismatchError
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
-from runledger.log.subjects import run_subject
-from runledger.protect.capture import PayloadProtector, client_opener, run_protector
+from runledger.log.subjects import WORKER_WRITER, run_subject
+from runledger.protect.capture import DataPolicy, PayloadProtector, client_opener, run_protector
+from runledger.protect.erasure import cascade_to, erased_now
 from runledger.protect.runs import load_run
-from runledger.record.events import RunForked, RunResumed, RunStarted, VersionTuple
+from runledger.record.canonical import recorded_chain_format
+from runledger.record.events import ErrorInfo, RunFailed, RunForked, RunResumed, RunStarted, VersionTuple
 from runledger.record.fold import Checkpoint, apply, fold
 from runledger.record.ids import new_id
 from runledger.record.records import Recorded
 from runledger.sandbox.branch import BranchRun
 from runledger.sandbox.broker import Broker
 from runledger.sandbox.containers import SandboxPool
-from runledger.sandbox.errors import RerunRequestError, SandboxViolation
+from runledger.sandbox.errors import RerunDeadLetteredError, RerunRequestError, RunErasedError, SandboxViolation
 from runledger.sdk.agent import AgentSpec, load_agent
 from runledger.sdk.lifecycle import RunResult, drive
 
@@ -68,6 +80,32 @@ class RerunResult(RunResult):
     changed: str | None = None
     warm: bool = False
     requests: int = 0
+    time_limit_s: float | None = None  # the wall-clock limit the re-run ran under
+    requested_time_limit_s: float | None = None  # set when the request asked for more than the worker allows
+
+    @property
+    def time_limit_note(self) -> str:
+        """How the time limit was capped, for an operator reading the result ("" when it was not)."""
+        if self.requested_time_limit_s is None or self.time_limit_s is None:
+            return ""
+        asked = self.requested_time_limit_s
+        return f"time limit capped at the worker's {self.time_limit_s:g}s (the request asked for {asked:g}s)"
+
+
+def safe_text(text: str, limit: int = 4000) -> str:
+    """``text`` as it can be recorded: lone surrogates (and anything else UTF-8 cannot hold)
+    escaped, at most ``limit`` characters (the end kept: a traceback's last frames)."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of ``exc``, recordable (``safe_text``) even if its ``__str__`` raises."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # a hostile or broken __str__: the type is still worth reporting
+        text = f"{type(exc).__name__} (its message could not be read)"
+    return safe_text(text, 2000)
 
 
 def _load_object(ref: str) -> Any:
@@ -148,6 +186,8 @@ class Rerunner:
         parent = fold(parent_log.records, check_chain=False)
         if parent.version is None:
             raise RerunRequestError(f"run {request.parent_run_id} has no run.started event")
+        if parent.erased is not None:
+            raise RunErasedError(parent.run_id, parent.erased)
         host = load_agent(request.agent)
         if host.version().model_dump() != parent.version:
             raise VersionMismatchError(request.parent_run_id, parent.version, host.version().model_dump())
@@ -174,6 +214,7 @@ class Rerunner:
             self.client, spec, writer, cp, policy=self.policy, parent=parent, fork_step=fork_step,
             mode=mode, allow_effects=request.allow_effects, protector=protector,
             live_tools=frozenset(request.live_tools) if request.live_tools is not None else None,
+            sandbox_policy=self.pool.policy,
         )  # fmt: skip
         run._input = run_input
         code_root, package = code_location(spec)
@@ -185,17 +226,35 @@ class Rerunner:
             "agent": ref, "agent_version": spec.version().agent_version, "run_id": branch_id,
             "agent_name": spec.name, "input": run_input, "prompt": spec.prompt,
         }  # fmt: skip
-        broker = Broker(reader, channel_writer, start, deadline=time.monotonic() + request.timeout_s)
+        limit, asked = self.time_limit(request)
+        deadline = time.monotonic() + limit
+        broker = Broker(reader, channel_writer, start, deadline=deadline, policy=self.pool.policy)
         clean_exit = False
 
         async def in_sandbox(run: Any) -> Any:
             nonlocal clean_exit
             try:
-                output = await broker.serve(run, sandbox.hello)
+                # The limit covers everything the branch waits for, not only the guest's next
+                # message: a host tool, a model call or a write that hangs is cancelled too.
+                remaining = max(0.0, deadline - time.monotonic())
+                output = await asyncio.wait_for(broker.serve(run, sandbox.hello), timeout=remaining)
             except SandboxViolation as exc:
-                raise SandboxViolation(f"{exc}; the container {await sandbox.describe()}") from exc
+                if time.monotonic() < deadline:
+                    raise SandboxViolation(f"{exc}; the container {await sandbox.describe()}") from exc
+                raise await over_limit() from exc
+            except TimeoutError as exc:
+                if time.monotonic() < deadline:
+                    raise  # some other wait inside the branch, recorded as it is
+                raise await over_limit() from exc
             clean_exit = True
             return output
+
+        async def over_limit() -> SandboxViolation:
+            await self.pool.discard(sandbox)  # killed now, before the outcome is recorded
+            capped = f" (the worker's limit; the request asked for {asked:g}s)" if asked is not None else ""
+            return SandboxViolation(
+                f"the re-run exceeded its wall-clock limit of {limit:g}s{capped}: its container was killed"
+            )
 
         try:
             result = await drive(run, dataclasses.replace(spec, fn=in_sandbox), record_nondeterminism=True)
@@ -204,7 +263,84 @@ class Rerunner:
                 self.pool.finish_later(sandbox)
             else:
                 await self.pool.discard(sandbox)
-        return RerunResult(**dataclasses.asdict(result), warm=warm, requests=broker.requests, **common)
+        return RerunResult(**dataclasses.asdict(result), warm=warm, requests=broker.requests, time_limit_s=limit,
+                           requested_time_limit_s=asked, **common)  # fmt: skip
+
+    def time_limit(self, request: RerunRequest) -> tuple[float, float | None]:
+        """(the re-run's wall-clock limit, what the request asked for if that was more than the
+        worker allows): the request's ``timeout_s`` capped at the pool policy's ``timeout_s``."""
+        allowed = self.pool.policy.timeout_s
+        if request.timeout_s > allowed:
+            return allowed, request.timeout_s
+        return request.timeout_s, None
+
+    async def dead_letter(
+        self, request: RerunRequest, error: RerunDeadLetteredError, cause: BaseException | None = None
+    ) -> RerunResult:
+        """Give ``request`` up: its branch records ``run.failed`` (reason ``exception``, error type
+        ``RerunDeadLetteredError``, ``error``'s message, ``cause``'s traceback when there is one).
+
+        A branch the request never started is started from the parent's record first (its
+        ``run.started`` and ``run.forked``, no input: nothing of it ran), so every dead-lettered
+        request is a failed branch that ``runledger runs`` and ``runledger reruns`` list. A branch
+        that already ended is left as it is (``nothing_to_do``). Nothing here loads the agent's
+        code beyond its data policy, and an agent that cannot even be loaded gets the default
+        (sealed) one: the agent may be what poisons the request.
+
+        Raises RunNotFoundError when neither the branch nor the parent run exists, PublishError
+        when the failure cannot be written."""
+        branch_id = request.branch_run_id
+        try:
+            policy = load_agent(request.agent).data_policy
+        except Exception:  # any error of the agent's import or factory: the default policy seals
+            policy = DataPolicy()
+        common: dict[str, Any] = {"parent_run_id": request.parent_run_id, "mode": request.mode}
+        try:
+            log = await load_run(self.client, branch_id, open_content=False)
+        except RunNotFoundError:
+            log = None
+        if log is not None:
+            cp = fold(log.records)
+            if cp.status in ("completed", "failed"):
+                return RerunResult(branch_id, cp.status, reason=cp.failure_reason,
+                                   error=(cp.error or {}).get("message"), nothing_to_do=True,
+                                   fork_step=(cp.parent or {}).get("fork_step", 0), **common)  # fmt: skip
+            protector = await run_protector(self.client, log.agent, branch_id, policy)
+            writer = SubjectWriter(self.client.js, log.subject, run_id=branch_id, agent=log.agent,
+                                   msg_id_prefix=branch_id, next_seq=cp.next_seq, prev_hash=cp.last_hash,
+                                   last_stream_seq=log.last_stream_seq, policy=self.policy,
+                                   transform=protector.protect, chain_format=cp.chain_format)  # fmt: skip
+        else:
+            parent = fold((await load_run(self.client, request.parent_run_id, open_content=False)).records,
+                          check_chain=False)  # fmt: skip
+            if parent.version is None:
+                raise RerunRequestError(f"run {request.parent_run_id} has no run.started event")
+            if parent.erased is not None:  # no branch is started from an erased run, not even a failed one
+                raise RunErasedError(parent.run_id, parent.erased)
+            protector = await run_protector(self.client, parent.agent, branch_id, policy)
+            subject = run_subject(parent.agent, branch_id, WORKER_WRITER)
+            writer = SubjectWriter(self.client.js, subject, run_id=branch_id, agent=parent.agent,
+                                   msg_id_prefix=branch_id, policy=self.policy,
+                                   transform=protector.protect)  # fmt: skip
+            cp = Checkpoint()
+            fork_step = max(parent.last_step, 0) if request.fork_step is None else request.fork_step
+            for body in (
+                RunStarted(agent=parent.agent, version=VersionTuple(**parent.version), capture=policy.capture,
+                           budgets=dict(parent.limits),  # type: ignore[arg-type]
+                           labels={"parent_run_id": parent.run_id, "request_id": request.request_id},
+                           chain_format=recorded_chain_format(parent.chain_format)),
+                RunForked(parent_run_id=parent.run_id, fork_step=fork_step, mode=request.mode),
+            ):  # fmt: skip
+                apply(cp, Recorded(await writer.append(body), writer.last_stream_seq))
+        trace = None
+        if cause is not None:
+            trace = safe_text("".join(traceback.format_exception(cause)), 20_000)
+        await writer.append(
+            RunFailed(reason="exception", step=cp.last_step if cp.last_step >= 0 else None,
+                      error=ErrorInfo(type=type(error).__name__, message=str(error), traceback=trace))
+        )  # fmt: skip
+        fork_step = (cp.parent or {}).get("fork_step", 0)
+        return RerunResult(branch_id, "failed", reason="exception", error=str(error), fork_step=fork_step, **common)
 
     async def _open_branch(
         self, spec: AgentSpec, parent: Checkpoint, request: RerunRequest, fork_step: int,
@@ -221,25 +357,33 @@ class Rerunner:
             log = None
         if log is None:
             cp = Checkpoint()
-            writer = SubjectWriter(self.client.js, run_subject(spec.name, branch_id), run_id=branch_id,
+            writer = SubjectWriter(self.client.js, run_subject(spec.name, branch_id, WORKER_WRITER), run_id=branch_id,
                                    agent=spec.name, msg_id_prefix=branch_id, policy=self.policy,
                                    transform=protector.protect)  # fmt: skip
             run_input = await opener.open_value(parent.input, strict=False)
             for body in (
                 RunStarted(agent=spec.name, version=spec.version(), input=run_input, capture=spec.data_policy.capture,
                            budgets=dict(parent.limits),  # type: ignore[arg-type]
-                           labels={"parent_run_id": parent.run_id, "request_id": request.request_id}),
+                           labels={"parent_run_id": parent.run_id, "request_id": request.request_id},
+                           # the parent's: the branch's digests are compared with the parent's record
+                           chain_format=recorded_chain_format(parent.chain_format)),
                 RunForked(parent_run_id=parent.run_id, fork_step=fork_step, mode=request.mode, changed=changed,
                           changed_from=before, changed_to=after),
             ):  # fmt: skip
                 event = await writer.append(body)
                 apply(cp, Recorded(event, writer.last_stream_seq))
+            # Erasure records the parent's run.erased before it looks for branches; checking after
+            # run.forked is recorded means either it finds this branch or this finds the erasure.
+            erased = await erased_now(self.client, parent.run_id)
+            if erased is not None:
+                await cascade_to(self.client, branch_id, parent.run_id, "branch")
+                raise RunErasedError(parent.run_id, erased)
             return cp, writer, protector, run_input
         cp = fold(log.records)
         writer = SubjectWriter(self.client.js, log.subject, run_id=branch_id, agent=log.agent,
                                msg_id_prefix=branch_id, next_seq=cp.next_seq, prev_hash=cp.last_hash,
                                last_stream_seq=log.last_stream_seq, policy=self.policy,
-                               transform=protector.protect)  # fmt: skip
+                               transform=protector.protect, chain_format=cp.chain_format)  # fmt: skip
         if cp.status not in ("completed", "failed"):
             event = await writer.append(RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker="rerun"))
             apply(cp, Recorded(event, writer.last_stream_seq))

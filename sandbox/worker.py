@@ -7,6 +7,33 @@ request after ``ack_wait`` and the next worker resumes the same branch run (its 
 derived from the request id), fenced on the branch's last event: completed once. The
 sandboxes a dead worker leaves on the same Docker engine and host are removed by any
 worker still alive there, every ``reap_interval_s`` (their owner pid is gone).
+
+Poison requests. Nothing one request does ends the worker. A request that fails its worker
+(any unexpected error while handling it, or a worker that died on it and the server
+redelivered it) is tried again, at most ``max_attempts`` deliveries in all, counted by the
+server (``num_delivered`` in the message's metadata: across workers and restarts). Then it
+is dead-lettered: its branch records ``run.failed`` with a ``RerunDeadLetteredError`` that
+names the request, the count and the last cause (``Rerunner.dead_letter``; a branch the
+request never started is started from the parent's record to hold it), and the message is
+terminated, which removes it from the work queue. ``runledger runs`` and ``runledger reruns``
+list it; the requests queued behind it go on. Errors no retry can cure (``PERMANENT``) drop
+the request at once, as they always did.
+
+Rejected: a dead-letter subject in LEDGER_CMD. The worker role may not publish under
+``ledger.cmd.>`` (only operators command), and the branch run is where an operator already
+looks for a re-run's outcome. Rejected too: acting on the server's
+``$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES`` advisory, which arrives after the last delivery,
+when no worker holds the request any more, on a subject the worker role cannot subscribe to.
+The consumer's ``max_deliver`` (``max_attempts`` + 3) stays as the server's backstop: a
+request whose dead letter cannot even be written (the server unreachable for every try) stops
+being delivered there, and stays in the stream.
+
+Stopping. Once ``stop`` is set no new request is taken, and the re-runs in hand get
+``drain_s`` to finish. Then they are cancelled: each one's container is killed and its request
+nak'ed, left for redelivery (the next worker resumes the branch, fenced; the interruption
+counts as a delivery). The branch is not marked failed: being stopped is not the re-run's
+fault, and a re-run that is wedged for good still ends at its own time limit, wherever it
+runs next.
 """
 
 from __future__ import annotations
@@ -14,25 +41,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
-from runledger.errors import LedgerError, PublishError, RunNotFoundError, VersionMismatchError
+from runledger.errors import PublishError, RunNotFoundError, VersionMismatchError
 from runledger.log.client import LedgerClient
 from runledger.log.subjects import CMD_PREFIX, CMD_STREAM
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
-from runledger.sandbox.errors import RerunRequestError
-from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
+from runledger.sandbox.errors import RerunDeadLetteredError, RerunRequestError
+from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult, describe
 
 logger = logging.getLogger(__name__)
 
 RERUN_SUBJECT = f"{CMD_PREFIX}.rerun"
 CONSUMER = "rerun-workers"
 PERMANENT = (RerunRequestError, VersionMismatchError, RunNotFoundError)
+# The consumer's max_deliver is this many deliveries above max_attempts: room for the delivery
+# that dead-letters a request whose last worker died, and for retrying that write.
+BACKSTOP = 3
 
 
 async def submit(client: LedgerClient, request: RerunRequest) -> None:
@@ -54,31 +84,54 @@ async def run_worker(
     max_requests: int | None = None,
     on_result: Callable[[RerunRequest, RerunResult | Exception], None] | None = None,
     reap_interval_s: float = 10.0,
+    max_attempts: int = 3,
+    retry_delay_s: float = 2.0,
+    drain_s: float = 10.0,
 ) -> int:
-    """Serve re-run requests until ``stop`` is set (or ``max_requests`` were handled). Returns the count.
+    """Serve re-run requests until ``stop`` is set (or ``max_requests`` deliveries were handled).
+    Returns the count.
 
-    Each request's outcome (its branch's result, or the error that stopped it) goes to
-    ``on_result`` (``runledger worker`` prints it); without one, it is logged on this module's
-    logger (INFO, errors at WARNING), like everything else the worker has to say."""
+    Each request's outcome (its branch's result, or the error that stopped it: a
+    ``RerunDeadLetteredError`` when the worker gave it up) goes to ``on_result`` (``runledger
+    worker`` prints it); without one, it is logged on this module's logger (INFO, errors at
+    WARNING), like everything else the worker has to say. A request that fails unexpectedly is
+    nak'ed for another try after ``retry_delay_s`` times its delivery count, and dead-lettered on
+    its ``max_attempts``-th delivery (see the module docstring). Each re-run's time limit is
+    ``policy.timeout_s`` at most, whatever the request asks for. After ``stop``, returns within
+    about ``drain_s`` plus the time to remove the sandboxes."""
+    if max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
     stop = stop or asyncio.Event()
     config = ConsumerConfig(
-        durable_name=CONSUMER, ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s, max_deliver=10,
-        filter_subject=RERUN_SUBJECT,
+        durable_name=CONSUMER, ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s,
+        max_deliver=max_attempts + BACKSTOP, filter_subject=RERUN_SUBJECT,
     )  # fmt: skip
     sub = await client.js.pull_subscribe(RERUN_SUBJECT, durable=CONSUMER, stream=CMD_STREAM, config=config)
+    attempts = await _attempts(sub, max_attempts)
     pool = SandboxPool(docker, policy, size=pool_size)
     await asyncio.to_thread(pool.reap_orphans)
     rerunner = Rerunner(client, pool)
     handled = 0
 
     def report(request: RerunRequest, outcome: RerunResult | Exception) -> None:
-        if on_result is not None:
-            on_result(request, outcome)
-        elif isinstance(outcome, Exception):
-            logger.warning("re-run %s: error: %s", request.request_id, outcome)
-        else:
-            logger.info("re-run %s: branch %s %s%s", request.request_id, outcome.run_id, outcome.status,
-                        f" ({outcome.reason})" if outcome.reason else "")  # fmt: skip
+        try:
+            if on_result is not None:
+                on_result(request, outcome)
+            elif isinstance(outcome, Exception):
+                logger.warning("re-run %s: error: %s", request.request_id, describe(outcome))
+            else:
+                note = "; ".join(n for n in (outcome.reason or "", outcome.time_limit_note) if n)
+                logger.info("re-run %s: branch %s %s%s", request.request_id, outcome.run_id, outcome.status,
+                            f" ({note})" if note else "")  # fmt: skip
+        except Exception as exc:  # a reporter that fails (a closed stdout, say) must not take the worker down
+            logger.warning("worker: reporting re-run %s failed: %s", request.request_id, describe(exc))
+
+    async def settle(action: Awaitable[None], request_id: str) -> None:
+        # An ack, nak or term that does not reach the server leaves the request to be redelivered.
+        try:
+            await action
+        except (nats.errors.Error, TimeoutError) as exc:
+            logger.warning("worker: could not settle re-run %s (%s): it will be redelivered", request_id, exc)
 
     async def heartbeat(msg: Any) -> None:
         while True:
@@ -86,31 +139,62 @@ async def run_worker(
             with contextlib.suppress(nats.errors.Error):
                 await msg.in_progress()
 
+    async def give_up(msg: Any, request: RerunRequest, error: RerunDeadLetteredError, cause: Exception | None) -> None:
+        delivered = msg.metadata.num_delivered
+        try:
+            await rerunner.dead_letter(request, error, cause)
+        except PERMANENT as exc:  # no parent to start a branch from: the request goes, with the log's word
+            logger.warning("worker: dead-lettered re-run %s has no branch to record it on: %s", request.request_id,
+                           describe(exc))  # fmt: skip
+        except Exception as exc:
+            logger.warning("worker: could not record the dead letter of re-run %s (%s): it stays queued",
+                           request.request_id, describe(exc), exc_info=exc)  # fmt: skip
+            report(request, exc)
+            await settle(msg.nak(delay=retry_delay_s * delivered), request.request_id)
+            return
+        await settle(msg.term(), request.request_id)
+        report(request, error)
+
     async def handle(msg: Any) -> None:
         nonlocal handled
+        handled += 1
         try:
             request = RerunRequest.model_validate_json(msg.data)
         except ValidationError as exc:
             logger.warning("worker: dropping a malformed re-run request: %s", exc.errors()[0]["msg"])
-            await msg.term()
+            await settle(msg.term(), "?")
+            return
+        delivered = msg.metadata.num_delivered
+        if delivered > attempts:
+            # Every earlier delivery ended without settling it: its worker died on it (killed,
+            # out of memory), was stopped, or could not write. Not run again.
+            cause = f"its {delivered - 1} deliveries ended without an outcome (its worker died or was stopped)"
+            await give_up(msg, request, RerunDeadLetteredError(request.request_id, delivered - 1, cause), None)
             return
         beat = asyncio.create_task(heartbeat(msg))
         try:
             result = await rerunner.rerun(request)
+        except asyncio.CancelledError:
+            await settle(msg.nak(), request.request_id)  # stopping: left for redelivery, its container killed
+            raise
         except PERMANENT as exc:
             report(request, exc)
-            await msg.term()  # retrying cannot help
+            await settle(msg.term(), request.request_id)  # retrying cannot help
         except PublishError as exc:
             report(request, exc)  # fenced or the server is gone: another delivery will settle it
-        except (LedgerError, OSError) as exc:
-            report(request, exc)
-            await msg.nak(delay=2)
+        except Exception as exc:  # anything else, a bug of ours included: retried, then dead-lettered
+            logger.warning("worker: re-run %s failed its worker (delivery %d of %d): %s", request.request_id,
+                           delivered, attempts, describe(exc), exc_info=exc)  # fmt: skip
+            if delivered >= attempts:
+                await give_up(msg, request, RerunDeadLetteredError(request.request_id, delivered, describe(exc)), exc)
+            else:
+                report(request, exc)
+                await settle(msg.nak(delay=retry_delay_s * delivered), request.request_id)
         else:
-            await msg.ack_sync()
+            await settle(msg.ack_sync(), request.request_id)
             report(request, result)
         finally:
             beat.cancel()
-            handled += 1
 
     async def reaper() -> None:
         while True:
@@ -130,15 +214,59 @@ async def run_worker(
                 msgs = await sub.fetch(1, timeout=1)
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
+            except nats.errors.Error as exc:  # a reconnect in progress, say: the next fetch tries again
+                logger.warning("worker: fetching re-run requests failed: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
             for msg in msgs:
-                await handle(msg)
+                try:
+                    await handle(msg)
+                except Exception:  # a bug of ours in the handling itself: the request is redelivered
+                    logger.exception("worker: handling a re-run request failed; it will be redelivered")
 
     reaping = asyncio.create_task(reaper())
+    loops = [asyncio.create_task(loop()) for _ in range(concurrency)]
+    stopping = asyncio.create_task(stop.wait())
+    serving = asyncio.ensure_future(asyncio.wait(loops))
     try:
-        await asyncio.gather(*(loop() for _ in range(concurrency)))
+        await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not serving.done():  # stopped
+            _, wedged = await asyncio.wait(loops, timeout=drain_s) if drain_s > 0 else (set(), set(loops))
+            if wedged:
+                logger.warning("worker: %d re-runs still running %gs after stop: interrupting them (their "
+                               "requests are left for redelivery)", len(wedged), drain_s)  # fmt: skip
+        await _finish(loops)
     finally:
+        serving.cancel()
+        stopping.cancel()
         reaping.cancel()
+        await _finish(loops)
         await pool.close()
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
     return handled
+
+
+async def _finish(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel what is still running and wait for it; an error of a finished loop is raised."""
+    for task in tasks:
+        task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    errors = [r for r in results if isinstance(r, Exception)]
+    if errors:
+        raise errors[0]
+
+
+async def _attempts(sub: Any, wanted: int) -> int:
+    """``wanted``, or fewer when the shared consumer (created by another worker) gives up sooner:
+    the worker must dead-letter a request while the server still delivers it."""
+    try:
+        info = await sub.consumer_info()
+    except nats.errors.Error:
+        return wanted
+    max_deliver = info.config.max_deliver or -1
+    if 0 < max_deliver <= wanted:
+        logger.warning("worker: consumer %s delivers a request at most %d times: dead-lettering after %d "
+                       "deliveries instead of %d", CONSUMER, max_deliver, max(1, max_deliver - 1), wanted)  # fmt: skip
+        return max(1, max_deliver - 1)
+    return wanted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -19,6 +20,30 @@ from runledger.log.subjects import LEDGER_STREAM
 
 T = TypeVar("T")
 IN_CI = os.environ.get("CI") == "true"
+# Run keys are wrapped under a master key kept outside NATS (runledger.protect.keystore): one for the
+# session, inherited by every process a test starts. Tests of the master key itself take it away.
+os.environ.setdefault("RUNLEDGER_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
+# Set by pytest itself for each phase of a test: never a leak.
+_ENV_OWNED_BY_PYTEST = frozenset({"PYTEST_CURRENT_TEST"})
+
+
+@pytest.fixture(autouse=True)
+def environment_left_as_found() -> Iterator[None]:
+    """Fail a test that leaves ``os.environ`` changed (use ``monkeypatch.setenv``), and put the
+    environment back so the leak cannot change what later tests see. Autouse fixtures are set
+    up first, so this check runs after ``monkeypatch`` has undone its own changes."""
+    before = {k: v for k, v in os.environ.items() if k not in _ENV_OWNED_BY_PYTEST}
+    yield
+    after = {k: v for k, v in os.environ.items() if k not in _ENV_OWNED_BY_PYTEST}
+    if after == before:
+        return
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    for key in changed:
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            del os.environ[key]
+    pytest.fail(f"the test left os.environ changed ({', '.join(changed)}): use monkeypatch.setenv/delenv")
 
 
 @pytest.fixture

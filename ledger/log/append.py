@@ -1,8 +1,9 @@
 """Appending to a run from outside it: an operator's decision, an erasure notice.
 
-Whoever appends is a second writer on the run's subject, so the event is appended fenced on
-the run's last event, exactly like the agent's own steps: an append made against a stale view
-of the run is rejected instead of interleaved.
+The operator appends on the run's operator subject (``ledger.run.<agent>.<run_id>.o``, which only
+operators may publish to), continuing the run's one chain and fenced on the run's last event
+whoever wrote it, exactly like the agent's own steps: an append made against a stale view of the
+run is rejected instead of interleaved.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.log.reader import RunLog, read_run
+from runledger.log.subjects import OPERATOR_WRITER, run_subject
 from runledger.record.events import Event, Payload
 from runledger.record.fold import Checkpoint, fold
 
@@ -23,7 +25,7 @@ async def append_to_run(
     cp = fold(log.records)
     writer = SubjectWriter(
         client.js,
-        log.subject,
+        run_subject(log.agent, run_id, OPERATOR_WRITER),
         run_id=run_id,
         agent=log.agent,
         msg_id_prefix=run_id,
@@ -31,5 +33,6 @@ async def append_to_run(
         prev_hash=cp.last_hash,
         last_stream_seq=log.last_stream_seq,
         policy=policy,
+        chain_format=cp.chain_format,
     )
     return await writer.append(body), cp

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runledger.errors import ServerError
+from runledger.log.private import open_private, private_dir, private_umask, write_private
 from runledger.log.server import (
     _accepts,
     _check_data_dir,
@@ -126,7 +127,7 @@ class LocalCluster:
         if size < 1:
             raise ServerError(f"a cluster needs at least one node, not {size}")
         data_dir = (data_dir or self.home / "cluster-data").resolve()
-        self.home.mkdir(parents=True, exist_ok=True)
+        private_dir(self.home)  # 0700 and its files 0600, as the embedded server's (runledger.log.private)
         nodes = []
         for i in range(1, size + 1):
             name = f"n{i}"
@@ -144,7 +145,7 @@ class LocalCluster:
                 )
             )
         for node in nodes:
-            Path(node.config).write_text(node_config(node, nodes, sync_always=sync_always))
+            write_private(Path(node.config), node_config(node, nodes, sync_always=sync_always))
         state = ClusterState(nodes=nodes)
         for node in nodes:
             node.pid = self._spawn(node)
@@ -220,10 +221,10 @@ class LocalCluster:
         return state
 
     def _save(self, state: ClusterState) -> None:
-        self.state_file.write_text(json.dumps({"nodes": [asdict(n) for n in state.nodes]}))
+        write_private(self.state_file, json.dumps({"nodes": [asdict(n) for n in state.nodes]}))
 
     def _spawn(self, node: NodeState) -> int:
-        with open(node.log, "ab") as out:
+        with os.fdopen(open_private(Path(node.log), "ab"), "ab") as out, private_umask():
             proc = subprocess.Popen(
                 [nats_server_binary(), "-c", node.config],
                 stdout=out,

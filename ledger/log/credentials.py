@@ -7,11 +7,11 @@ connection needs to log in belongs to the log, which must not import data protec
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runledger.errors import ConfigurationError
+from runledger.log.private import private_dir, write_private
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,10 @@ class RoleCredentials:
     agent: str | None = None
 
     def write(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(self), f, indent=2, sort_keys=True)
-            f.write("\n")
-        return path
+        """Write the file, mode 0600 (whatever the umask, and also over an existing file), in a 0700 directory."""
+        if not path.parent.exists():
+            private_dir(path.parent)
+        return write_private(path, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def read(cls, path: str | Path) -> RoleCredentials:

@@ -2,7 +2,9 @@
 
 Every publish carries ``Nats-Msg-Id`` (a retry inside the duplicate window is a
 no-op) and ``Nats-Expected-Last-Subject-Sequence`` (the server rejects a writer
-whose view of the subject is stale: the fencing that makes a zombie stop).
+whose view of the subject is stale: the fencing that makes a zombie stop). On a run's or a
+key's subject the fence covers every writer's subject of it
+(``Nats-Expected-Last-Subject-Sequence-Subject``, runledger.log.subjects).
 
 Rejected approaches: ``publish_async`` (its future never resolves when the server
 rejects the message, nats.py #985, and hangs across a restart) and trusting
@@ -35,8 +37,9 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from runledger.errors import FencedError, PublishError
-from runledger.log.subjects import LEDGER_STREAM
-from runledger.record.events import GENESIS, Event, Payload, make_event
+from runledger.log.subjects import FENCE_HEADER, FENCE_SUBJECT_HEADER, LEDGER_STREAM, fence_filter
+from runledger.record.canonical import LEGACY_CHAIN_FORMAT
+from runledger.record.events import GENESIS, Event, Payload, RunStarted, make_event
 
 T = TypeVar("T")
 WRONG_LAST_SEQUENCE = 10071
@@ -79,14 +82,18 @@ async def publish_fenced(
     expected_last_seq: int,
     policy: RetryPolicy = RetryPolicy(),
 ) -> int:
-    """Append ``data`` to ``subject`` iff the subject's last stream sequence is ``expected_last_seq``.
+    """Append ``data`` to ``subject`` iff the last stream sequence of the run or key it belongs to
+    (``fence_filter``: every writer's subject of it; else ``subject`` alone) is ``expected_last_seq``.
 
     Returns the stream sequence of the stored message, whether this call or an
     earlier attempt with the same msg id stored it. Raises FencedError when another
     writer appended first, PublishError when the server stays unreachable past the
     policy's deadline or rejects the message for another reason.
     """
-    headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Subject-Sequence": str(expected_last_seq)}
+    headers = {"Nats-Msg-Id": msg_id, FENCE_HEADER: str(expected_last_seq)}
+    fence = fence_filter(subject)
+    if fence is not None:
+        headers[FENCE_SUBJECT_HEADER] = fence
     deadline = time.monotonic() + policy.deadline_s
     backoff = policy.backoff_s
     attempt = 0
@@ -97,7 +104,9 @@ async def publish_fenced(
         except APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 actual = _actual_last_seq(exc)
-                seq = await _stored_as(js, subject, msg_id, data, actual)
+                # Our own earlier attempt is the last message of our own subject, if it was stored
+                # (another writer may have appended to the run since: the fence covers every writer).
+                seq = await _stored_as(js, subject, msg_id, data, actual if fence is None else 0)
                 if seq is not None:
                     return seq
                 actual = actual or await last_subject_seq(js, subject)
@@ -240,6 +249,7 @@ class SubjectWriter:
         last_stream_seq: int = 0,
         policy: RetryPolicy = RetryPolicy(),
         transform: PayloadTransform | None = None,
+        chain_format: int = LEGACY_CHAIN_FORMAT,
     ) -> None:
         self.js = js
         self.subject = subject
@@ -251,6 +261,7 @@ class SubjectWriter:
         self.last_stream_seq = last_stream_seq
         self.policy = policy
         self.transform = transform
+        self.chain_format = chain_format  # of the run (its run.started): runledger.record.canonical
 
     async def append(self, body: Payload) -> Event:
         """Publish the next event and return it once the server acknowledged it.
@@ -259,8 +270,15 @@ class SubjectWriter:
         every event of the subject passes through it, whoever builds the payload."""
         if self.transform is not None:
             body = await self.transform(body)
+        if isinstance(body, RunStarted) and body.chain_format is not None:
+            self.chain_format = body.chain_format  # a run's first event says the format of its chain
         event, data = make_event(
-            body, run_id=self.run_id, agent=self.agent, seq=self.next_seq, prev_hash=self.prev_hash
+            body,
+            run_id=self.run_id,
+            agent=self.agent,
+            seq=self.next_seq,
+            prev_hash=self.prev_hash,
+            chain_format=self.chain_format,
         )
         self.last_stream_seq = await publish_fenced(
             self.js,

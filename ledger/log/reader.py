@@ -23,7 +23,7 @@ from nats.js.errors import NotFoundError
 from runledger.errors import EventDecodeError, LedgerError, ReaderUnavailable, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.fastread import read_subject
-from runledger.log.subjects import LEDGER_STREAM, any_agent_run_subject, parse_run_subject, run_subject
+from runledger.log.subjects import LEDGER_STREAM, any_agent_run_subject, parse_run_subject, run_filter
 from runledger.record.events import Event, decode_fast
 from runledger.record.records import Quarantined, RawRecord, Recorded
 
@@ -32,7 +32,7 @@ from runledger.record.records import Quarantined, RawRecord, Recorded
 class RunLog:
     run_id: str
     agent: str
-    subject: str
+    subject: str  # where the run's own writer appends (the subject of its run.started)
     records: list[Recorded] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
 
@@ -42,8 +42,9 @@ class RunLog:
 
     @property
     def last_stream_seq(self) -> int:
-        """The subject's last stream sequence: what a writer fences on. Garbage published onto
-        the subject is not part of the chain but still moves it, so quarantined bytes count."""
+        """The run's last stream sequence, over every writer's subject: what a writer fences on.
+        Garbage published onto them is not part of the chain but still moves it, so quarantined
+        bytes count."""
         return max([r.stream_seq for r in self.records] + [q.stream_seq for q in self.quarantined], default=0)
 
 
@@ -140,7 +141,7 @@ async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = Non
     role may read; the default finds the run under any agent (roles that may read every run).
     ``runledger.protect.runs.load_run`` reads a run with its content opened.
     """
-    raws = await read_raw(client, run_subject(agent, run_id) if agent else any_agent_run_subject(run_id))
+    raws = await read_raw(client, run_filter(agent, run_id) if agent else any_agent_run_subject(run_id))
     if not raws:
         raise RunNotFoundError(run_id)
     parsed = parse_run_subject(raws[0].subject)
@@ -149,7 +150,3 @@ async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = Non
         run_id=run_id, agent=parsed[0] if parsed else "", subject=raws[0].subject, records=good, quarantined=bad
     )
 
-
-async def list_run_subjects(client: LedgerClient) -> dict[str, int]:
-    """Every run subject in the ledger with its event count."""
-    return await subject_counts(client, "ledger.run.>")

@@ -5,6 +5,10 @@ package with JetStream, a data dir and ``sync_interval: always`` (each ack follo
 an fsync, so an acknowledged event survives a machine crash, not just a process
 crash; bench/record.py measures the cost). Its state (pid, port, URL) lives in
 ``<home>/server.json`` so ``down``, ``status`` and every other command find it.
+
+Everything it writes is private whatever the umask (``runledger.log.private``): the home and
+data dirs are 0700, the config, state and log 0600, and nats-server starts under a umask of
+0o077, so its store files are its user's alone.
 """
 
 from __future__ import annotations
@@ -23,8 +27,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runledger.errors import DataDirError, PortInUseError, ServerError
+from runledger.log.private import open_private, private_dir, private_umask, write_private
 
 ENV_HOME = "RUNLEDGER_HOME"
+# What `runledger up` without --secure (and a server started on first use) must say.
+NO_LOGINS_WARNING = (
+    "WARNING: no logins (start it with `runledger up --secure`): any local process can read and write the ledger"
+)
 
 
 def runledger_home() -> Path:
@@ -73,7 +82,7 @@ class ServerState:
 
 def _check_data_dir(data_dir: Path) -> None:
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)
     except OSError as exc:
         raise DataDirError(str(data_dir), exc.strerror or str(exc)) from exc
     probe = data_dir / ".write-test"
@@ -104,7 +113,7 @@ def write_config(
         # Users and subject permissions of the roles (runledger up --secure, runledger.protect.roles).
         f'include "{include}"' if include is not None else "",
     ]
-    path.write_text("\n".join(line for line in lines if line) + "\n")
+    write_private(path, "\n".join(line for line in lines if line) + "\n")
 
 
 # Writes ``auth.conf`` (users and permissions) and the credentials files into a directory, for a URL.
@@ -153,7 +162,7 @@ class EmbeddedServer:
             return running
         data_dir = (data_dir or self.home / "data").resolve()
         _check_data_dir(data_dir)
-        self.home.mkdir(parents=True, exist_ok=True)
+        private_dir(self.home)
         if port is None or port == 0:
             port = free_port()
         elif not port_is_free(port):
@@ -172,8 +181,8 @@ class EmbeddedServer:
             include=None if creds_dir is None else Path(os.path.relpath(creds_dir / "auth.conf", config.parent)),
         )
         log = self.home / "nats-server.log"
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
+        with os.fdopen(open_private(log, "ab"), "ab") as out, private_umask():
+            proc = subprocess.Popen(  # inherits the umask: the store nats-server creates is private
                 [nats_server_binary(), "-c", str(config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -196,7 +205,7 @@ class EmbeddedServer:
                     raise PortInUseError(port)
                 raise ServerError(f"nats-server exited with code {proc.returncode}:\n{tail}")
             if _accepts(port):
-                self.state_file.write_text(json.dumps(asdict(state)))
+                write_private(self.state_file, json.dumps(asdict(state)))
                 return state
             time.sleep(0.05)
         proc.kill()

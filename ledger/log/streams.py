@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from runledger.log.subjects import (
     BLOB_BUCKET,
@@ -123,8 +123,9 @@ async def ensure_streams(
                 await js.update_stream(config)
     max_age = settings.retention_days * DAY if settings.retention_days > 0 else None
     try:
-        await js.object_store(BLOB_BUCKET)
-    except BucketNotFoundError:
+        # The stream behind the bucket (what js.object_store reads too, so no extra round trip).
+        blobs = await js.stream_info(f"OBJ_{BLOB_BUCKET}")
+    except NotFoundError:
         await js.create_object_store(
             BLOB_BUCKET,
             ObjectStoreConfig(
@@ -135,7 +136,23 @@ async def ensure_streams(
                 ttl=max_age,
             ),
         )
+    else:
+        await _keep_max_age(js, blobs.config, max_age)
     await ensure_key_bucket(js, replicas=settings.replicas or 1, max_age_s=None if max_age is None else max_age + DAY)
+
+
+async def _keep_max_age(js: JetStreamContext, current: StreamConfig, max_age_s: float | None) -> None:
+    """Give an existing bucket's stream the max age the retention asks for, when it has another.
+
+    The buckets follow the LEDGER stream's window (blobs the same, keys a day longer): a window
+    lengthened on LEDGER alone would let events outlive the blobs they reference and the keys that
+    open them; one shortened on LEDGER alone would keep content past the promised window."""
+    if (current.max_age or None) == (max_age_s or None):
+        return
+    current.max_age = max_age_s
+    if max_age_s and current.duplicate_window and current.duplicate_window > max_age_s:
+        current.duplicate_window = max_age_s  # the server refuses a duplicate window past the max age
+    await js.update_stream(current)
 
 
 def _same_settings(current: StreamConfig, wanted: StreamConfig) -> bool:
@@ -145,7 +162,7 @@ def _same_settings(current: StreamConfig, wanted: StreamConfig) -> bool:
 
 
 async def ensure_key_bucket(js: JetStreamContext, *, replicas: int = 1, max_age_s: float | None = None) -> None:
-    """Create the LEDGER_KEYS bucket when missing (idempotent).
+    """Create the LEDGER_KEYS bucket when missing, else give it ``max_age_s`` if it has another (idempotent).
 
     Created as the stream a KV bucket is (nats-py's ``create_key_value`` config) except for
     two settings: ``deny_delete`` off, so ``destroy`` can securely delete a key message
@@ -157,10 +174,12 @@ async def ensure_key_bucket(js: JetStreamContext, *, replicas: int = 1, max_age_
     from nats.js.errors import NotFoundError
 
     try:
-        await js.stream_info(KEY_STREAM)
-        return
+        info = await js.stream_info(KEY_STREAM)
     except NotFoundError:
         pass
+    else:
+        await _keep_max_age(js, info.config, max_age_s)
+        return
     window = 120.0 if not max_age_s else min(120.0, max_age_s)
     await js.add_stream(
         StreamConfig(

@@ -1,8 +1,11 @@
-"""Operator decisions recorded into a run: approvals and budget grants.
+"""Operator decisions recorded into a run: approvals, budget grants, accepted versions.
 
-The operator is a second writer on the run's subject, so each decision is appended
-fenced on the run's last event, exactly like the agent's own steps: a decision
-made against a stale view of the run is rejected instead of interleaved.
+A decision travels on the run's operator subject (``ledger.run.<agent>.<run_id>.o``), which only
+operators may publish to (runledger.protect.roles), and the fold honours a decision only from
+there (runledger.record.fold.check_writer): an agent cannot approve its own approval or grant
+itself budget, a worker cannot decide at all. It continues the run's one chain, appended fenced
+on the run's last event whoever wrote it: a decision made against a stale view of the run is
+rejected instead of interleaved.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from runledger.errors import ConfigurationError, LedgerError
 from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient
 from runledger.protect.runs import load_run
-from runledger.record.events import ApprovalResolved, BudgetGranted, Event
+from runledger.record.events import ApprovalResolved, BudgetGranted, Event, VersionAccepted
 from runledger.record.fold import fold
 
 
@@ -50,4 +53,26 @@ async def grant_budget(
     event, _ = await append_to_run(
         client, run_id, BudgetGranted(turns=turns, tokens=tokens, seconds=seconds, by=by, reason=reason)
     )
+    return event
+
+
+async def accept_version(client: LedgerClient, run_id: str, agent_version: str, *, by: str, reason: str = "") -> Event:
+    """Accept ``agent_version`` (the version of code with a fix) for a recorded run, so that it can be
+    resumed with that code: ``resume`` then compares against it. Only the code's version can be
+    accepted; journal replay still checks every recorded step against the new code."""
+    if not by:
+        raise ConfigurationError("say who accepts the version: --by NAME")
+    if not agent_version:
+        raise ConfigurationError("name the version to accept")
+    log = await load_run(client, run_id, open_content=False)
+    cp = fold(log.records)
+    if cp.version is None:
+        raise LedgerError(f"run {run_id} has no run.started event: there is no version to replace")
+    if cp.status in ("completed", "failed") and not cp.failure_retryable:
+        raise LedgerError(f"run {run_id} is {cp.status}: there is nothing to continue")
+    previous = str(cp.version.get("agent_version"))
+    if previous == agent_version:
+        raise LedgerError(f"run {run_id} already runs version {agent_version!r}")
+    body = VersionAccepted(agent_version=agent_version, previous=previous, by=by, reason=reason)
+    event, _ = await append_to_run(client, run_id, body, log=log)
     return event

@@ -6,10 +6,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from runledger.errors import EventDecodeError, KeyStoreError, PayloadUnavailableError
+from runledger.errors import ChainError, EventDecodeError, KeyStoreError, PayloadUnavailableError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import read_raw
-from runledger.log.subjects import any_agent_run_subject, parse_run_subject
+from runledger.log.subjects import any_agent_run_subject, fence_filter, parse_run_subject
 from runledger.protect.blobs import is_blob_ref
 from runledger.protect.capture import (
     PayloadOpener,
@@ -19,8 +19,10 @@ from runledger.protect.capture import (
     is_sealed,
     is_sealed_text,
 )
+from runledger.record.canonical import CHAIN_FORMATS
 from runledger.record.events import GENESIS, decode
-from runledger.record.records import RawRecord
+from runledger.record.fold import Checkpoint, check_writer
+from runledger.record.records import RawRecord, Recorded
 
 
 @dataclass
@@ -33,14 +35,26 @@ class VerifyResult:
     first_bad_seq: int | None = None
     reason: str = ""
     problems: list[str] = field(default_factory=list)
+    # The canonical JSON of the run's hashes (run.started's chain_format, docs/wire.md): 1 or 2;
+    # None when the run has no readable run.started.
+    chain_format: int | None = None
+
+    @property
+    def format_name(self) -> str:
+        if self.chain_format is None:
+            return "chain format unknown (no run.started)"
+        return f"chain format {self.chain_format}, {CHAIN_FORMATS.get(self.chain_format, 'unknown')}"
 
 
 def verify_subject(subject: str, raws: list[RawRecord]) -> VerifyResult:
-    """Check one subject's messages (in stream order): each decodes, its hash matches its
-    content, seq runs 0,1,2... with no gap, and prev_hash links to the previous hash."""
+    """Check one run's messages (in stream order, every writer's subject of it): each decodes, its
+    hash matches its content, seq runs 0,1,2... with no gap, prev_hash links to the previous hash,
+    and each was written by a writer that may write it (an operator's decision only on the
+    operator's subject: runledger.record.fold.check_writer)."""
     parsed = parse_run_subject(subject)
     result = VerifyResult(subject=subject, run_id=parsed[1] if parsed else subject)
     expected_seq, prev = 0, GENESIS
+    writers = Checkpoint()
     for raw in raws:
         result.events += 1
         problem: str | None = None
@@ -56,7 +70,14 @@ def verify_subject(subject: str, raws: list[RawRecord]) -> VerifyResult:
             elif ev.prev_hash != prev:
                 problem = "prev_hash does not link to the previous event (modified or forged history)"
             else:
-                expected_seq, prev = ev.seq + 1, ev.hash
+                try:
+                    check_writer(writers, Recorded(ev, raw.stream_seq, raw.subject))
+                except ChainError as exc:
+                    problem = exc.reason
+                else:
+                    if ev.seq == 0 and ev.type == "run.started":
+                        result.chain_format = ev.payload.get("chain_format") or 1
+                    expected_seq, prev = ev.seq + 1, ev.hash
         if problem is not None:
             result.problems.append(f"stream seq {raw.stream_seq}: {problem}")
             if result.ok:
@@ -70,14 +91,17 @@ def verify_subject(subject: str, raws: list[RawRecord]) -> VerifyResult:
 async def verify_runs(client: LedgerClient, run_id: str | None = None, *, deep: bool = False) -> list[VerifyResult]:
     """Verify one run, or every run in the ledger; ``deep`` also checks content (verify_content)."""
     raws = await read_raw(client, any_agent_run_subject(run_id) if run_id else "ledger.run.>")
-    by_subject: dict[str, list[RawRecord]] = defaultdict(list)
+    # One chain a run, across its writers' subjects (runledger.log.subjects), named by its first
+    # message's subject (the run's own writer).
+    by_run: dict[str, list[RawRecord]] = defaultdict(list)
     for raw in raws:
-        by_subject[raw.subject].append(raw)
-    results = [verify_subject(subject, items) for subject, items in sorted(by_subject.items())]
+        by_run[fence_filter(raw.subject) or raw.subject].append(raw)
+    chains = sorted((items[0].subject, items) for items in by_run.values())
+    results = [verify_subject(subject, items) for subject, items in chains]
     if deep:
         opener = client_opener(client)
-        for result in results:
-            await verify_content(opener, result, by_subject[result.subject])
+        for result, (_, items) in zip(results, chains, strict=True):
+            await verify_content(opener, result, items)
     return results
 
 

@@ -75,6 +75,8 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "effect.simulated": ("args", "result"),
     "approval.requested": ("args",),
     "child.completed": ("output",),
+    "graph.checkpointed": ("checkpoint", "metadata", "values"),
+    "graph.writes_saved": ("writes",),
 }
 # Event types whose ``error`` (an ErrorInfo) carries content in ``message`` and ``traceback``.
 ERROR_TYPES = frozenset({"run.failed", "model.called", "tool.called", "effect.failed", "child.failed"})

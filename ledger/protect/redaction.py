@@ -92,7 +92,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, AnyStr, TypeVar, cast
 
 from runledger.errors import ConfigurationError, SecretNotFoundError
 from runledger.record.canonical import canonical_json
@@ -511,7 +511,6 @@ _B64_KEEP = bytes(c if c in _B64_ALPHABET or c in b"\r\n" else ord(" ") for c in
 # ``/v1/<base64>``): a run is also tried from after the last of them in its first 17 characters.
 _B64_PREFIX = 17
 _B64_SEPARATORS = bytes.maketrans(b"_/+", b"---")
-_B64_SEPARATORS_STR = str.maketrans("_/+", "---")
 
 
 def _b64_tails(runs: list[bytes]) -> list[bytes]:
@@ -548,14 +547,19 @@ _PADDING = "=="
 def _b64_runs(text: str) -> list[tuple[int, int]]:
     """The spans of base64-looking runs of 16 characters or more (a block of full lines, and the
     shorter line that ends it, is one run), and of their tails after a short prefix (``_b64_tails``)."""
-    spans = _b64_blocks(text, text.encode("latin-1", "replace").translate(_B64_MAP))
-    heads = map(
-        str.translate,
-        map(text.__getitem__, itertools.starmap(slice, [(s, min(e, s + _B64_PREFIX)) for s, e in spans])),
-        itertools.repeat(_B64_SEPARATORS_STR),
-    )
-    cuts = list(map(str.rfind, heads, itertools.repeat("-")))
-    tails = [(s + cut + 1, e) for (s, e), cut in zip(spans, cuts, strict=True) if cut >= 0 and e - (s + cut + 1) >= 16]
+    encoded = text.encode("latin-1", "replace")
+    spans = _b64_blocks(text, encoded.translate(_B64_MAP))
+    if not spans:
+        return spans
+    # The last separator in each run's first characters: one rfind a run over the text with every
+    # separator made "-" (no slice, no Python call a run: an input can hold 60,000 runs a MiB).
+    starts, ends = map(list, zip(*spans, strict=True))
+    heads = map(min, ends, map(operator.add, starts, itertools.repeat(_B64_PREFIX)))
+    cuts = list(map(encoded.translate(_B64_SEPARATORS).rfind, itertools.repeat(b"-"), starts, heads))
+    has = list(map(operator.le, itertools.repeat(0), cuts))
+    if not any(has):
+        return spans
+    tails = [(cut + 1, e) for cut, e in itertools.compress(zip(cuts, ends, strict=True), has) if e - (cut + 1) >= 16]
     # By start: a run comes before its tail, which it covers.
     return sorted([*spans, *tails]) if tails else spans
 
@@ -606,12 +610,28 @@ def _b64_decode_all(runs: list[str]) -> list[str]:
     if 1 in lengths:  # 4k+1 characters are no base64: decode as empty
         stripped = [r if k != 1 else "" for r, k in zip(stripped, lengths, strict=True)]
     raw = list(map(binascii.a2b_base64, map(str.__add__, stripped, itertools.repeat(_PADDING))))
-    sizes = list(map(len, raw))
-    controls = map(
-        operator.sub, sizes, map(len, map(bytes.translate, raw, itertools.repeat(None), itertools.repeat(_CONTROL)))
+    # junk * False: ""
+    return list(map(operator.mul, map(bytes.decode, raw, itertools.repeat("latin-1")), _texty(raw)))
+
+
+def _mixed_case(runs: list[AnyStr]) -> list[bool]:
+    """Which runs may be base64 of text: hex digests and ids are of one case (or all digits), base64
+    of text never is. C ``map``s over the list."""
+    if not runs:
+        return []
+    kind = type(runs[0])
+    one_case = map(
+        operator.or_, map(operator.or_, map(kind.islower, runs), map(kind.isupper, runs)), map(kind.isdigit, runs)
     )
-    texty = map(operator.le, map(operator.mul, controls, itertools.repeat(16)), sizes)
-    return list(map(operator.mul, map(bytes.decode, raw, itertools.repeat("latin-1")), texty))  # junk * False: ""
+    return list(map(operator.not_, one_case))
+
+
+def _texty(decodings: list[bytes]) -> list[bool]:
+    """Which decodings may be text: at most one control character in sixteen (else binary)."""
+    sizes = list(map(len, decodings))
+    kept = map(len, map(bytes.translate, decodings, itertools.repeat(None), itertools.repeat(_CONTROL)))
+    controls = map(operator.sub, sizes, kept)
+    return list(map(operator.le, map(operator.mul, controls, itertools.repeat(16)), sizes))
 
 
 _CONTROL = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
@@ -682,7 +702,17 @@ def _alternation(literals: Iterable[str]) -> re.Pattern[str]:
 
 
 def _lower(text: str) -> str:
-    """``text`` lower-cased with the same length, so offsets carry over (only U+0130 grows)."""
+    """``text`` lower-cased with the same length, so offsets carry over (only U+0130 grows).
+
+    Only ASCII letters matter (the patterns matched on it are ASCII, and ``\\w``/``\\s`` take a letter
+    in either case): a Latin-1 text that is not ASCII (a probe of decoded bytes) is lower-cased as
+    bytes, ~10x faster than ``str.lower``'s per-character Unicode lookup, which only Latin-1
+    letters would tell apart (no Latin-1 letter lower-cases to ASCII)."""
+    if not text.isascii():
+        try:
+            return text.encode("latin-1").lower().decode("latin-1")
+        except UnicodeEncodeError:
+            pass
     low = text.lower()
     if len(low) != len(text):
         low = text.replace("\u0130", "\u0131").lower()
@@ -1331,11 +1361,7 @@ class Redactor:
         if not spans:
             return text
         runs = list(map(text.__getitem__, itertools.starmap(slice, spans)))
-        # Hex digests and ids are one case (or digits): base64 of text is never.
-        one_case = map(
-            operator.or_, map(operator.or_, map(str.islower, runs), map(str.isupper, runs)), map(str.isdigit, runs)
-        )
-        keep = list(itertools.compress(range(len(runs)), map(operator.not_, one_case)))
+        keep = list(itertools.compress(range(len(runs)), _mixed_case(runs)))
         if not keep:
             return text
         decoded = _b64_decode_all(list(map(runs.__getitem__, keep)))
@@ -1384,19 +1410,11 @@ class Redactor:
         if b"\n" in raw:  # the lines of a block are one run
             raw = _B64_BLOCK_LINE.sub(b"", raw)
         parts = list(set(raw.split()))  # a run repeated is probed once
-        sizes = list(map(len, parts))
-        long_enough = list(map(operator.le, itertools.repeat(16), sizes))
-        runs, sizes = list(itertools.compress(parts, long_enough)), list(itertools.compress(sizes, long_enough))
-        # Hex digests and ids are one case (or digits): base64 of text is never (as in _open_base64).
-        one_case = map(
-            operator.or_,
-            map(operator.or_, map(bytes.islower, runs), map(bytes.isupper, runs)),
-            map(bytes.isdigit, runs),
-        )
-        mixed = list(map(operator.not_, one_case))
-        runs, sizes = list(itertools.compress(runs, mixed)), list(itertools.compress(sizes, mixed))
+        runs = list(itertools.compress(parts, map(operator.le, itertools.repeat(16), map(len, parts))))
+        runs = list(itertools.compress(runs, _mixed_case(runs)))  # as in _open_base64
         if not runs:
             return False
+        sizes = list(map(len, runs))
         if max(sizes) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
             tails = _b64_tails(runs)
             runs += tails
@@ -1408,17 +1426,13 @@ class Redactor:
         padded = map(bytes.ljust, runs, lengths, itertools.repeat(b"A"))
         if len(runs) <= 16:  # a document, an image: each decoded, binary ones left out (as in _b64_decode_all)
             decodings = list(map(binascii.a2b_base64, padded))
-            controls = map(
-                operator.sub,
-                map(len, decodings),
-                map(len, map(bytes.translate, decodings, itertools.repeat(None), itertools.repeat(_CONTROL))),
-            )
-            texty = map(operator.le, map(operator.mul, controls, itertools.repeat(16)), map(len, decodings))
-            decoded = b"\x00".join(itertools.compress(decodings, texty))
-        else:  # all decoded in one call, two quanta of "/" (0xff bytes) between runs
-            decoded = binascii.a2b_base64(b"////////".join(padded))
-        # Control bytes (binary, and the 0xff between runs) end what a detector can match, as _SEP does.
-        probe = decoded.translate(_CONTROL_TO_NUL).decode("latin-1").replace("\x00", _SEP)
+            decoded = b"\x00".join(itertools.compress(decodings, _texty(decodings)))
+        else:  # all decoded in one call, a quantum of "/" between runs (whole quanta: 3 bytes of 0xff)
+            decoded = binascii.a2b_base64(b"////".join(padded))
+        # Control bytes (binary, and the 0xff between runs) become NULs, which end what a detector can
+        # match as _SEP does (every class that leaves out one leaves out both), and keep the probe
+        # Latin-1: one byte a character for the scans, where _SEP would make it two.
+        probe = decoded.translate(_CONTROL_TO_NUL).decode("latin-1")
         return bool(probe) and self._scan_with(probe, depth + 1, _Mint(probe=True)) != probe
 
     def _open_urlencoded(self, text: str, depth: int, mint: _Mint) -> str:
@@ -1530,6 +1544,18 @@ class SecretResolver:
         if self.on_resolve is not None:
             self.on_resolve(name, value)
         return value
+
+    @staticmethod
+    def references(value: Any) -> set[str]:
+        """The NAMEs of every ``secret://NAME`` in ``value`` (strings, dict values, lists), resolving
+        nothing: what a caller that allows only some names checks before ``resolve``."""
+        if isinstance(value, str):
+            return set(_SECRET_REF.findall(value)) if SECRET_SCHEME in value else set()
+        found: set[str] = set()
+        if isinstance(value, dict | list):
+            for item in value.values() if isinstance(value, dict) else value:
+                found |= SecretResolver.references(item)
+        return found
 
     def resolve(self, value: Any) -> Any:
         """A copy of ``value`` with every ``secret://NAME`` (whole string or inside one) resolved."""

@@ -5,15 +5,18 @@ Five users (``runledger up --secure`` writes them; ``deploy/nats/`` has a commen
 ================  ==========================================================================
 role              may
 ================  ==========================================================================
-agent-<NAME>      publish and read only its own runs (``ledger.run.<NAME>.>``), claim and read
-                  effects (``ledger.effect.>``: keys are digests, not scoped by agent), store
+agent-<NAME>      write (as ``a``) and read only its own runs (``ledger.run.<NAME>.>``), claim and read
+                  its own effect keys (``ledger.effect.<NAME>.>``: another agent's are out of reach), store
                   blobs, create and read its own runs' keys (``$KV.LEDGER_KEYS.<NAME>.>``)
-analyst           read everything (streams, blobs, keys); publish nothing to the ledger
-operator          what an analyst may, plus publish re-run commands (``ledger.cmd.>``), operator
-                  decisions on runs (approvals, budget grants, erasure events) and effect
-                  resolutions, and erase (delete a run's key, purge its blobs)
-worker            consume re-run commands, read parents, publish branch runs and their effects,
-                  create branch runs' keys
+analyst           read everything (streams, blobs, keys); publish nothing to the ledger; no
+                  consumer on the re-run work queue (nobody but workers may take a request)
+operator          what an analyst may, plus publish re-run commands (``ledger.cmd.>``), and the
+                  decisions only an operator may make, on the operator subjects (``o``): approvals,
+                  budget grants, accepted versions, erasure notices, effect resolutions; and erase
+                  (delete a run's key, purge its blobs)
+worker            consume re-run commands (the only role with consumers on ``LEDGER_CMD``), read
+                  parents, write branch runs and their effects (as ``w``: never an agent's run,
+                  never a decision), create branch runs' keys
 admin             everything (creates and updates the streams: ``runledger up``)
 ================  ==========================================================================
 
@@ -43,7 +46,6 @@ public keys) or decentralized JWT auth are the upgrade for a multi-machine deplo
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import Callable
 from dataclasses import asdict
@@ -52,12 +54,26 @@ from typing import Any
 
 from runledger.errors import ConfigurationError
 from runledger.log.credentials import RoleCredentials
+from runledger.log.private import private_dir, write_private
 from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, KEY_BUCKET, KEY_STREAM, LEDGER_STREAM
 from runledger.record.ids import is_token
 
 API = "$JS.API"
 BLOB_STREAM = f"OBJ_{BLOB_BUCKET}"
 ROLES = ("agent", "analyst", "operator", "worker", "admin")
+DATA_STREAMS = (LEDGER_STREAM, BLOB_STREAM, KEY_STREAM)
+# Consumer API subjects, as (action, what follows the stream name): create (named, filtered),
+# create (unnamed), durable create, delete, pull the next messages.
+_CONSUMER_ACTIONS = (
+    ("CONSUMER.CREATE", ".>"),
+    ("CONSUMER.CREATE", ""),
+    ("CONSUMER.DURABLE.CREATE", ".*"),
+    ("CONSUMER.INFO", ".*"),
+    ("CONSUMER.NAMES", ""),
+    ("CONSUMER.LIST", ""),
+    ("CONSUMER.DELETE", ".*"),
+    ("CONSUMER.MSG.NEXT", ".*"),
+)
 
 
 
@@ -86,29 +102,29 @@ def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
             raise ConfigurationError(f"an agent user needs a valid agent name, got {agent!r}")
         own = f"ledger.run.{agent}"
         allow = [
-            f"{own}.>",
-            "ledger.effect.>",
+            f"{own}.*.a",  # its runs' events, as their writer (runledger.log.subjects)
+            f"ledger.effect.{agent}.*.a",
             f"$O.{BLOB_BUCKET}.>",
             f"$KV.{KEY_BUCKET}.{agent}.>",
             *_reads(),
             f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.{own}.>",
-            f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.ledger.effect.>",
+            f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.ledger.effect.{agent}.>",
             f"{API}.DIRECT.GET.{LEDGER_STREAM}.{own}.>",
-            f"{API}.DIRECT.GET.{LEDGER_STREAM}.ledger.effect.>",
+            f"{API}.DIRECT.GET.{LEDGER_STREAM}.ledger.effect.{agent}.>",
             f"{API}.DIRECT.GET.{KEY_STREAM}.$KV.{KEY_BUCKET}.{agent}.>",
         ]
         return {"publish": {"allow": allow}, "subscribe": {"allow": [f"{inbox_prefix('agent', agent)}.>"]}}
+    # Readers manage their own consumers on the data streams (runledger.log.fastread deletes the
+    # ones it made); the work queue's consumers are the workers' alone: nobody else may pull
+    # (and so take) a re-run request, or delete or replace the workers' durable consumer.
     read_all = [
         *_reads(),
         f"{API}.STREAM.LIST",
         f"{API}.STREAM.INFO.*",
-        f"{API}.CONSUMER.CREATE.>",
-        f"{API}.CONSUMER.DURABLE.CREATE.>",
-        f"{API}.CONSUMER.INFO.>",
-        f"{API}.CONSUMER.NAMES.>",
-        f"{API}.CONSUMER.LIST.>",
-        f"{API}.CONSUMER.DELETE.>",
-        f"{API}.CONSUMER.MSG.NEXT.>",
+        *(f"{API}.{action}.{stream}{suffix}" for stream in DATA_STREAMS for action, suffix in _CONSUMER_ACTIONS),
+        f"{API}.CONSUMER.INFO.{CMD_STREAM}.*",
+        f"{API}.CONSUMER.NAMES.{CMD_STREAM}",
+        f"{API}.CONSUMER.LIST.{CMD_STREAM}",
         f"{API}.DIRECT.GET.>",
         f"{API}.STREAM.MSG.GET.*",
     ]
@@ -119,8 +135,8 @@ def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
         allow = [
             *read_all,
             "ledger.cmd.>",
-            "ledger.run.*.*",  # approvals, budget grants, erasure events: appended fenced to the run
-            "ledger.effect.>",  # resolutions of in-doubt effects
+            "ledger.run.*.*.o",  # decisions (approvals, budget grants, accepted versions, erasure notices)
+            "ledger.effect.*.*.o",  # resolutions of in-doubt effects
             f"$KV.{KEY_BUCKET}.>",  # the purge marker of an erased run's key
             f"{API}.STREAM.MSG.DELETE.{KEY_STREAM}",  # erase: secure deletion of a run's key
             f"$O.{BLOB_BUCKET}.>",  # erase: delete markers of a run's blobs
@@ -130,11 +146,12 @@ def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
     elif role == "worker":
         allow = [
             *read_all,
-            "ledger.run.>",
-            "ledger.effect.>",
+            "ledger.run.*.*.w",  # branch runs, as their writer: never an agent's run, never a decision
+            "ledger.effect.*.*.w",
             f"$O.{BLOB_BUCKET}.>",
             f"$KV.{KEY_BUCKET}.>",
             f"$JS.ACK.{CMD_STREAM}.>",
+            *(f"{API}.{action}.{CMD_STREAM}{suffix}" for action, suffix in _CONSUMER_ACTIONS),
         ]
         deny = ["ledger.cmd.>"]
     else:
@@ -180,8 +197,7 @@ def generate(directory: Path, agents: list[str], url: str = "") -> dict[str, Pat
     Existing credentials are kept (a restart must not lock running agents out); users for
     new agents are added. Returns the credentials file of each user, by user name.
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    private_dir(directory)
     wanted: list[tuple[str, str | None]] = [(r, None) for r in ("admin", "analyst", "operator", "worker")]
     for agent_name in agents:
         if not is_token(agent_name):
@@ -216,9 +232,7 @@ def generate(directory: Path, agents: list[str], url: str = "") -> dict[str, Pat
             users.append(creds)
             files[path.stem] = path
     conf = directory / "auth.conf"
-    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(render_authorization(users))
+    write_private(conf, render_authorization(users))
     return files
 
 

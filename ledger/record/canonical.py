@@ -1,25 +1,192 @@
 """Canonical JSON and digests: the byte form every hash in runledger is computed over.
 
-Canonical JSON is UTF-8, keys sorted, no insignificant white space, no NaN or
-infinity. Any language can reproduce it (RFC 8785-like, minus number
-normalisation: integers stay integers and floats use the shortest repr), so an
-agent written in another language can publish events that hash the same.
+Two *chain formats* exist; a run records its own in ``run.started`` (``chain_format``; absent
+means 1) and every hash and digest of that run uses it (docs/wire.md, "Canonical JSON"):
+
+- **2, RFC 8785 (JCS)**, what new runs record: UTF-8, no insignificant white space, object
+  members sorted by the UTF-16 code units of their names, strings escaped as JCS says, numbers
+  written as ECMAScript writes a double (``1.0`` is ``1``, ``1e-7``, ``1e+21``, ``-0`` is ``0``).
+  One extension, so that Python values JCS cannot hold still record: an integer beyond
+  ±(2**53 - 1) is written as its exact decimal digits (JCS would round it to a double first). A
+  writer whose numbers are doubles never meets it; for every other value the bytes are JCS's.
+- **1, the legacy form** (runs recorded before chain formats existed): Python's
+  ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``: keys sorted by code
+  point, floats in Python's shortest ``repr`` (``1.0``, ``1e-07``).
+
+Both refuse NaN and infinity. The bytes of the two differ only for floats (integral ones, those
+below 1e-4, those of 2**53 and beyond) and for member names holding characters beyond U+FFFF.
+
+``jcs`` is fast for the common case: one walk of the value finds whether the C encoder of the
+standard library already writes JCS (no float outside the cases where ``repr`` and ECMAScript
+agree, no name beyond U+FFFF); integral floats are turned into integers on a copy; anything else
+(rare) goes through the pure-Python serializer ``_jcs_slow``. Rejected: the ``rfc8785`` package
+alone (pure Python on every value, several times slower on the hot path, and it refuses integers
+beyond 2**53 that agents' tools do return); post-processing the encoder's output (a number
+cannot be told from digits inside a string without tokenizing it again).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+import math
+from typing import Any, Literal
 
 from pydantic_core import to_jsonable_python
 
+ChainFormat = Literal[1, 2]
+LEGACY_CHAIN_FORMAT: ChainFormat = 1
+JCS_CHAIN_FORMAT: ChainFormat = 2
+# What the Python SDK's new runs record (run.started's chain_format). Every reader verifies both.
+# Format 1 still, because a value an agent receives live must equal its replay: sealed content is
+# serialized in format 1 (runledger.protect.capture), so in a format-2 run a float like 950.0 came
+# back live as 950 and on replay as 950.0 (a false divergence). Format 2 becomes the default when
+# the protect layer serializes in the run's format.
+CHAIN_FORMAT: ChainFormat = LEGACY_CHAIN_FORMAT
+CHAIN_FORMATS: dict[int, str] = {1: "legacy (Python json, sorted keys)", 2: "RFC 8785 (JCS)"}
+
 _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_encode = _encoder.encode
+_encode_string = json.encoder.encode_basestring  # JSON string escaping as JCS has it: ", \, \b \f \n \r \t, \u00xx
+_MAX_SAFE = 2**53
+_REPR_LIKE_ES6 = 1e-4  # a non-integral float at least this large: Python's repr is ECMAScript's string
 
 
-def canonical_json(value: Any) -> bytes:
-    """The canonical bytes of a JSON-native value (dict, list, str, int, float, bool, None)."""
-    return _encoder.encode(value).encode("utf-8")
+def recorded_chain_format(chain_format: int) -> int | None:
+    """What ``run.started`` records for ``chain_format``: nothing for the legacy format (so such a
+    run records exactly what it recorded before chain formats existed), else the number."""
+    return None if chain_format == LEGACY_CHAIN_FORMAT else chain_format
+
+
+def canonical_json(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> bytes:
+    """The canonical bytes of a JSON-native value (dict, list, str, int, float, bool, None) in
+    ``chain_format`` (1: legacy, 2: RFC 8785). Raises ValueError for NaN or infinity."""
+    if chain_format == JCS_CHAIN_FORMAT:
+        return jcs(value)
+    if chain_format != LEGACY_CHAIN_FORMAT:
+        raise ValueError(f"unknown chain format {chain_format!r} (known: {', '.join(map(str, CHAIN_FORMATS))})")
+    return _encode(value).encode("utf-8")
+
+
+def jcs(value: Any) -> bytes:
+    """RFC 8785 canonical JSON of a JSON-native value (see the module docstring for its one extension)."""
+    kind = _walk(value)
+    if kind == _PLAIN:
+        return _encode(value).encode("utf-8")
+    if kind == _INTEGRAL_FLOATS:
+        return _encode(_integral_to_int(value)).encode("utf-8")
+    return "".join(_jcs_slow(value, [])).encode("utf-8")
+
+
+_PLAIN, _INTEGRAL_FLOATS, _SLOW = 0, 1, 2
+
+
+def _walk(value: Any) -> int:
+    """How ``value`` must be written: as the C encoder writes it, after integral floats became
+    integers, or by ``_jcs_slow``."""
+    found = _PLAIN
+    stack = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is str and not key.isascii() and max(key) > "\uffff":
+                    return _SLOW  # UTF-16 order differs from code-point order only past U+FFFF
+                push(child)
+        elif kind is list:
+            extend(item)
+        elif kind is float:
+            if item.is_integer():
+                if abs(item) >= _MAX_SAFE:
+                    return _SLOW
+                found = _INTEGRAL_FLOATS
+            elif not abs(item) >= _REPR_LIKE_ES6:  # also NaN and infinity (is_integer is False for them)
+                return _SLOW
+        elif kind is tuple:
+            extend(item)
+    return found
+
+
+def _integral_to_int(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _integral_to_int(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_integral_to_int(v) for v in value]
+    if kind is float and value.is_integer():
+        return int(value)
+    return value
+
+
+def _jcs_slow(value: Any, out: list[str]) -> list[str]:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, str):
+        out.append(_encode_string(value))
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(es6_number(value))
+    elif isinstance(value, dict):
+        out.append("{")
+        for i, key in enumerate(sorted(value, key=_utf16_key)):
+            if i:
+                out.append(",")
+            out.append(_encode_string(key))
+            out.append(":")
+            _jcs_slow(value[key], out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _jcs_slow(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    return out
+
+
+def _utf16_key(key: Any) -> bytes:
+    if not isinstance(key, str):
+        raise TypeError(f"keys must be str, not {type(key).__name__}")
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def es6_number(value: float) -> str:
+    """The string ECMAScript's ``Number.prototype.toString`` gives a double (RFC 8785, 3.2.2.3).
+
+    Python's ``repr`` already yields the shortest digits that read back as the same double, the
+    closest when several do (what ECMAScript asks for); only the layout differs."""
+    if not math.isfinite(value):
+        raise ValueError(f"Out of range float values are not JSON compliant: {value!r}")
+    if value == 0:
+        return "0"  # -0 too
+    text = repr(abs(value))
+    mantissa, _, exp_text = text.partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    stripped = digits.lstrip("0")
+    n = len(whole) + int(exp_text or 0) - (len(digits) - len(stripped))  # value = 0.<digits> * 10**n
+    digits = stripped.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * -n + digits
+    else:
+        e = n - 1
+        out = (digits[0] + ("." + digits[1:] if k > 1 else "")) + "e" + ("+" if e >= 0 else "-") + str(abs(e))
+    return "-" + out if value < 0 else out
 
 
 def jsonable(value: Any) -> Any:
@@ -34,18 +201,20 @@ def jsonable(value: Any) -> Any:
         raise TypeError(f"value of type {type(value).__name__} cannot be recorded as JSON: {exc}") from exc
 
 
-def as_recorded(value: Any) -> Any:
+def as_recorded(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> Any:
     """``value`` as a replay will return it: through the canonical JSON the record keeps (keys
-    sorted, numbers as JSON reads them back). What an agent receives live goes through this, so
-    code that serializes a result into its next prompt sends the same text live and on resume."""
-    return json.loads(canonical_json(value))
+    sorted, numbers as JSON reads them back: in format 2 an integral float comes back an
+    integer). What an agent receives live goes through this, so code that serializes a result
+    into its next prompt sends the same text live and on resume."""
+    return json.loads(canonical_json(value, chain_format))
 
 
-def digest(value: Any) -> str:
-    """sha256 hex of the canonical JSON of ``value``."""
-    return hashlib.sha256(canonical_json(value)).hexdigest()
+def digest(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> str:
+    """sha256 hex of the canonical JSON of ``value`` in ``chain_format``."""
+    return hashlib.sha256(canonical_json(value, chain_format)).hexdigest()
 
 
 def short_digest(text: str) -> str:
-    """A 32-hex digest usable as a NATS subject token (idempotency keys, request ids)."""
+    """A 32-hex digest usable as a NATS subject token (idempotency keys, request ids): the first
+    32 hex digits of sha256 of the UTF-8 text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]

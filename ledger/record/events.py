@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from pydantic_core import SchemaValidator, from_json
 
 from runledger.errors import EventDecodeError, UnknownSchemaVersionError
-from runledger.record.canonical import canonical_json
+from runledger.record.canonical import CHAIN_FORMATS, LEGACY_CHAIN_FORMAT, canonical_json
 from runledger.record.ids import new_id
 
 GENESIS = "0" * 64
@@ -86,7 +86,11 @@ class Usage(BaseModel):
 class RunStarted(Payload):
     """``parent_run_id`` / ``parent_step``: for a child run (``await run.child(spec, input)``), the
     run and step that started it (the step's ``child.started``); absent from the payload of every
-    other run, so a run that is not a child records exactly what it recorded before children existed."""
+    other run, so a run that is not a child records exactly what it recorded before children existed.
+
+    ``chain_format``: the canonical JSON every hash and digest of this run is computed over
+    (runledger.record.canonical: 2 is RFC 8785); absent means 1, the form of runs recorded before
+    chain formats existed."""
 
     TYPE = "run.started"
     agent: str
@@ -97,11 +101,12 @@ class RunStarted(Payload):
     labels: dict[str, str] = Field(default_factory=dict)
     parent_run_id: str | None = None
     parent_step: int | None = None
+    chain_format: int | None = Field(default=None, ge=2, le=2)
 
     @model_serializer(mode="wrap")
     def _without_absent_parent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name in ("parent_run_id", "parent_step"):
+        for name in ("parent_run_id", "parent_step", "chain_format"):
             if data.get(name, 0) is None:
                 del data[name]
         return data
@@ -337,7 +342,13 @@ class VersionAccepted(Payload):
 
 class RunErased(Payload):
     """A run's content was erased: its data key destroyed (content sealed under it is unreadable
-    everywhere) and its blobs deleted. The events themselves stay, so the hash chain verifies."""
+    everywhere) and its blobs deleted. The events themselves stay, so the hash chain verifies.
+
+    ``because_of`` / ``derived_from`` / ``relation``: for a run erased because a run it derives
+    from was (a branch, ``run.forked``, or a child, ``run.child``, at any depth: the erasure
+    cascades), the run whose erasure was asked for, the run this one was branched or started
+    from, and which of the two it is. Absent from the payload of a run erased for itself, so
+    such an erasure records exactly what it recorded before erasure cascaded."""
 
     TYPE = "run.erased"
     reason: str
@@ -346,6 +357,56 @@ class RunErased(Payload):
     keys_destroyed: bool = True
     blobs_deleted: int = 0
     plaintext_events: int = 0  # events whose content was recorded unsealed: erasure cannot reach them
+    because_of: str | None = None
+    derived_from: str | None = None
+    relation: Literal["branch", "child"] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_cause(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in ("because_of", "derived_from", "relation"):
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
+
+
+class GraphCheckpointed(Payload):
+    """A LangGraph checkpoint of the thread this run records (runledger.integrations.langgraph).
+
+    Structure in the clear: the thread, the checkpoint namespace (``""`` for the root graph, a
+    subgraph's otherwise), the checkpoint's id and its parent's, the checkpoint's ``source`` and
+    graph ``graph_step`` (from its metadata), ``forked`` when the parent is not the latest checkpoint
+    of its namespace (time travel: a run from a past checkpoint, or a state update on one), the
+    channels whose values it stores and their ``new_versions``. Content: the checkpoint without its
+    channel values, its metadata and the new channel values, each serialized by the saver."""
+
+    TYPE = "graph.checkpointed"
+    thread_id: str
+    checkpoint_ns: str = ""
+    checkpoint_id: str
+    parent_checkpoint_id: str | None = None
+    source: str | None = None
+    graph_step: int | None = None
+    forked: bool = False
+    new_versions: dict[str, Any] = Field(default_factory=dict)
+    checkpoint: Any = None
+    metadata: Any = None
+    values: Any = None
+
+
+class GraphWritesSaved(Payload):
+    """Pending writes of one LangGraph task against a checkpoint (runledger.integrations.langgraph):
+    what a task wrote before the next checkpoint, so a resumed graph does not run it again.
+    ``channels`` (structure) names the channel of each write; ``writes`` (content) holds them."""
+
+    TYPE = "graph.writes_saved"
+    thread_id: str
+    checkpoint_ns: str = ""
+    checkpoint_id: str
+    task_id: str
+    task_path: str = ""
+    channels: list[str] = Field(default_factory=list)
+    writes: Any = None
 
 
 PAYLOADS: dict[str, type[Payload]] = {
@@ -375,6 +436,8 @@ PAYLOADS: dict[str, type[Payload]] = {
         BudgetGranted,
         VersionAccepted,
         RunErased,
+        GraphCheckpointed,
+        GraphWritesSaved,
     )
 }
 
@@ -447,8 +510,9 @@ class Event(BaseModel):
         step = self.payload.get("step")
         return step if isinstance(step, int) else None
 
-    def to_bytes(self) -> bytes:
-        return canonical_json(self.model_dump(mode="json"))
+    def to_bytes(self, chain_format: int = LEGACY_CHAIN_FORMAT) -> bytes:
+        """The wire bytes of this event in ``chain_format`` (its run's)."""
+        return canonical_json(self.model_dump(mode="json"), chain_format)
 
 
 _ENVELOPE_FIELDS = frozenset(Event.model_fields)
@@ -461,17 +525,25 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
-def chain_hash(prev_hash: str, unhashed: dict[str, Any]) -> str:
-    """sha256(prev_hash || canonical JSON of the envelope without ``hash``)."""
+def chain_hash(prev_hash: str, unhashed: dict[str, Any], chain_format: int = LEGACY_CHAIN_FORMAT) -> str:
+    """sha256(prev_hash || canonical JSON of the envelope without ``hash``), in ``chain_format``."""
     h = hashlib.sha256(prev_hash.encode("ascii"))
-    h.update(canonical_json(unhashed))
+    h.update(canonical_json(unhashed, chain_format))
     return h.hexdigest()
 
 
 def make_event(
-    body: Payload, *, run_id: str, agent: str, seq: int, prev_hash: str, ts: str | None = None
+    body: Payload,
+    *,
+    run_id: str,
+    agent: str,
+    seq: int,
+    prev_hash: str,
+    ts: str | None = None,
+    chain_format: int = LEGACY_CHAIN_FORMAT,
 ) -> tuple[Event, bytes]:
-    """Build the next event of a chain and its wire bytes."""
+    """Build the next event of a chain and its wire bytes, canonical in ``chain_format`` (the run's:
+    runledger.record.canonical)."""
     unhashed: dict[str, Any] = {
         "id": new_id(),
         "run_id": run_id,
@@ -487,7 +559,7 @@ def make_event(
     # same bytes with '"hash":"<hex>",' after the agent ("agent" sorts first, "hash" second):
     # exactly what canonical_json of the envelope with its hash gives (and what decode_fast
     # relies on). The fallback is there for an encoder that would ever lay it out otherwise.
-    unhashed_json = canonical_json(unhashed)
+    unhashed_json = canonical_json(unhashed, chain_format)
     h = hashlib.sha256(prev_hash.encode("ascii"))
     h.update(unhashed_json)
     unhashed["hash"] = hash_ = h.hexdigest()
@@ -495,7 +567,7 @@ def make_event(
     if unhashed_json.startswith(head):
         data = b"".join((head, b'"hash":"', hash_.encode("ascii"), b'",', unhashed_json[len(head) :]))
     else:  # pragma: no cover - not with the stdlib encoder
-        data = canonical_json(unhashed)
+        data = canonical_json(unhashed, chain_format)
     # What model_construct builds (every field was produced above from validated parts), without
     # its per-field alias and default lookups: the dict is already in declaration order.
     event = Event.__new__(Event)
@@ -719,9 +791,12 @@ def _hash_matches(raw: bytes, event: Event) -> bool:
         h.update(raw[at + len(needle) :])
         if h.hexdigest() == event.hash:
             return True
-    # Slow path: bytes that are not in canonical form (another writer's JSON encoder).
+    # Slow path: bytes that are not in canonical form (another writer's JSON encoder). One event
+    # does not say its run's chain format: it matches if its content hashes right in either (a
+    # writer able to publish can compute a valid hash in any format; verify checks the run's).
     data = json.loads(raw)
-    return chain_hash(event.prev_hash, {k: v for k, v in data.items() if k != "hash"}) == event.hash
+    unhashed = {k: v for k, v in data.items() if k != "hash"}
+    return any(chain_hash(event.prev_hash, unhashed, fmt) == event.hash for fmt in CHAIN_FORMATS)
 
 
 def _envelope_error(raw: bytes, exc: ValidationError) -> EventDecodeError:
@@ -754,8 +829,10 @@ def json_schemas() -> dict[str, Any]:
         schema["properties"]["payload"] = payload
         schema["description"] = (
             "hash = sha256 hex of (prev_hash as ASCII || canonical JSON of this object without 'hash'); "
-            "canonical JSON: UTF-8, sorted keys, no white space. seq 0 has prev_hash = 64 zeros. "
-            f"Publish to ledger.run.<agent>.<run_id> with Nats-Msg-Id <run_id>:<seq>. {cls.__doc__ or ''}"
+            "canonical JSON: RFC 8785 in runs whose run.started has chain_format 2, else the legacy "
+            "form (docs/wire.md). seq 0 has prev_hash = 64 zeros. "
+            "Publish to ledger.run.<agent>.<run_id>.<writer> with Nats-Msg-Id <run_id>:<seq>, "
+            f"fenced on the whole run (docs/wire.md). {cls.__doc__ or ''}"
         ).strip()
         out[type_] = schema
     return out

@@ -62,12 +62,14 @@ class Checkpoint:
     status: str = "unknown"  # running | suspended | completed | failed
     input: Any = None
     capture: str = "full"
+    chain_format: int = 1  # the canonical JSON of the run's hashes and digests (run.started; absent: 1)
     limits: dict[str, float | None] = field(default_factory=lambda: {"turns": None, "tokens": None, "seconds": None})
     spent: dict[str, float] = field(default_factory=lambda: {"turns": 0, "tokens": 0, "seconds": 0.0})
     last_step: int = -1
     next_seq: int = 0
     last_hash: str = GENESIS
     last_stream_seq: int = 0
+    writer: str = ""  # who writes the run: "a" its agent, "w" a worker (a branch); "" when not known
     steps: dict[int, StepRecord] = field(default_factory=dict)
     messages: list[dict[str, int]] = field(default_factory=list)  # references: {step, seq}
     pending_approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -178,6 +180,49 @@ def fold_until_refused(events: Iterable[Recorded]) -> tuple[Checkpoint, str | No
     return cp, None
 
 
+# Who may say what (runledger.log.subjects): an operator's decisions travel only on a run's operator
+# subject (``...<run_id>.o``), which only operators may publish to, and nothing else travels there.
+OPERATOR_TYPES = frozenset({"approval.resolved", "budget.granted", "version.accepted", "run.erased"})
+OPERATOR_WRITER, WORKER_WRITER = "o", "w"
+_RUN_SUBJECT_PREFIX = "ledger.run."
+
+
+def _writer_of(subject: str) -> str | None:
+    """The writer token of a run subject (``ledger.run.<agent>.<run_id>.<writer>``); None when the
+    record does not say where it was stored (an in-memory record)."""
+    if not subject.startswith(_RUN_SUBJECT_PREFIX) or subject.count(".") != 4:
+        return None
+    return subject.rpartition(".")[2]
+
+
+def check_writer(cp: Checkpoint, rec: Recorded) -> None:
+    """Refuse an event its writer may not write (ChainError): a decision not on the operator's subject
+    (an agent approving its own approval, granting itself budget), anything else on it, or an event
+    on another writer's subject than the one that started the run. A branch's worker may copy its
+    parent's recorded approvals into the branch (``approval.resolved`` on ``w``)."""
+    writer = _writer_of(rec.subject)
+    if writer is None:
+        return
+    ev = rec.event
+    if ev.type == "run.started" and not cp.writer:
+        if writer == OPERATOR_WRITER:
+            raise ChainError(ev.run_id, ev.seq, rec.stream_seq, "a run cannot start on the operator's subject")
+        cp.writer = writer
+        return
+    if writer == OPERATOR_WRITER:
+        if ev.type not in OPERATOR_TYPES:
+            raise ChainError(ev.run_id, ev.seq, rec.stream_seq,
+                             f"{ev.type} on the operator's subject, which carries only operator decisions")  # fmt: skip
+        return
+    if writer != cp.writer:
+        raise ChainError(ev.run_id, ev.seq, rec.stream_seq,
+                         f"{ev.type} written as {writer!r} in a run written by {cp.writer or '?'!r}")  # fmt: skip
+    if ev.type in OPERATOR_TYPES and not (ev.type == "approval.resolved" and writer == WORKER_WRITER):
+        raise ChainError(ev.run_id, ev.seq, rec.stream_seq,
+                         f"{ev.type} is an operator's decision: it is valid only on the run's operator subject, "
+                         "where only operators may write (a forged decision)")  # fmt: skip
+
+
 def apply(cp: Checkpoint, rec: Recorded, *, check_chain: bool = True) -> None:
     """Fold one more event into ``cp`` (in place: the building block of ``fold``)."""
     ev = rec.event
@@ -186,6 +231,7 @@ def apply(cp: Checkpoint, rec: Recorded, *, check_chain: bool = True) -> None:
             raise ChainError(ev.run_id, ev.seq, rec.stream_seq, f"expected seq {cp.next_seq}: gap or reorder")
         if ev.prev_hash != cp.last_hash:
             raise ChainError(ev.run_id, ev.seq, rec.stream_seq, "prev_hash does not link to the previous event")
+        check_writer(cp, rec)
     cp.next_seq = ev.seq + 1
     cp.last_hash = ev.hash
     if rec.stream_seq:
@@ -208,6 +254,7 @@ def _run_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.status = "running"
     cp.input = p.get("input")
     cp.capture = p.get("capture", "full")
+    cp.chain_format = p.get("chain_format") or 1
     budgets = p.get("budgets") or {}
     cp.limits = {k: budgets.get(k) for k in ("turns", "tokens", "seconds")}
     cp.started_at = cp.segment_start = ev.ts
@@ -450,6 +497,8 @@ def _version_accepted(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
 
 def _run_erased(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.erased = {"by": p["by"], "reason": p["reason"], "ts": ev.ts}
+    if p.get("because_of") is not None:  # erased because a run it derives from was (a cascade)
+        cp.erased["because_of"] = p["because_of"]
 
 
 _HANDLERS: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """The side-effect ledger: one hash-chained subject per idempotency key.
 
-``ledger.effect.<digest(key)>`` holds the life of a key: ``effect.intended`` (the
+``ledger.effect.<agent>.<digest(key)>.<writer>`` holds the life of an agent's key: ``effect.intended`` (the
 claim), then ``effect.committed`` / ``effect.failed`` / ``effect.resolved``. The
 claim is published with ``Nats-Expected-Last-Subject-Sequence`` equal to the
 subject's last sequence while the key is free (0 for a new key), so the server
@@ -35,8 +35,19 @@ from typing import Any, Literal
 from runledger.errors import ConfigurationError, FencedError, LedgerError
 from runledger.log.client import LedgerClient
 from runledger.log.publish import PayloadTransform, RetryPolicy, SubjectWriter
-from runledger.log.reader import decode_records, read_raw
-from runledger.log.subjects import effect_msg_id, effect_subject
+from runledger.log.reader import decode_records, read_raw, subject_counts
+from runledger.log.subjects import (
+    AGENT_WRITER,
+    OPERATOR_WRITER,
+    Writer,
+    any_agent_effect_subject,
+    effect_filter,
+    effect_msg_id,
+    effect_subject,
+    parse_effect_subject,
+    writer_of,
+)
+from runledger.record.canonical import CHAIN_FORMAT
 from runledger.record.events import GENESIS, EffectResolved, Payload
 from runledger.record.records import Recorded
 from runledger.sdk.holder import is_gone
@@ -49,6 +60,7 @@ class KeyState:
     """The folded state of one idempotency key's subject."""
 
     key: str
+    agent: str = ""  # whose key it is (the subject's agent); "" for a key never claimed, read by key alone
     status: EffectStatus = "free"
     run_id: str | None = None
     step: int | None = None
@@ -65,20 +77,30 @@ class KeyState:
     holder: str | None = None  # the process that made the latest claim (runledger.sdk.holder)
 
 
-def fold_key(key: str, records: Iterable[Recorded]) -> KeyState:
+def fold_key(key: str, records: Iterable[Recorded], agent: str = "") -> KeyState:
     """Pure fold of a key subject's events into its state."""
-    st = KeyState(key)
+    st = KeyState(key, agent)
     for rec in records:
         apply_key(st, rec)
     return st
 
 
 def apply_key(st: KeyState, rec: Recorded) -> None:
-    """Fold one more event of the key subject into ``st`` (in place)."""
+    """Fold one more event of the key subject into ``st`` (in place).
+
+    Who may say what: an operator's resolution counts only from the key's operator subject (``o``,
+    which only operators may publish to), which carries nothing else; the agent's (or a branch's)
+    own subject may settle a claim only by what its reconcile function found. An event a writer
+    may not write is stepped over (it still moves the fence)."""
     ev, p = rec.event, rec.event.payload
     st.next_seq, st.last_hash = ev.seq + 1, ev.hash
     if rec.stream_seq:
         st.last_stream_seq = rec.stream_seq
+    writer = writer_of(rec.subject) if rec.subject else None
+    if writer == OPERATOR_WRITER and ev.type != "effect.resolved":
+        return
+    if ev.type == "effect.resolved" and writer not in (None, OPERATOR_WRITER) and p.get("by") != "reconcile":
+        return
     if ev.type == "effect.intended":
         st.status, st.run_id, st.step = "claimed", ev.run_id, p["step"]
         st.result = st.error = st.via = None
@@ -96,11 +118,22 @@ def apply_key(st: KeyState, rec: Recorded) -> None:
             st.status = "free"
 
 
-async def read_key(client: LedgerClient, key: str) -> KeyState:
-    """Read and fold the key's subject. Garbage on the subject is skipped but still fences."""
-    raws = await read_raw(client, effect_subject(key))
+async def read_key(client: LedgerClient, key: str, agent: str | None = None) -> KeyState:
+    """Read and fold ``agent``'s key subject. Garbage on the subject is skipped but still fences.
+
+    Without ``agent`` (an operator who knows only the key), the key is looked up among every agent's:
+    found under two agents, it is ambiguous and ConfigurationError says which to name."""
+    if agent is None:
+        agents = sorted({parsed[0] for subject in await subject_counts(client, any_agent_effect_subject(key))
+                         if (parsed := parse_effect_subject(subject)) is not None})  # fmt: skip
+        if len(agents) > 1:
+            raise ConfigurationError(f"effect key {key!r} is used by agents {', '.join(agents)}: say which (--agent)")
+        agent = agents[0] if agents else ""
+    if not agent:
+        return KeyState(key)
+    raws = await read_raw(client, effect_filter(agent, key))
     good, _bad = decode_records(raws)
-    state = fold_key(key, good)
+    state = fold_key(key, good, agent)
     if raws:
         state.last_stream_seq = max(r.stream_seq for r in raws)
     return state
@@ -114,19 +147,23 @@ def key_writer(
     agent: str,
     policy: RetryPolicy,
     transform: PayloadTransform | None = None,
+    writer: Writer = AGENT_WRITER,
 ) -> SubjectWriter:
-    """The writer that appends to the key's subject right after ``state`` (fenced on it)."""
+    """The writer that appends to the key's ``writer`` subject right after ``state`` (fenced on the
+    whole key)."""
     return SubjectWriter(
         client.js,
-        effect_subject(state.key),
+        effect_subject(state.agent or agent, state.key, writer),
         run_id=run_id,
         agent=agent,
-        msg_id_prefix=effect_msg_id(state.key, 0).rsplit(":", 1)[0],
+        msg_id_prefix=effect_msg_id(state.agent or agent, state.key, 0).rsplit(":", 1)[0],
         next_seq=state.next_seq,
         prev_hash=state.last_hash,
         last_stream_seq=state.last_stream_seq,
         policy=policy,
         transform=transform,
+        # A key's history may span runs of either chain format: its events are written in today's.
+        chain_format=CHAIN_FORMAT,
     )
 
 
@@ -139,15 +176,16 @@ async def append_to_key(
     agent: str,
     policy: RetryPolicy,
     transform: PayloadTransform | None = None,
+    writer: Writer = AGENT_WRITER,
 ) -> KeyState:
-    """Append one event to the key subject (fenced) and return the new state.
+    """Append one event to the key's ``writer`` subject (fenced) and return the new state.
 
     ``transform`` is the run's content protection (the key subject holds the effect's
     arguments and result, so it is protected like the run's own subject)."""
-    writer = key_writer(client, state, run_id=run_id, agent=agent, policy=policy, transform=transform)
-    event = await writer.append(body)
+    appender = key_writer(client, state, run_id=run_id, agent=agent, policy=policy, transform=transform, writer=writer)
+    event = await appender.append(body)
     new = replace(state)
-    apply_key(new, Recorded(event, writer.last_stream_seq))
+    apply_key(new, Recorded(event, appender.last_stream_seq, appender.subject))
     return new
 
 
@@ -185,7 +223,7 @@ async def wait_for_lease(
     bound = time.monotonic() + left + 1.0
     while True:
         await asyncio.sleep(min(poll_s, left))
-        fresh = await read_key(client, state.key)
+        fresh = await read_key(client, state.key, state.agent or None)
         left = lease_remaining(state)
         if fresh.last_stream_seq != state.last_stream_seq or left <= 0 or time.monotonic() >= bound:
             return fresh
@@ -202,8 +240,10 @@ async def resolve_key(
     force: bool = False,
     on_lease: Callable[[float, KeyState, bool], None] | None = None,
     policy: RetryPolicy = RetryPolicy(),
+    agent: str | None = None,
 ) -> KeyState:
-    """An operator's decision on an in-doubt key, recorded on the key's subject.
+    """An operator's decision on an in-doubt key of ``agent`` (found by the key alone when None),
+    recorded on the key's subject.
 
     A claim whose lease has not expired may still be acted on by its holder: the decision waits
     for the lease, unless ``force``, which is recorded (``effect.resolved`` with ``forced=True``).
@@ -211,7 +251,7 @@ async def resolve_key(
     out: whatever it still tries to record about its attempt is refused."""
     if not by:
         raise ConfigurationError("say who resolves the effect: --by NAME")
-    state = await read_key(client, key)
+    state = await read_key(client, key, agent)
     forced = False
     while state.status == "claimed" and (left := lease_remaining(state)) > 0:
         if on_lease is not None:
@@ -235,7 +275,9 @@ async def resolve_key(
         forced=forced,
     )
     try:
-        return await append_to_key(client, state, body, run_id=state.run_id or "", agent="operator", policy=policy)
+        return await append_to_key(
+            client, state, body, run_id=state.run_id or "", agent="operator", policy=policy, writer=OPERATOR_WRITER
+        )
     except FencedError:
         raise LedgerError(
             f"effect {key!r} changed while it was being resolved (its holder recorded an outcome, or someone "

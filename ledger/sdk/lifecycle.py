@@ -36,9 +36,10 @@ from runledger.errors import (
     ToolFailedError,
     VersionMismatchError,
 )
+from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
-from runledger.log.subjects import run_subject
+from runledger.log.subjects import AGENT_WRITER, Writer, parse_run_subject, run_subject
 from runledger.protect.capture import (
     DataPolicy,
     PayloadOpener,
@@ -48,7 +49,7 @@ from runledger.protect.capture import (
     run_protector,
 )
 from runledger.protect.runs import load_run
-from runledger.record.canonical import as_recorded, jsonable
+from runledger.record.canonical import CHAIN_FORMAT, as_recorded, jsonable, recorded_chain_format
 from runledger.record.events import (
     Budgets,
     RunCompleted,
@@ -83,15 +84,18 @@ class RunResult:
 
 def _writer(
     client: LedgerClient,
-    agent: str,
-    run_id: str,
+    subject: str,
     cp: Checkpoint,
     policy: RetryPolicy,
     protector: PayloadProtector | None = None,
 ) -> SubjectWriter:
+    """The run's writer, appending to ``subject`` (``ledger.run.<agent>.<run_id>.<writer>``)."""
+    parsed = parse_run_subject(subject)
+    assert parsed is not None, subject
+    agent, run_id = parsed
     return SubjectWriter(
         client.js,
-        run_subject(agent, run_id),
+        subject,
         run_id=run_id,
         agent=agent,
         msg_id_prefix=run_id,
@@ -100,6 +104,7 @@ def _writer(
         last_stream_seq=cp.last_stream_seq,
         policy=policy,
         transform=None if protector is None else protector.protect,
+        chain_format=cp.chain_format,
     )
 
 
@@ -116,20 +121,24 @@ async def start_run(
     data_policy: DataPolicy | None = None,
     parent_run_id: str | None = None,
     parent_step: int | None = None,
+    writer: Writer = AGENT_WRITER,
 ) -> RunResult:
     """Record a new run of ``spec`` and drive it live to an outcome.
+
+    ``writer``: who writes the run (runledger.log.subjects): its agent, or a worker (``"w"``) for
+    a run it starts itself (a re-run's branch).
 
     ``data_policy`` (default: the spec's) says what the record keeps of content (runledger.protect.capture).
     ``parent_run_id`` / ``parent_step``: the run and step this run is a child of (``run.child``
     passes them; recorded in ``run.started``)."""
     run_id = run_id or new_id()
-    cp = Checkpoint()
+    cp = Checkpoint(chain_format=CHAIN_FORMAT)
     data = data_policy or spec.data_policy
     protector = await run_protector(client, spec.name, run_id, data)
-    writer = _writer(client, spec.name, run_id, cp, policy, protector)
-    run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
+    appender = _writer(client, run_subject(spec.name, run_id, writer), cp, policy, protector)
+    run = RecordedRun(client, spec, appender, cp, policy=policy, protector=protector)
     run._child_driver = _drive_child
-    run._input = as_recorded(jsonable(input))  # the agent sees the input as a resume will
+    run._input = as_recorded(jsonable(input), cp.chain_format)  # the agent sees the input as a resume will
     await run._append(
         RunStarted(
             agent=spec.name,
@@ -140,6 +149,7 @@ async def start_run(
             labels=labels or {},
             parent_run_id=parent_run_id,
             parent_step=parent_step,
+            chain_format=recorded_chain_format(cp.chain_format),
         )
     )
     if fork is not None:
@@ -214,6 +224,18 @@ async def resume_run(
             )
         current = spec.version().model_dump()
         accepted = _acceptance(run_id, cp.version or {}, current, accept_version)
+        if accepted is not None:
+            # An operator's decision: on the run's operator subject, which only operators may write.
+            try:
+                await append_to_run(client, run_id, accepted, policy, log=log)
+            except PublishError as exc:
+                raise ConfigurationError(
+                    f"accepting version {accepted.agent_version!r} for run {run_id} was refused ({exc}): it is an "
+                    f"operator's decision. With operator credentials run `runledger accept-version {run_id} "
+                    f"{accepted.agent_version} --by NAME --reason ...`, then resume without --accept-version"
+                ) from exc
+            log = await load_run(client, run_id, agent=log.agent or None, open_content=False)
+            cp = fold(log.records)
         if cp.pending_approvals:
             return RunResult(
                 run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
@@ -223,15 +245,13 @@ async def resume_run(
         # The run keeps the capture mode it was started with, whatever the code now says.
         data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
         protector = await run_protector(client, log.agent or spec.name, run_id, data)
-        writer = _writer(client, log.agent or spec.name, run_id, cp, policy, protector)
+        writer = _writer(client, log.subject, cp, policy, protector)
         run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
         run._child_driver = _drive_child
         if protector.keys is not None:
             opener.remember(protector.keys)  # the run's keys are at hand: no second fetch from the key store
         run._opener = opener  # one opener (and key cache) for the input and every replayed step
         run._input = await opener.open_value(cp.input, strict=False)
-        if accepted is not None:
-            await run._append(accepted)
         if retry is not None:
             await run._append(RunRetried(step=cp.failed_step, by=retry.by, reason=retry.reason))
         await run._append(
@@ -250,6 +270,57 @@ async def resume_run(
         return result
     finally:
         end_pause()
+
+
+async def open_run(
+    client: LedgerClient,
+    spec: AgentSpec,
+    run_id: str,
+    input: Any = None,
+    *,
+    labels: dict[str, str] | None = None,
+    policy: RetryPolicy = RetryPolicy(),
+) -> RecordedRun:
+    """Open ``run_id`` for a framework that recovers by its own means (a LangGraph thread resumes
+    from its checkpoints, runledger.integrations.langgraph) and return its ``RecordedRun``.
+
+    A run without events is started (``run.started`` with ``input`` and ``labels``); one that has
+    events is continued on the same id, fenced like ``resume_run``, recording ``run.resumed`` (a
+    completed run is re-opened: the fold shows it running again until its next outcome). Unlike
+    ``resume_run`` nothing is driven and nothing is replayed: the caller's Run calls take step
+    numbers after the last recorded one and run live (effects still go through the effect ledger,
+    so a key committed before a crash is never acted on twice), and ``RecordedRun.record`` appends
+    the framework's own events. The version tuple is recorded at the start and not checked after.
+    Raises FencedError (through the first append) when another process holds the run."""
+    try:
+        log = await load_run(client, run_id, agent=spec.name, open_content=False)
+    except RunNotFoundError:
+        cp = Checkpoint(chain_format=CHAIN_FORMAT)
+        protector = await run_protector(client, spec.name, run_id, spec.data_policy)
+        writer = _writer(client, run_subject(spec.name, run_id), cp, policy, protector)
+        run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
+        run._child_driver = _drive_child
+        run._input = as_recorded(jsonable(input), cp.chain_format)
+        started = RunStarted(
+            agent=spec.name, version=spec.version(), budgets=spec.budgets, input=run._input,
+            capture=spec.data_policy.capture, labels=labels or {}, chain_format=recorded_chain_format(cp.chain_format),
+        )  # fmt: skip
+        await run._append(started)
+        return run
+    cp = fold(log.records)
+    cp.last_stream_seq = log.last_stream_seq
+    data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
+    protector = await run_protector(client, log.agent or spec.name, run_id, data)
+    writer = _writer(client, log.subject, cp, policy, protector)
+    run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
+    run._child_driver = _drive_child
+    run._next_step = cp.last_step + 1  # continue after the journal: nothing is replayed
+    await run._append(
+        RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
+    )
+    run._segment_wall = time.time()
+    run._seconds_at_segment = cp.spent["seconds"]
+    return run
 
 
 async def _drive_child(

@@ -9,6 +9,7 @@ and this machine, where no model service is reachable).
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import urllib.error
@@ -147,6 +148,10 @@ class OpenAIChatModel:
             ) from exc
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
             raise ModelError(f"{self.base_url} could not be reached: {exc}", retryable=True) from exc
+        except http.client.HTTPException as exc:
+            # A reply cut short (IncompleteRead) or garbled at the HTTP level: the connection broke
+            # mid-answer, as retryable as one that broke before it.
+            raise ModelError(f"{self.base_url} broke off its answer: {exc!r}", retryable=True) from exc
         except ValueError as exc:  # a body that is not JSON
             raise ModelError(f"{self.base_url} answered with a body that is not JSON: {exc}") from exc
 

@@ -42,6 +42,7 @@ from runledger.errors import (
     SuspendedForApproval,
     ToolFailedError,
 )
+from runledger.log.subjects import AGENT_WRITER, WORKER_WRITER, Writer, writer_of
 from runledger.protect.capture import (
     PayloadOpener,
     PayloadProtector,
@@ -132,6 +133,8 @@ class RecordedRun:
         self._client = client
         self._spec = spec
         self._writer = writer
+        # The run's keys are written by the run's own writer (the agent; a worker for a branch).
+        self._key_writer: Writer = WORKER_WRITER if writer_of(writer.subject) == WORKER_WRITER else AGENT_WRITER
         self._cp = checkpoint
         self._policy = policy
         # Content protection (runledger.protect.capture): what is recorded is redacted/sealed; the agent
@@ -232,6 +235,14 @@ class RecordedRun:
             apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
         return event
 
+    async def record(self, body: Payload) -> Event:
+        """Append ``body``, an event that is not a step (a framework integration's own facts, such
+        as runledger.integrations.langgraph's checkpoints), after the steps in flight: protected
+        like every event (its content fields redacted, sealed, stored by reference when large),
+        fenced, acknowledged before this returns, and folded (an event type without a fold
+        handler changes no state)."""
+        return await self._append(body)
+
     def _take_step(self) -> tuple[int, StepRecord | None]:
         step = self._next_step
         self._next_step += 1
@@ -277,7 +288,7 @@ class RecordedRun:
         messages = jsonable(messages)
         params = jsonable(params)
         name = self._spec.model.name
-        args_digest = digest({"messages": messages, "params": params})
+        args_digest = digest({"messages": messages, "params": params}, self._cp.chain_format)
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "model", name, args_digest, {"messages": messages, "params": params})
@@ -340,7 +351,7 @@ class RecordedRun:
         limit = self._cp.limits.get("tokens")
         if limit is not None and self._cp.spent["tokens"] > limit:
             raise BudgetExhaustedError(self.run_id, "tokens", self._cp.spent["tokens"], limit)
-        return response.model_copy(update={"tool_calls": as_recorded(response.tool_calls)})
+        return response.model_copy(update={"tool_calls": as_recorded(response.tool_calls, self._cp.chain_format)})
 
     # -- tools ---------------------------------------------------------------------------------------
 
@@ -382,7 +393,7 @@ class RecordedRun:
                     lease_s=declared.lease_s,
                 )
         args = jsonable(args)
-        args_digest = digest(args)
+        args_digest = digest(args, self._cp.chain_format)
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "tool", declared.name, args_digest, args)
@@ -436,7 +447,7 @@ class RecordedRun:
         self._after_step(step)
         if info is not None:
             raise ToolFailedError(declared.name, step, info.type, info.message, retryable=info.retryable) from failure
-        return as_recorded(output)
+        return as_recorded(output, self._cp.chain_format)
 
     # -- effects -------------------------------------------------------------------------------------
 
@@ -471,7 +482,7 @@ class RecordedRun:
             raise ConfigurationError(f"effect {name!r} needs a non-empty idempotency key")
         lease = effect_lease(lease_s)
         args = jsonable(args)
-        args_digest = digest(args)
+        args_digest = digest(args, self._cp.chain_format)
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "effect", name, args_digest, args)
@@ -547,7 +558,7 @@ class RecordedRun:
         when another writer got there first, the key is read again and the decision taken anew."""
         from runledger.sdk.effects import lease_remaining, read_key, wait_for_lease
 
-        state = await read_key(self._client, key)
+        state = await read_key(self._client, key, self.agent)
         for _ in range(_SETTLE_ROUNDS):
             if state.status == "claimed":
                 if state.run_id != self.run_id or state.step != step:
@@ -566,7 +577,7 @@ class RecordedRun:
                     outcome="not_committed" if found is NOT_FOUND else "committed",
                     result=None if found is NOT_FOUND else jsonable(found),
                 )
-                state = await self._try_append_key(state, resolution) or await read_key(self._client, key)
+                state = await self._try_append_key(state, resolution) or await read_key(self._client, key, self.agent)
                 continue
             if state.status == "committed":
                 await self._append(
@@ -581,13 +592,13 @@ class RecordedRun:
                 return await self._open(state.result)
             # free (never claimed, released, or an earlier attempt failed): claim a new attempt, act, record.
             intent = EffectIntended(
-                step=step, name=name, key=key, args=args, args_digest=digest(args), effect_class=effect_class,
-                lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
+                step=step, name=name, key=key, args=args, args_digest=digest(args, self._cp.chain_format),
+                effect_class=effect_class, lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
             )  # fmt: skip
             claimed = await self._try_append_key(state, intent)
             if claimed is not None:
                 return await self._act(step, args, key, fn, claimed, tool_call_id)
-            state = await read_key(self._client, key)
+            state = await read_key(self._client, key, self.agent)
         raise EffectClaimedElsewhereError(key, state.run_id or "?", -1 if state.step is None else state.step)
 
     async def _act(
@@ -622,7 +633,7 @@ class RecordedRun:
         crash_point(f"effect:{key}:recorded")
         await self._append(committed)
         self._after_step(step)
-        return as_recorded(result)
+        return as_recorded(result, self._cp.chain_format)
 
     async def _write_key(self, state: KeyState, body: Payload) -> KeyState:
         """Append to the key right after ``state``, fenced on it (FencedError when another writer was first)."""
@@ -636,6 +647,7 @@ class RecordedRun:
             agent=self.agent,
             policy=self._policy,
             transform=self._writer.transform,
+            writer=self._key_writer,
         )
 
     async def _try_append_key(self, state: KeyState, body: Payload) -> KeyState | None:
@@ -674,7 +686,7 @@ class RecordedRun:
         code now asks for something different, a new request is made.
         """
         args = jsonable(args)
-        approval_digest = digest({"action": action, "args": args})
+        approval_digest = digest({"action": action, "args": args}, self._cp.chain_format)
         step, rec = self._take_step()
         if rec is not None:
             if rec.kind != "approval" or rec.name != action:
@@ -724,7 +736,7 @@ class RecordedRun:
         parallel (``asyncio.gather``) take step numbers in call order, like any step.
         """
         input = jsonable(input)
-        args_digest = digest(input)
+        args_digest = digest(input, self._cp.chain_format)
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "child", spec.name, args_digest, input)
@@ -757,7 +769,7 @@ class RecordedRun:
             output = jsonable(result.output)
             await self._append(ChildCompleted(step=step, run_id=child_id, output=output))
             self._after_step(step)
-            return as_recorded(output)
+            return as_recorded(output, self._cp.chain_format)
         if result.status == "failed":
             reason, message = result.reason or "exception", result.error or ""
             error = ErrorInfo(type=ChildFailedError.__name__, message=message)

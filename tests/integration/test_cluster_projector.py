@@ -23,7 +23,8 @@ from runledger.log.cluster import ClusterState, LocalCluster
 from runledger.log.subjects import LEDGER_STREAM
 from tests.conftest import eventually, stream_leader
 
-pytestmark = pytest.mark.integration
+# Its own waits: up to 60 s to catch up, then per node 30 + 60 + 120 s, then 60 s to stop.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
 
 

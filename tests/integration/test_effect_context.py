@@ -35,7 +35,7 @@ def spec_of(fn: Any) -> AgentSpec:
 
 
 async def key_events(client: LedgerClient, key: str) -> list[tuple[int, Event]]:
-    good, bad = decode_records(await read_raw(client, effect_subject(key)))
+    good, bad = decode_records(await read_raw(client, effect_subject("ctx-agent", key)))
     assert bad == []
     return [(r.stream_seq, r.event) for r in good]
 

@@ -42,7 +42,8 @@ from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run
 
-pytestmark = pytest.mark.integration
+# _one_round waits up to 60 + 60 + 120 + 60 s.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "runledger.examples.refund_agent.agent:spec"
 T1001 = next(t for t in TICKETS if t["ticket"] == "T-1001")
@@ -58,7 +59,7 @@ def _ts(text: str) -> float:
 async def _resume_and_read(url: str, run_id: str) -> tuple[Any, list[Any], Any]:
     async with await connect(url) as client:
         result = await resume_run(client, spec(), run_id)
-        good, bad = decode_records(await read_raw(client, effect_subject(KEY)))
+        good, bad = decode_records(await read_raw(client, effect_subject(spec().name, KEY)))
         assert bad == []
         cp = fold((await load_run(client, run_id)).records)
         return result, [r.event for r in good], cp

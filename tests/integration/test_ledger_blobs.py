@@ -44,9 +44,14 @@ async def test_a_50mb_document_stays_out_of_the_checkpoint_and_is_shown_on_reque
 ) -> None:
     doc = _document(50 * MB)
     seen: list[int] = []
+    reads: list[str] = []  # every real call of the tool
+
+    def read_document(args: dict[str, Any]) -> str:
+        reads.append(args["id"])
+        return doc
 
     async def agent(run: Run) -> Any:
-        text = await run.tool("read_document", {"id": "contract-7"}, fn=lambda a: doc)
+        text = await run.tool("read_document", {"id": "contract-7"}, fn=read_document)
         seen.append(len(text))
         await run.approval("sign", {"length": len(text)})
         return {"length": len(text), "tail": text[-15:]}
@@ -54,7 +59,7 @@ async def test_a_50mb_document_stays_out_of_the_checkpoint_and_is_shown_on_reque
     spec = AgentSpec("reader", agent, ScriptedModel([]), agent_version="v1", data_policy=DataPolicy(encrypt=encrypt))
     run_id = f"doc50-{encrypt}"
     first = await start_run(client, spec, None, run_id=run_id)
-    assert first.status == "suspended" and seen == [len(doc)]
+    assert first.status == "suspended" and seen == [len(doc)] and reads == ["contract-7"]
 
     log = await load_run(client, run_id)
     ref = next(r.event.payload["output"] for r in log.records if r.event.type == "tool.called")
@@ -77,6 +82,7 @@ async def test_a_50mb_document_stays_out_of_the_checkpoint_and_is_shown_on_reque
     second = await resume_run(client, spec, run_id)
     assert second.status == "completed"
     assert second.output == {"length": len(doc), "tail": "END-OF-DOCUMENT"} and seen == [len(doc), len(doc)]
+    assert reads == ["contract-7"], "the resume ran the tool again instead of serving its blob"
     resumed_cp = fold((await load_run(client, run_id)).records)
     assert len(json.dumps(resumed_cp.to_dict())) < 64 * 1024
 

@@ -36,7 +36,8 @@ from runledger.sdk.lifecycle import resume_run, start_run
 from runledger.sdk.run import RecordedRun
 from tests.agents import calls, family_spec, kid_spec
 
-pytestmark = pytest.mark.integration
+# The CLI helpers wait up to 60-120 s a call and a test makes several.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "tests.agents:family_spec"
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +148,10 @@ def test_up_rejects_a_data_dir_that_is_not_writable_and_a_port_in_use(
     blocker.write_text("not a directory")
     assert main(["up", "--data-dir", str(blocker / "data")]) == 1
     assert "is not usable" in capsys.readouterr().err
-    readonly = tmp_path / "ro"
-    readonly.mkdir()
-    readonly.chmod(0o500)
-    if os.geteuid() != 0:  # root writes anywhere; the read-only case only bites other users
+    if os.geteuid() != 0:
+        readonly = tmp_path / "ro"
+        readonly.mkdir()
+        readonly.chmod(0o500)
         assert main(["up", "--data-dir", str(readonly)]) == 1
         assert "cannot write there" in capsys.readouterr().err
     with socket.socket() as s:
@@ -155,6 +160,73 @@ def test_up_rejects_a_data_dir_that_is_not_writable_and_a_port_in_use(
         port = s.getsockname()[1]
         assert main(["up", "--port", str(port), "--data-dir", str(tmp_path / "d")]) == 1
         assert f"port {port} is already in use" in capsys.readouterr().err
+
+
+UNPRIVILEGED = "runledger-test"
+
+
+def unprivileged_user() -> tuple[int, int]:
+    """uid and gid of a dedicated user without privileges, created the first time (as root)."""
+    try:
+        entry = pwd.getpwnam(UNPRIVILEGED)
+    except KeyError:
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", UNPRIVILEGED],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        # Another test process may have created it in the meantime (exit 9: the name exists).
+        assert made.returncode in (0, 9), made.stderr
+        entry = pwd.getpwnam(UNPRIVILEGED)
+    return entry.pw_uid, entry.pw_gid
+
+
+@pytest.mark.parametrize("owner", ["root", "user"], ids=["not-its-own", "its-own-read-only"])
+def test_up_refuses_a_read_only_data_dir_for_an_unprivileged_user(owner: str) -> None:
+    """Root writes anywhere, so the check runs as a dedicated unprivileged user (through setpriv;
+    as the current user when that is not root): `runledger up` on a directory the user cannot
+    write (someone else's, or its own made read-only on purpose) says so, exits 1, starts no
+    server, and leaves the directory as it was."""
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        uid, gid = unprivileged_user()
+        as_user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+    else:
+        if owner == "root":
+            pytest.fail("run as root to create a directory this user does not own")  # never a silent skip
+        uid, gid = os.geteuid(), os.getegid()
+    # Not under tmp_path: pytest's base temp dir is private to its owner.
+    base = Path(tempfile.mkdtemp(prefix="runledger-ro-"))
+    try:
+        base.chmod(0o755)
+        home, readonly = base / "home", base / "ro"
+        home.mkdir()
+        readonly.mkdir()
+        os.chown(home, uid, gid)
+        if owner == "user":
+            os.chown(readonly, uid, gid)
+            readonly.chmod(0o500)
+        else:
+            readonly.chmod(0o755)  # root's: the user may look inside, not write
+        mode = readonly.stat().st_mode
+        env = {**os.environ, "RUNLEDGER_HOME": str(home), "HOME": str(home)}
+        env.pop("RUNLEDGER_NATS_URL", None)
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*as_user, sys.executable, "-m", "runledger", *args],
+                cwd=base, env=env, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+
+        up = cli("up", "--data-dir", str(readonly))
+        try:
+            assert up.returncode == 1, (up.stdout, up.stderr)
+            assert f"data dir '{readonly}' is not usable" in up.stderr, up.stderr
+            assert not (home / "server.json").exists(), "a server was started on a read-only data dir"
+            assert list(readonly.iterdir()) == [] and readonly.stat().st_mode == mode
+        finally:
+            cli("down")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

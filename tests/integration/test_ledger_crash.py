@@ -16,7 +16,8 @@ import pytest
 from runledger.examples.refund_agent.agent import TICKETS
 from tests.agents import calls
 
-pytestmark = pytest.mark.integration
+# runledger() waits up to 60 s a call and a test makes up to six calls.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "runledger.examples.refund_agent.agent:spec"
 T1001 = next(t for t in TICKETS if t["ticket"] == "T-1001")  # a small refund: 5 steps, 2 effects

@@ -147,3 +147,77 @@ async def test_erasing_an_unsealed_run_says_what_it_cannot_reach(
     assert log.records[-1].event.type == "run.erased" and log.records[-1].event.payload["plaintext_events"] > 0
     # Its blobs (plain JSON) are deleted all the same.
     assert log.records[-1].event.payload["blobs_deleted"] >= 1
+
+
+def _family(encrypt: bool = True) -> AgentSpec:
+    policy = DataPolicy(encrypt=encrypt)
+
+    async def kid(run: Run) -> Any:
+        return await run.tool("address", {"of": run.input["name"]}, fn=lambda a: PERSONAL[3])
+
+    kid_spec = AgentSpec("erasable_kid", kid, ScriptedModel([]), agent_version="v1", data_policy=policy)
+
+    async def parent(run: Run) -> Any:
+        return {"address": await run.child(kid_spec, {"name": PERSONAL[0]})}
+
+    return AgentSpec("erasable_parent", parent, ScriptedModel([]), agent_version="v1", data_policy=policy)
+
+
+async def test_erasure_cascades_to_child_runs_and_records_why(client: LedgerClient) -> None:
+    await start_run(client, _family(), None, run_id="fam")
+    await start_run(client, _family(), None, run_id="fam-other")
+    child_id = fold((await load_run(client, "fam")).records).steps[0].child_run_id
+    assert child_id and PERSONAL[3] in _text([r.event.payload for r in (await load_run(client, child_id)).records])
+
+    result = await erase_run(client, "fam", reason="request #3", by="dpo")
+    assert [(d.run_id, d.relation, d.derived_from, d.recorded) for d in result.lineage] == [
+        (child_id, "child", "fam", True)
+    ]
+    _no_personal_data(_text([r.event.payload for r in (await load_run(client, child_id)).records]), "the child")
+    erased = [r.event.payload for r in (await load_run(client, child_id)).records if r.event.type == "run.erased"]
+    assert erased[0]["because_of"] == "fam" and erased[0]["relation"] == "child" and erased[0]["reason"] == "request #3"
+    assert "because_of" not in [r for r in (await load_run(client, "fam")).records][-1].event.payload
+    assert all(r.ok for r in await verify_runs(client, child_id))
+    # Another run of the same agents is not part of the lineage.
+    assert PERSONAL[3] in _text([r.event.payload for r in (await load_run(client, "fam-other")).records])
+    # Erasing again finds the lineage erased already and records nothing twice.
+    again = await erase_run(client, "fam", reason="again", by="dpo")
+    assert not again.recorded and [d.recorded for d in again.lineage] == [False]
+
+
+async def test_the_projection_rewrites_an_erased_runs_rows(
+    client: LedgerClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Content recorded unsealed (encrypt=False) is in the projection as plaintext: the next
+    `project` after the erasure rewrites every row of the run and of its child, and an export
+    made afterwards holds none of it."""
+    db = str(tmp_path / "ledger.duckdb")
+    nats = ["--nats", client.url, "--db", db]
+    await start_run(client, _spec(encrypt=False), None, run_id="plain-proj")
+    await start_run(client, _family(encrypt=False), None, run_id="plain-fam")
+
+    async def sql(query: str) -> str:
+        code = await asyncio.to_thread(main, ["sql", query, "--format", "json", *nats])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        return out
+
+    tables = ("events", "runs", "steps", "checkpoints", "effect_keys")
+    before = [await sql(f"SELECT * FROM {t}") for t in tables]
+    assert PERSONAL[2] in before[0] and PERSONAL[3] in before[2]  # the unsealed content was projected
+    for run_id in ("plain-proj", "plain-fam"):
+        await erase_run(client, run_id, reason="request", by="dpo")
+    for table in tables:
+        _no_personal_data(await sql(f"SELECT * FROM {table}"), f"the projection's {table} after the next project")
+    steps = json.loads(await sql("SELECT run_id, kind, name, status, output FROM steps ORDER BY run_id, step_no"))
+    assert [s["status"] for s in steps if s["run_id"] == "plain-proj"] == [
+        "ok", "ok", "ok", "committed", "pending"
+    ]  # fmt: skip
+    assert all("$erased" in str(s["output"]) for s in steps if s["kind"] in ("tool", "effect", "child"))
+    keys = json.loads(await sql("SELECT result FROM effect_keys WHERE run_id = 'plain-proj'"))
+    assert keys and all("$erased" in str(k["result"]) for k in keys)
+    export = tmp_path / "lake"
+    code = await asyncio.to_thread(main, ["export", "--parquet", str(export), *nats])
+    assert code == 0, capsys.readouterr()
+    for path in export.rglob("*.parquet"):
+        _no_personal_data(path.read_bytes().decode("utf-8", "replace"), str(path))

@@ -6,9 +6,17 @@ from typing import Any
 
 import pytest
 
-from runledger import AgentSpec, ConfigurationError, NondeterminismError, Run, ScriptedModel, VersionMismatchError
+from runledger import (
+    AgentSpec,
+    ConfigurationError,
+    LedgerError,
+    NondeterminismError,
+    Run,
+    ScriptedModel,
+    VersionMismatchError,
+)
 from runledger.log.client import LedgerClient
-from runledger.ops.decisions import approve
+from runledger.ops.decisions import accept_version, approve
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import VersionAcceptance, resume_run, start_run
@@ -164,6 +172,26 @@ async def test_an_operator_accepts_a_hotfix_version_and_the_run_continues(client
     accepted = [e.payload for e in log.events if e.type == "version.accepted"]
     assert accepted == [{"agent_version": "1.0.1", "previous": "1.0.0", "by": "alice", "reason": "fix"}]
     assert fold(log.records).version["agent_version"] == "1.0.1"  # type: ignore[index]
+    # The decision travels on the run's operator subject, which only operators may write.
+    [stored] = [r for r in log.records if r.event.type == "version.accepted"]
+    assert stored.subject == "ledger.run.hotfix.hotfix-1.o"
+
+
+async def test_an_operator_accepts_a_version_then_the_agent_resumes(client: LedgerClient) -> None:
+    """Two steps, as under --secure: the operator's decision (runledger accept-version), then a plain resume."""
+
+    async def agent(run: Run) -> str:
+        await run.approval("publish", None)
+        return "ok"
+
+    first = await start_run(client, AgentSpec("hotfix3", agent, ScriptedModel([]), agent_version="1"), run_id="hf-3")
+    await approve(client, "hf-3", first.pending[0], by="op")
+    with pytest.raises(LedgerError, match="already runs version"):
+        await accept_version(client, "hf-3", "1", by="alice")
+    event = await accept_version(client, "hf-3", "2", by="alice", reason="hotfix")
+    assert event.payload == {"agent_version": "2", "previous": "1", "by": "alice", "reason": "hotfix"}
+    result = await resume_run(client, AgentSpec("hotfix3", agent, ScriptedModel([]), agent_version="2"), "hf-3")
+    assert result.status == "completed" and result.output == "ok"
 
 
 async def test_an_accepted_version_still_stops_at_its_first_divergent_step(client: LedgerClient) -> None:

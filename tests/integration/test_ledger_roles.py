@@ -18,18 +18,30 @@ import pytest
 
 from runledger import AgentSpec, Run, ScriptedModel
 from runledger.cli import main
-from runledger.errors import LedgerError, PublishError
+from runledger.errors import ChainError, LedgerError, PublishError
 from runledger.log.client import LedgerClient, connect
 from runledger.log.credentials import RoleCredentials
-from runledger.log.publish import RetryPolicy
+from runledger.log.publish import RetryPolicy, SubjectWriter
+from runledger.log.reader import read_raw
 from runledger.log.server import EmbeddedServer, ServerState
-from runledger.log.subjects import CMD_STREAM, KEY_BUCKET, LEDGER_STREAM
-from runledger.ops.decisions import approve
+from runledger.log.subjects import (
+    AGENT_WRITER,
+    CMD_STREAM,
+    KEY_BUCKET,
+    LEDGER_STREAM,
+    OPERATOR_WRITER,
+    WORKER_WRITER,
+    run_filter,
+    run_subject,
+)
+from runledger.ops.decisions import accept_version, approve, grant_budget
 from runledger.ops.verify import verify_runs
 from runledger.protect.capture import DataPolicy
 from runledger.protect.erasure import erase_run
 from runledger.protect.roles import secure
 from runledger.protect.runs import load_run
+from runledger.record.events import ApprovalResolved
+from runledger.record.fold import fold, fold_until_refused
 from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -69,14 +81,18 @@ def violations(state: ServerState) -> str:
 
 
 async def refused(state: ServerState, action: Any, subject: str) -> None:
-    """``action`` fails (as a timeout or a translated error) and the server logs a violation on ``subject``."""
+    """``action`` fails (as a timeout or a translated error) and the server logs a violation on ``subject``
+    in what it wrote after the action began (an older violation of the same subject does not count)."""
+    start = len(Path(state.log).read_bytes())
     with pytest.raises((TimeoutError, nats.errors.Error, LedgerError)):
         await action
-    for _ in range(50):
-        if subject in violations(state):
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while asyncio.get_running_loop().time() < deadline:
+        written = Path(state.log).read_bytes()[start:].decode(errors="replace")
+        if "Violation" in written and subject in written:
             return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"no permissions violation for {subject} in the server log")
+    raise AssertionError(f"no permissions violation for {subject} in the server log after the action")
 
 
 def agent_spec(name: str) -> AgentSpec:
@@ -128,20 +144,31 @@ async def test_an_agent_works_on_its_own_runs_and_nothing_else(admin: LedgerClie
 
         short = alpha.nc.jetstream(timeout=1.0)
         # Forbidden: publishing into another agent's run.
-        await refused(secure_server, short.publish("ledger.run.beta.beta-run", b"{}", timeout=1.0), "ledger.run.beta")
+        await refused(
+            secure_server, short.publish("ledger.run.beta.beta-run.a", b"{}", timeout=1.0), "ledger.run.beta.beta-run.a"
+        )
         with pytest.raises(LedgerError, match=r"cannot create the keys of beta\.as-beta"):
             await start_run(alpha, agent_spec("beta"), None, run_id="as-beta", policy=FAST)
         plain = DataPolicy("full", encrypt=False)
         no_keys = AgentSpec("beta", agent_spec("beta").fn, ScriptedModel([]), data_policy=plain)
         with pytest.raises(PublishError):
             await start_run(alpha, no_keys, None, run_id="as-beta", policy=FAST)
+        # Forbidden: another agent's idempotency keys (claiming, resolving or reading them).
+        await refused(
+            secure_server, short.publish("ledger.effect.beta.0123abcd.a", b"{}", timeout=1.0),
+            "ledger.effect.beta.0123abcd.a",
+        )  # fmt: skip
+        await refused(
+            secure_server, short.get_last_msg(LEDGER_STREAM, "ledger.effect.beta.0123abcd.a", direct=True),
+            "$JS.API.DIRECT.GET.LEDGER.ledger.effect.beta.0123abcd.a",
+        )  # fmt: skip
         # Forbidden: reading another agent's run (consumer, direct get, its key).
         await refused(secure_server, load_run(alpha, "beta-run", agent="beta"), "$JS.API.CONSUMER.CREATE.LEDGER")
         await refused(secure_server, load_run(alpha, "beta-run"), "ledger.run.*.beta-run")
         await refused(
             secure_server,
-            short.get_last_msg(LEDGER_STREAM, "ledger.run.beta.beta-run", direct=True),
-            "$JS.API.DIRECT.GET.LEDGER.ledger.run.beta.beta-run",
+            short.get_last_msg(LEDGER_STREAM, "ledger.run.beta.beta-run.a", direct=True),
+            "$JS.API.DIRECT.GET.LEDGER.ledger.run.beta.beta-run.a",
         )
         await refused(secure_server, short.get_msg(LEDGER_STREAM, seq=1), "$JS.API.STREAM.MSG.GET.LEDGER")
         kv = await short.key_value(KEY_BUCKET)
@@ -180,6 +207,15 @@ async def test_an_analyst_reads_everything_and_publishes_nothing(
         kv = await short.key_value(KEY_BUCKET)
         await refused(secure_server, kv.put("beta.x", b"k"), f"$KV.{KEY_BUCKET}.beta.x")
         await refused(secure_server, short.delete_stream(LEDGER_STREAM), "$JS.API.STREAM.DELETE.LEDGER")
+        # The re-run work queue is the workers': an analyst can neither take a request nor remove their consumer.
+        await refused(
+            secure_server, short.delete_consumer(CMD_STREAM, "rerun-workers"),
+            f"$JS.API.CONSUMER.DELETE.{CMD_STREAM}.rerun-workers",
+        )  # fmt: skip
+        await refused(
+            secure_server, short.pull_subscribe("ledger.cmd.rerun", durable="thief", stream=CMD_STREAM),
+            f"$JS.API.CONSUMER.CREATE.{CMD_STREAM}.thief",
+        )  # fmt: skip
     finally:
         await analyst.close()
     # The CLI connects with a credentials file.
@@ -204,7 +240,7 @@ async def test_operator_and_worker(admin: LedgerClient, secure_server: ServerSta
         [msg] = await sub.fetch(1, timeout=5)
         assert json.loads(msg.data) == {"parent": "x"}
         await msg.ack_sync()
-        branch = await start_run(worker, agent_spec("alpha"), None, run_id="branch-1")
+        branch = await start_run(worker, agent_spec("alpha"), None, run_id="branch-1", writer=WORKER_WRITER)
         assert branch.status == "suspended"
         short = worker.nc.jetstream(timeout=1.0)
         await refused(secure_server, short.publish("ledger.cmd.rerun", b"{}", timeout=1.0), "ledger.cmd.rerun")
@@ -220,3 +256,66 @@ async def test_operator_and_worker(admin: LedgerClient, secure_server: ServerSta
     finally:
         await operator.close()
         await worker.close()
+
+
+async def test_decisions_are_made_only_by_operators(admin: LedgerClient, secure_server: ServerState) -> None:
+    """Who may say what is decided by the subject: an agent cannot approve its own approval, grant
+    itself budget or accept a version, a worker cannot decide at all, and a decision written on a
+    subject where NATS lets it through (the agent's own) is refused by the fold and by verify."""
+    alpha = await login(secure_server, "agent-alpha")
+    worker = await login(secure_server, "worker")
+    operator = await login(secure_server, "operator")
+    try:
+        first = await start_run(alpha, agent_spec("alpha"), None, run_id="decide-run")
+        assert first.status == "suspended"
+        [request] = first.pending
+        decision_subject = run_subject("alpha", "decide-run", OPERATOR_WRITER)
+        for client in (alpha, worker):
+            await refused(
+                secure_server, client.nc.jetstream(timeout=1.0).publish(decision_subject, b"{}", timeout=1.0),
+                decision_subject,
+            )  # fmt: skip
+            # Through the library (refused at the read of the run, or at the publish of the decision).
+            for decide in (
+                lambda c=client: approve(c, "decide-run", request, by="self"),
+                lambda c=client: grant_budget(c, "decide-run", tokens=10**6, by="self"),
+                lambda c=client: accept_version(c, "decide-run", "v2", by="self"),
+            ):
+                with pytest.raises((LedgerError, TimeoutError, nats.errors.Error)):
+                    await asyncio.wait_for(decide(), 60)
+        # A worker writes branch runs ("w"), never an agent's run.
+        agent_subject = run_subject("alpha", "decide-run", AGENT_WRITER)
+        await refused(
+            secure_server, worker.nc.jetstream(timeout=1.0).publish(agent_subject, b"{}", timeout=1.0), agent_subject
+        )
+        branch = await start_run(worker, agent_spec("alpha"), None, run_id="branch-w", writer=WORKER_WRITER)
+        assert branch.status == "suspended"
+        # An agent may publish on its own subject; a decision there is a forgery the fold refuses.
+        log = await load_run(alpha, "decide-run", agent="alpha", open_content=False)
+        cp = fold(log.records)
+        forger = SubjectWriter(
+            alpha.js, agent_subject, run_id="decide-run", agent="alpha", msg_id_prefix="decide-run",
+            next_seq=cp.next_seq, prev_hash=cp.last_hash, last_stream_seq=log.last_stream_seq,
+        )  # fmt: skip
+        pending = cp.pending_approvals[request]
+        await forger.append(ApprovalResolved(request_id=request, digest=pending["digest"], approved=True, by="alpha"))
+        forged = await load_run(alpha, "decide-run", agent="alpha", open_content=False)
+        _, error = fold_until_refused(forged.records)
+        assert error is not None and "forged decision" in error
+        with pytest.raises(ChainError, match="operator's decision"):
+            await resume_run(alpha, agent_spec("alpha"), "decide-run")
+        [result] = await verify_runs(operator, "decide-run")
+        assert not result.ok and "operator's decision" in result.reason
+        # The operator decides, on its own subject, and the run goes on (another run: this one is forged).
+        second = await start_run(alpha, agent_spec("alpha"), None, run_id="decide-ok")
+        event = await approve(operator, "decide-ok", second.pending[0], by="op")
+        grant = await grant_budget(operator, "decide-ok", tokens=100, by="op")
+        assert event.type == "approval.resolved" and grant.type == "budget.granted"
+        raws = await read_raw(operator, run_filter("alpha", "decide-ok"))
+        assert [r.subject.rpartition(".")[2] for r in raws if r.stream_seq >= 0][-2:] == ["o", "o"]
+        resumed = await resume_run(alpha, agent_spec("alpha"), "decide-ok")
+        assert resumed.status == "completed" and resumed.output == "shipped"
+        assert all(r.ok for r in await verify_runs(operator, "decide-ok"))
+    finally:
+        for c in (alpha, worker, operator):
+            await c.close()

@@ -50,7 +50,8 @@ from tests.agents import spender_spec
 from tests.conftest import eventually
 from tests.unit.projections.tables import snapshot
 
-pytestmark = pytest.mark.integration
+# The runledger() helper waits up to 120 s a call and read_raw 120 s: a test makes several.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 MANUAL_VERSION = VersionTuple(agent_version="manual", model="none", prompt_hash="-")
 
@@ -84,23 +85,25 @@ async def build_ledger(client: LedgerClient, tmp_path: Path, load_events: int = 
     Returns ticket -> run id for the agent's runs. Deterministic apart from ids and times.
     """
     payments = PaymentsService(tmp_path / "payments.log").start()
-    os.environ["REFUND_PAYMENTS_URL"] = payments.url
-    os.environ["REFUND_OUTBOX"] = str(tmp_path / "outbox")
     runs: dict[str, str] = {}
-    try:
-        agent = spec()
-        big = next(t for t in TICKETS if t["ticket"] == "T-1004")
-        tickets = [*TICKETS, {**big, "ticket": "T-2004"}, {**big, "ticket": "T-3004"}]
-        for ticket in tickets:
-            result = await start_run(client, agent, ticket, labels={"ticket": ticket["ticket"]})
-            runs[ticket["ticket"]] = result.run_id
-            if result.status == "suspended" and ticket["ticket"] != "T-2004":  # T-2004 waits for a decision
-                denied = ticket["ticket"] == "T-3004"
-                await approve(client, result.run_id, result.pending[0], by="ana", approved=not denied,
-                              reason="too much" if denied else "photos checked")  # fmt: skip
-                await resume_run(client, agent, result.run_id)
-    finally:
-        payments.stop()
+    # The refund tool finds its service through the environment: set only while the agent runs.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("REFUND_PAYMENTS_URL", payments.url)
+        env.setenv("REFUND_OUTBOX", str(tmp_path / "outbox"))
+        try:
+            agent = spec()
+            big = next(t for t in TICKETS if t["ticket"] == "T-1004")
+            tickets = [*TICKETS, {**big, "ticket": "T-2004"}, {**big, "ticket": "T-3004"}]
+            for ticket in tickets:
+                result = await start_run(client, agent, ticket, labels={"ticket": ticket["ticket"]})
+                runs[ticket["ticket"]] = result.run_id
+                if result.status == "suspended" and ticket["ticket"] != "T-2004":  # T-2004 waits for a decision
+                    denied = ticket["ticket"] == "T-3004"
+                    await approve(client, result.run_id, result.pending[0], by="ana", approved=not denied,
+                                  reason="too much" if denied else "photos checked")  # fmt: skip
+                    await resume_run(client, agent, result.run_id)
+        finally:
+            payments.stop()
     rogue = await manual_run(client, "rogue-1")  # refunds 700 without asking anyone
     await effect(client, rogue, 0, "refund:order-rogue", {"order": "order-rogue", "amount": 700.0}, commit=True)
     await rogue.append(RunCompleted(output={"refunded": True}))
@@ -199,10 +202,12 @@ async def test_ten_thousand_events_project_and_checkpoints_equal_the_fold(client
     assert (again.events, again.position) == (0, total)
 
 
-async def test_rebuild_equals_incremental_across_restarts(client: LedgerClient, tmp_path: Path) -> None:
+async def test_rebuild_equals_incremental_across_restarts(
+    client: LedgerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     payments = PaymentsService(tmp_path / "payments.log").start()
-    os.environ["REFUND_PAYMENTS_URL"] = payments.url
-    os.environ["REFUND_OUTBOX"] = str(tmp_path / "outbox")
+    monkeypatch.setenv("REFUND_PAYMENTS_URL", payments.url)
+    monkeypatch.setenv("REFUND_OUTBOX", str(tmp_path / "outbox"))
     db = tmp_path / "incremental.duckdb"
     try:
         agent = spec()

@@ -3,10 +3,15 @@ file equals a clean rebuild exactly, row for row, and every checkpoint equals th
 
 from __future__ import annotations
 
+import functools
 import os
+import pty
+import random
+import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import duckdb
@@ -14,6 +19,7 @@ import pytest
 
 from runledger.log.client import LedgerClient
 from runledger.projections.projector import rebuild
+from tests.conftest import eventually
 from tests.integration.test_projector import (
     assert_checkpoints_equal_resume_fold,
     build_ledger,
@@ -22,7 +28,8 @@ from tests.integration.test_projector import (
 )
 from tests.unit.projections.tables import snapshot
 
-pytestmark = pytest.mark.integration
+# Each test runs the CLI two to four times through runledger(), which waits up to 120 s a call.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 CRASH_ENV = "RUNLEDGER_PROJECTOR_CRASH_AT"
 
@@ -84,22 +91,81 @@ async def test_sigkill_during_rebuild_leaves_the_old_file_and_a_rerun_completes(
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ledger.duckdb.rebuild")]
 
 
+class ProgressWatch:
+    """The projector's own progress line, read through a pseudo-terminal (on a terminal it is
+    drawn every 0.5 s): the read position and lag it reports, as they come."""
+
+    PATTERN = re.compile(rb"position ([\d,]+), lag ([\d,]+)")
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        self.seen: list[tuple[int, int]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+
+    def start(self) -> None:
+        os.close(self.slave)  # the child holds it now
+        self._thread.start()
+
+    def _read(self) -> None:
+        buffer = b""
+        while True:
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = re.split(rb"[\r\n]", buffer)
+            for line in lines:
+                if found := self.PATTERN.search(line):
+                    self.seen.append((int(found[1].replace(b",", b"")), int(found[2].replace(b",", b""))))
+
+    def reached(self, proc: subprocess.Popen[bytes], target: int) -> int | None:
+        """The read position shown once it is ``target`` or past it with work left (lag > 0)."""
+        assert proc.poll() is None, f"the projector ended (code {proc.returncode}) before the kill at {target}"
+        return next((p for p, lag in reversed(self.seen) if p >= target and lag > 0), None)
+
+    def close(self) -> None:
+        self._thread.join(timeout=5)
+        os.close(self.master)
+
+
 async def test_sigkill_from_outside_at_any_moment(client: LedgerClient, tmp_path: Path) -> None:
-    """No named point: the projector is killed by another process while it works, three times."""
+    """No named point: another process kills the projector three times at a read position drawn
+    at random from what was left, watched on the projector's own progress line. Each kill is
+    proven to land mid-work: the process was still running, this run had read past the position
+    committed before it, and the file holds less than the stream (the work was unfinished)."""
     await build_ledger(client, tmp_path, load_events=20_000)
     total = await stream_messages(client)
     db = tmp_path / "killed.duckdb"
     env = {**os.environ, "RUNLEDGER_NATS_URL": client.url}
-    for delay in (1.0, 2.0, 1.5):
+    rng = random.Random()
+    committed = 0
+    kills: list[tuple[int, int, int]] = []  # (committed before, read position seen, committed after)
+    for _ in range(3):
+        target = committed + int((total - committed) * rng.uniform(0.15, 0.5))
+        watch = ProgressWatch()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runledger", "project", "--db", str(db), "--batch", "700", "--quiet"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [sys.executable, "-m", "runledger", "project", "--db", str(db), "--batch", "700"],
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=watch.slave,
         )  # fmt: skip
+        watch.start()
         try:
-            proc.wait(timeout=delay)
-        except subprocess.TimeoutExpired:
+            read_at = await eventually(functools.partial(watch.reached, proc, target), timeout=90, interval=0.02)
             proc.send_signal(signal.SIGKILL)
-            proc.wait()
+            assert proc.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            watch.close()
+        after = position(db)
+        kills.append((committed, read_at, after))
+        assert read_at > committed, f"killed before this run read anything: {kills}"
+        assert committed <= after < total, f"the kill did not land mid-work: {kills} (stream {total})"
+        committed = after
+    print(f"kills (committed before, read position seen, committed after) of {total}: {kills}")
     final = runledger(client.url, "project", "--db", str(db), "--batch", "700")
     assert final.returncode == 0, final.stderr
     assert position(db) == total
@@ -109,7 +175,6 @@ async def test_sigkill_from_outside_at_any_moment(client: LedgerClient, tmp_path
 
 
 async def test_a_sigkilled_projector_leaves_no_worker_behind(client: LedgerClient, tmp_path: Path) -> None:
-    from tests.conftest import eventually
     from tests.integration.test_projector import worker_processes
 
     await build_ledger(client, tmp_path, load_events=60_000)

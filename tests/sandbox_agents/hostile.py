@@ -4,9 +4,11 @@ it in the sandbox. Nothing hostile runs at import time: the host imports this mo
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
+import time
 from typing import Any
 
 from runledger import AgentSpec, Run, ScriptedModel, tool
@@ -57,7 +59,8 @@ async def honest(run: Run) -> Any:
 async def connect_out(run: Run) -> Any:
     await run.tool("read_doc", 1)
     results = {}
-    for host, port in (("127.0.0.1", int(run.input or 4222)), ("172.17.0.1", 4222), ("1.1.1.1", 80)):
+    nats_port = int((run.input or {}).get("nats_port", 4222))  # the host's real NATS server, from the parent
+    for host, port in (("127.0.0.1", nats_port), ("172.17.0.1", nats_port), ("1.1.1.1", 80)):
         try:
             socket.create_connection((host, port), timeout=2).close()
             results[f"{host}:{port}"] = "CONNECTED"
@@ -85,17 +88,22 @@ async def write_outside(run: Run) -> Any:
 
 
 async def fork_bomb(run: Run) -> Any:
+    """Fork until the kernel refuses; the children idle (spinning ones would race the wall clock,
+    and a re-run killed by it must not pass for one stopped by the pids limit)."""
     await run.tool("read_doc", 1)
     children = 0
     try:
-        for _ in range(10_000):
+        for _ in range(100):  # about three times the test's pids limit (32): a higher limit is never hit
             if os.fork() == 0:
-                while True:
-                    pass
+                try:
+                    time.sleep(300)
+                finally:
+                    os._exit(0)
             children += 1
     except OSError as exc:
-        raise RuntimeError(f"fork bomb stopped after {children} children: {exc}") from exc
-    return children
+        name = errno.errorcode.get(exc.errno or 0, "?")
+        raise RuntimeError(f"fork bomb stopped after {children} children: {name} {exc}") from exc
+    return children  # never refused: the run completes, which the test does not accept
 
 
 async def eat_memory(run: Run) -> Any:

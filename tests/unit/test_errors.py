@@ -25,7 +25,7 @@ import runledger.sandbox.errors
 from runledger.errors import BlobMissingError, LedgerError, ModelError, NondeterminismError, ToolFailedError
 from runledger.log.subjects import BLOB_BUCKET
 from runledger.projections.errors import ProjectionError
-from runledger.sandbox.errors import AgentFailedError, SandboxError
+from runledger.sandbox.errors import AgentFailedError, RerunDeadLetteredError, SandboxError
 
 REPO = Path(__file__).resolve().parents[2]
 # Each package's folder, its errors module and the base every error of the package derives from.
@@ -236,3 +236,10 @@ def test_nondeterminism_names_its_kind() -> None:
     diverged = NondeterminismError("parent", 3, "tool 'a'", "tool 'b'", diverged=True)
     assert diverged.failure_reason == "diverged" and diverged.diverged
     assert "re-drive of parent diverged at step 3" in str(diverged)
+
+
+def test_a_dead_lettered_rerun_names_the_request_the_count_and_the_cause() -> None:
+    error = RerunDeadLetteredError("req-1", 3, "RuntimeError: boom")
+    assert "re-run request req-1 dead-lettered after 3 deliveries: RuntimeError: boom." in str(error)
+    assert "queue a new request" in str(error)  # what to do next
+    assert (error.request_id, error.deliveries, error.cause) == ("req-1", 3, "RuntimeError: boom")

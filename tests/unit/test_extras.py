@@ -23,7 +23,12 @@ from runledger.extras import COMMANDS_OF_EXTRA, MODULES_OF_EXTRA, require_extra
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 # The import name of a distribution, where it is not the distribution's own name.
-MODULE_OF_DISTRIBUTION: dict[str, str] = {}
+MODULE_OF_DISTRIBUTION: dict[str, str] = {
+    "opentelemetry-sdk": "opentelemetry.sdk",
+    "opentelemetry-exporter-otlp-proto-http": "opentelemetry.exporter.otlp.proto.http",
+    "opentelemetry-proto": "opentelemetry.proto",
+    "langgraph-checkpoint": "langgraph.checkpoint",
+}
 
 
 @pytest.fixture(autouse=True)

@@ -27,6 +27,8 @@ LAYERS = [
     ("runledger.cli", "runledger.__main__"),
     ("runledger.projections",),
     ("runledger.sandbox",),
+    ("runledger.integrations",),
+    ("runledger.ui",),
     ("runledger.examples",),
 ]
 

@@ -181,6 +181,27 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "budget.granted": {"tokens": 100, "by": "op"},
     "version.accepted": {"agent_version": "1.0.1", "previous": "1.0.0", "by": "op", "reason": "hotfix"},
     "run.erased": {"reason": "gdpr", "by": "op", "kid": "k1", "blobs_deleted": 2},
+    "graph.checkpointed": {
+        "thread_id": "t-1",
+        "checkpoint_ns": "",
+        "checkpoint_id": "1f0-a",
+        "parent_checkpoint_id": "1f0-9",
+        "source": "loop",
+        "graph_step": 2,
+        "forked": True,
+        "new_versions": {"messages": "00000000000000000000000000000002.0", "n": 3},
+        "checkpoint": {"v": 4},
+        "metadata": {"source": "loop"},
+        "values": {"messages": {"type": "msgpack", "value": ["hi"]}},
+    },
+    "graph.writes_saved": {
+        "thread_id": "t-1",
+        "checkpoint_id": "1f0-a",
+        "task_id": "task-1",
+        "task_path": "~__pregel_pull, agent",
+        "channels": ["messages"],
+        "writes": [["messages", {"type": "null"}]],
+    },
 }
 # Values of every JSON type, and nested objects with and without an unknown key: for each field.
 PROBES: list[Any] = [

@@ -12,7 +12,9 @@ from runledger.protect.roles import RoleCredentials, generate, permissions
 
 def test_an_agent_may_publish_only_its_own_runs_and_no_commands() -> None:
     allow = permissions("agent", "alpha")["publish"]["allow"]
-    assert "ledger.run.alpha.>" in allow and not any(s.startswith("ledger.run.beta") for s in allow)
+    assert "ledger.run.alpha.*.a" in allow and not any(s.startswith("ledger.run.beta") for s in allow)
+    # Its own writer token only: never a worker's branch ("w") or an operator's decision ("o").
+    assert not any(s.startswith(("ledger.run.", "ledger.effect.")) and not s.endswith(".a") for s in allow)
     assert not any(s.startswith("ledger.cmd") or ".STREAM.DELETE." in s or ".STREAM.PURGE." in s for s in allow)
     assert "$JS.API.CONSUMER.CREATE.LEDGER" not in allow  # the unnamed (unscopable) form
     assert permissions("agent", "alpha")["subscribe"]["allow"] == ["_INBOX_agent_alpha.>"]
@@ -33,4 +35,13 @@ def test_generate_keeps_existing_passwords_and_adds_agents(tmp_path: Path) -> No
     assert set(second) == {"admin", "analyst", "operator", "worker", "agent-alpha", "agent-beta"}
     assert RoleCredentials.read(second["agent-alpha"]).password == password
     conf = (tmp_path / "auth.conf").read_text()
-    assert conf.count("user:") == 6 and '"ledger.run.beta.>"' in conf
+    assert conf.count("user:") == 6 and '"ledger.run.beta.*.a"' in conf
+
+
+def test_decisions_are_the_operators_and_branches_the_workers() -> None:
+    operator = permissions("operator")["publish"]["allow"]
+    worker = permissions("worker")["publish"]["allow"]
+    assert {"ledger.run.*.*.o", "ledger.effect.*.*.o"} <= set(operator)
+    assert not any(s.startswith(("ledger.run.", "ledger.effect.")) and not s.endswith(".o") for s in operator)
+    assert {"ledger.run.*.*.w", "ledger.effect.*.*.w"} <= set(worker)
+    assert not any(s.startswith(("ledger.run.", "ledger.effect.")) and not s.endswith(".w") for s in worker)

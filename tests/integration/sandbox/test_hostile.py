@@ -3,11 +3,13 @@ no container left behind, and the same pool keeps serving."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from runledger.log.client import LedgerClient
+from runledger.protect.redaction import Redactor
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
@@ -20,9 +22,15 @@ MOD = "tests.sandbox_agents.hostile"
 
 
 @pytest.fixture
-async def parent(client: LedgerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def nats_port(nats_url: str) -> int:
+    return int(nats_url.rsplit(":", 1)[1])
+
+
+@pytest.fixture
+async def parent(client: LedgerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nats_port: int) -> str:
     monkeypatch.setenv("TEST_PAYMENTS_LOG", str(tmp_path / "pay.log"))
-    result = await start_run(client, benign_spec(), None, run_id="hostile-parent")
+    # The input names the host's real NATS port: the network probe aims at a server that listens.
+    result = await start_run(client, benign_spec(), {"nats_port": nats_port}, run_id="hostile-parent")
     assert result.status == "completed"
     return "hostile-parent"
 
@@ -45,12 +53,16 @@ async def test_prompt_injection_in_a_recorded_tool_output_commits_nothing(
     assert len(paid(tmp_path)) == 1  # even a new live run cannot pay the same key twice
 
 
+# An innocuous host variable the redactor leaves as it is (checked): were it visible in the
+# sandbox, the recorded error would show it. ``{nats_port}`` is the test's NATS server's port.
+CANARY_NAME, CANARY_VALUE = "RL_HOST_CANARY", "teal-harbor-5521"
 HOSTILE = [
-    ("connect_spec", "exception", ["network attempts", "127.0.0.1:4222': 'ConnectionRefusedError",
-                                   "1.1.1.1:80': 'OSError"]),
+    ("connect_spec", "exception", ["network attempts", "127.0.0.1:{nats_port}': 'ConnectionRefusedError",
+                                   "172.17.0.1:{nats_port}': 'OSError", "1.1.1.1:80': 'OSError"]),
     ("env_spec", "exception", ["environment: [('HOME'", "PYTHONPATH"]),
     ("write_spec", "exception", ["write attempts", "'/tmp/ok.txt': 'WRITTEN'"]),
-    ("fork_spec", None, []),
+    # Refused by the pids limit (EAGAIN), not killed at the wall clock (that would be "sandbox").
+    ("fork_spec", "exception", ["fork bomb stopped after", "children: EAGAIN"]),
     ("memory_spec", "sandbox", ["memory limit (OOM)"]),
     ("spin_spec", "sandbox", ["wall-clock limit"]),
     ("flood_spec", "sandbox", ["longer than"]),
@@ -58,31 +70,33 @@ HOSTILE = [
 ]  # fmt: skip
 
 
+# Two re-runs, each waiting at most the pool's connect timeout (30 s) plus its own (8 s, 60 s).
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize(("agent", "reason", "fragments"), HOSTILE, ids=[h[0] for h in HOSTILE])
 async def test_hostile_agent_code_is_contained_and_reported(
     client: LedgerClient, docker: object, sandbox_image: str, parent: str, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, agent: str, reason: str | None, fragments: list[str],
+    monkeypatch: pytest.MonkeyPatch, agent: str, reason: str, fragments: list[str], nats_port: int,
 ) -> None:  # fmt: skip
     monkeypatch.setenv("RUNLEDGER_SECRET_TOKEN", "sk-live-should-never-leak")
+    monkeypatch.setenv(CANARY_NAME, CANARY_VALUE)
+    assert Redactor(os.urandom(32)).redact(f"{CANARY_NAME}={CANARY_VALUE}") == f"{CANARY_NAME}={CANARY_VALUE}"
     pool = SandboxPool(docker, SandboxPolicy(image=sandbox_image, timeout_s=8, memory="128m", pids=32), size=0)
     rerunner = Rerunner(client, pool)
     try:
         request = RerunRequest(parent_run_id=parent, agent=f"{MOD}:{agent}", mode="live", fork_step=0, timeout_s=8)
         result = await rerunner.rerun(request)
         assert result.status == "failed", result
-        if reason is not None:
-            assert result.reason == reason, result.error
-        else:
-            assert result.reason in ("exception", "sandbox"), result.error
+        assert result.reason == reason, result.error
         cp = fold((await load_run(client, result.run_id)).records)
         recorded = cp.error or {}
         text = f"{recorded.get('message')}\n{recorded.get('traceback')}"
         for fragment in fragments:
-            assert fragment in text, text[:2000]
+            assert fragment.format(nats_port=nats_port) in text, text[:2000]
         assert "CONNECTED" not in text
         for path in ("/etc/passwd", "/app/evil.py", "/opt/runledger/runledger/__init__.py"):
             assert f"'{path}': 'WRITTEN'" not in text
         assert "sk-live-should-never-leak" not in text
+        assert CANARY_NAME not in text and CANARY_VALUE not in text
         assert cp.committed_keys == [] and cp.simulated_keys == []
         assert len(paid(tmp_path)) == 1
         # The same pool keeps serving after the attack.

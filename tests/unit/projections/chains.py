@@ -28,6 +28,7 @@ from runledger.record.events import (
     chain_hash,
     make_event,
 )
+from runledger.record.fold import OPERATOR_TYPES
 from runledger.record.records import RawRecord
 
 VERSION = VersionTuple(agent_version="code:t", model="m-1", prompt_hash="p0", tool_schema_hashes={"lookup": "h"})
@@ -60,7 +61,11 @@ class Chain:
         event, data = make_event(body, run_id=self.run_id, agent=self.agent, seq=len(self.events), prev_hash=prev,
                                  ts=stamp)  # fmt: skip
         self.events.append(event)
-        self.stream.put(self.subject, data)
+        # An operator's decision travels on the run's operator subject (runledger.log.subjects).
+        operator = (body.TYPE in OPERATOR_TYPES and self.subject.startswith("ledger.run.")) or (
+            body.TYPE == "effect.resolved" and getattr(body, "by", "") != "reconcile"
+        )
+        self.stream.put(self.subject.rpartition(".")[0] + ".o" if operator else self.subject, data)
         return event
 
 
@@ -69,7 +74,7 @@ def run_chain(stream: Stream, run_id: str, agent: str = "support") -> Chain:
 
 
 def key_chain(stream: Stream, key: str, run_id: str, agent: str = "support") -> Chain:
-    return Chain(stream, effect_subject(key), run_id, agent)
+    return Chain(stream, effect_subject(agent, key), run_id, agent)
 
 
 def model(step: int, tokens_in: int = 30, tokens_out: int = 10, content: str = "ok") -> ModelCalled:

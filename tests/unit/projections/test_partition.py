@@ -113,8 +113,9 @@ def test_effect_keys_equal_the_key_fold(tmp_path: Path) -> None:
     store = _project(tmp_path / "a.duckdb", records, [len(records)])
     by_subject: dict[str, list[Recorded]] = {}
     for rec in records:
-        if rec.subject.startswith("ledger.effect."):
-            by_subject.setdefault(rec.subject, []).append(Recorded(decode(rec.data), rec.stream_seq, rec.subject))
+        if rec.subject.startswith("ledger.effect."):  # a key's messages, whoever wrote them (its writer token)
+            key_subject = rec.subject.rpartition(".")[0]
+            by_subject.setdefault(key_subject, []).append(Recorded(decode(rec.data), rec.stream_seq, rec.subject))
     rows = store.con.execute(
         "SELECT subject, key, status, run_id, step, result, via, events FROM effect_keys"
     ).fetchall()

@@ -1,0 +1,218 @@
+"""LangChain models and tools journaled as runledger steps, inside the nodes of a LangGraph graph.
+
+``saver.model(chat_model)`` wraps any LangChain chat model: each call is a ``model.called`` step of
+the thread's run (the messages as OpenAI-style dicts, the reply, token usage), counted in its
+budgets and shown by ``runledger show`` and the projection's ``steps`` table. ``saver.tool(lc_tool,
+effect=..., key=..., reconcile=...)`` wraps any LangChain tool: a read tool is a ``tool.called``
+step; a ``write`` or ``irreversible`` one is an effect, claimed on its idempotency key before it
+acts and applied at most once across crashes and resumes (runledger.sdk.run), its function finding
+the attempt's ``EffectContext`` (``EffectContext.current().key``: pass it to the service as its
+idempotency key). ``saver`` is a ``runledger.integrations.langgraph.RunledgerSaver``; the thread
+is the one of the node the call is made in (LangGraph's config), so the same wrapped model and
+tools serve every thread.
+
+What a wrapper returns is what the wrapped model or tool returned (an ``AIMessage``, the tool's
+output); what the record keeps is redacted and sealed as any run's content. The recorded model
+name is the wrapped model's (``model_name``, ``model``, else its class). A model's own exception
+is raised as it was (the step records it first), so LangGraph's retry policies see it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from runledger.extras import require_extra
+
+require_extra("langgraph", "runledger.integrations.langchain")
+
+from langchain_core.language_models import BaseChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
+from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
+from pydantic import ConfigDict  # noqa: E402
+
+from runledger import ConfigurationError, ModelResponse, Tool, ToolFailedError  # noqa: E402
+
+if TYPE_CHECKING:
+    from runledger.integrations.langgraph import RunledgerSaver
+    from runledger.sdk.tools import EffectClass
+
+
+@dataclass
+class _Call:
+    """The LangChain call a journaled model is making, for the adapter that makes it."""
+
+    model: Any
+    messages: list[BaseMessage]
+    stop: list[str] | None
+    kwargs: dict[str, Any]
+    name: str
+    reply: AIMessage | None = None
+
+
+_CALL: ContextVar[_Call | None] = ContextVar("runledger_langchain_call", default=None)
+
+
+class LangChainModelAdapter:
+    """The ``ModelAdapter`` of a thread's run: ``complete`` makes the LangChain call that
+    ``JournaledChatModel`` set up for this task, and its ``name`` is that model's."""
+
+    retry = None  # a LangChain model retries by its own settings; each call is one attempt here
+
+    @property
+    def name(self) -> str:
+        call = _CALL.get()
+        return call.name if call is not None else "langchain"
+
+    async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        call = _CALL.get()
+        if call is None:
+            raise ConfigurationError("a LangGraph thread's run calls models through saver.model(chat_model)")
+        reply = await call.model.ainvoke(call.messages, stop=call.stop, **call.kwargs)
+        if not isinstance(reply, AIMessage):
+            raise ConfigurationError(f"model {call.name} answered {type(reply).__name__}, not an AIMessage")
+        call.reply = reply
+        usage = reply.usage_metadata or {}
+        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content, default=str)
+        return ModelResponse(
+            content=content,
+            tool_calls=[dict(tc) for tc in reply.tool_calls],
+            finish_reason=str((reply.response_metadata or {}).get("finish_reason") or "stop"),
+            input_tokens=int(usage.get("input_tokens", 0)),
+            output_tokens=int(usage.get("output_tokens", 0)),
+        )
+
+
+def _model_name(model: Any) -> str:
+    inner = getattr(model, "bound", model)  # a model with tools bound is a RunnableBinding
+    for attr in ("model_name", "model", "model_id"):
+        value = getattr(inner, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(inner).__name__
+
+
+def current_config() -> RunnableConfig:
+    """The config of the LangGraph node this code runs in (its thread and checkpoint namespace)."""
+    from langgraph.config import get_config
+
+    try:
+        return get_config()
+    except RuntimeError as exc:
+        raise ConfigurationError(
+            "a journaled model or tool records into the run of a LangGraph thread: call it inside a node of a "
+            "graph compiled with checkpointer=RunledgerSaver(...)"
+        ) from exc
+
+
+async def journal_model_call(
+    saver: RunledgerSaver,
+    config: RunnableConfig,
+    model: Any,
+    messages: list[BaseMessage],
+    stop: list[str] | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> AIMessage:
+    """Call ``model`` with ``messages`` as a ``model.called`` step of the run of ``config``'s thread."""
+    run = await saver.run_for(config)
+    call = _Call(model, messages, stop, dict(kwargs or {}), _model_name(model))
+    token = _CALL.set(call)
+    try:
+        await run.model(convert_to_openai_messages(messages), **({"stop": stop} if stop else {}))
+    except ToolFailedError as exc:
+        if isinstance(exc.__cause__, Exception):
+            raise exc.__cause__ from None  # the model's own error, recorded; LangGraph's retry policy sees it
+        raise
+    finally:
+        _CALL.reset(token)
+    assert call.reply is not None
+    return call.reply
+
+
+class JournaledChatModel(BaseChatModel):
+    """A LangChain chat model whose calls are steps of the thread's run (``RunledgerSaver.model``)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: Any
+    saver: Any
+
+    @property
+    def _llm_type(self) -> str:
+        return "runledger-journaled"
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Runnable[Any, Any]:
+        extra = {} if tool_choice is None else {"tool_choice": tool_choice}
+        return self.model_copy(update={"model": self.model.bind_tools(tools, **extra, **kwargs)})
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        reply = await journal_model_call(self.saver, current_config(), self.model, messages, stop, kwargs)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        config = current_config()
+        saver = cast("RunledgerSaver", self.saver)
+        reply = saver._sync(journal_model_call(saver, config, self.model, messages, stop, kwargs))
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def journaled_tool(
+    lc_tool: BaseTool,
+    saver: RunledgerSaver,
+    *,
+    effect: EffectClass = "read",
+    key: Any = None,
+    reconcile: Any = None,
+    lease_s: float | None = None,
+) -> StructuredTool:
+    """``lc_tool`` as a LangChain tool whose calls are steps of the thread's run (``RunledgerSaver.tool``).
+
+    ``effect`` (``read``, ``write``, ``irreversible``), ``key`` (a function of the arguments: the
+    business identity, e.g. ``lambda a: f"refund:{a['order']}"``), ``reconcile`` (``key -> result``
+    or ``runledger.NOT_FOUND``) and ``lease_s`` are runledger's tool declaration (runledger.tool)."""
+
+    async def call_lc_tool(args: Any) -> Any:
+        return await lc_tool.ainvoke(args)
+
+    declared: Tool[Any, Any] = Tool(
+        lc_tool.name,
+        call_lc_tool,
+        effect_class=effect,
+        key=key,
+        reconcile=reconcile,
+        schema={"type": "object", "properties": lc_tool.args},
+        description=lc_tool.description,
+        lease_s=lease_s,
+    )
+
+    async def step(config: RunnableConfig, kwargs: dict[str, Any]) -> Any:
+        run = await saver.run_for(config)
+        return await run.tool(declared, kwargs)
+
+    async def acall(**kwargs: Any) -> Any:
+        return await step(current_config(), kwargs)
+
+    def call(**kwargs: Any) -> Any:
+        return saver._sync(step(current_config(), kwargs))
+
+    return StructuredTool(
+        name=lc_tool.name,
+        description=lc_tool.description,
+        args_schema=lc_tool.args_schema,
+        func=call,
+        coroutine=acall,
+        return_direct=lc_tool.return_direct,
+        handle_tool_error=lc_tool.handle_tool_error,
+    )
+
+
+__all__ = ["JournaledChatModel", "LangChainModelAdapter", "current_config", "journal_model_call", "journaled_tool"]

@@ -1,0 +1,560 @@
+"""A LangGraph checkpointer on the ledger: each thread is a run, its checkpoints and writes are events.
+
+``RunledgerSaver(client)`` is a ``BaseCheckpointSaver``: pass it to ``builder.compile(checkpointer=...)``
+and every checkpoint (``graph.checkpointed``) and every task's pending writes
+(``graph.writes_saved``) of a thread is appended to the thread's run, fenced and acknowledged before
+LangGraph goes on (write-ahead), redacted and sealed like every run's content, and stored by
+reference in the object store when large. Model and tool calls inside the graph's nodes, wrapped
+with ``saver.model(...)`` and ``saver.tool(...)`` (runledger.integrations.langchain), are steps of
+the same run, so ``runledger show``, ``verify`` and the projection's ``steps`` table see one record
+per thread, and a tool declared as an effect is applied at most once across crashes.
+
+How it behaves: exactly like LangGraph's ``InMemorySaver``, which it extends. The in-memory
+structures are an index of the log: filled from the thread's run the first time this process
+needs the thread, then kept in step with every append (the append first). So ``get_tuple``,
+``list`` (namespace, ``filter``, ``before``, ``limit``, newest first), pending writes and their
+order, parent configs, namespaces of subgraphs, interrupts, ``Send`` and time travel are the
+reference implementation's, over state that survives the process.
+
+Recovery is LangGraph's own: a resumed process invokes the graph on the same thread, LangGraph
+loads the latest checkpoint and runs the tasks that have no saved writes. The thread's run is
+reopened with ``runledger.sdk.lifecycle.open_run`` (fenced: a second process driving the same
+thread stops with FencedError at its next append) and later steps continue its numbering. A node
+that a crash interrupted runs again from its start, as with every checkpointer: its model calls are
+made again (and recorded as new steps), its effects are not (the effect ledger answers a committed
+key with its recorded result; ``reconcile`` settles one in doubt; the idempotency key reaches the
+service).
+
+Rejected: recording checkpoints as steps and replaying the graph from the top, as ``resume_run``
+does for an agent function. LangGraph names checkpoints with time-based ids (uuid6) and derives
+task ids, and with them interrupt ids, from them: a replay from the top would name everything
+anew, and LangGraph's resume-from-a-checkpoint, which its users rely on, would be bypassed.
+
+Time travel (``get_state_history``, ``update_state`` on a past config, invoking from a past
+``checkpoint_id``) stays on the thread, as in LangGraph: the checkpoint whose parent is not the
+latest of its namespace is recorded with ``forked: true`` and its parent, which ``runledger show``
+prints and SQL reads from the ``events`` table.
+
+``delete_thread`` erases the thread's run (runledger.protect.erasure): its keys are destroyed and
+its blobs deleted, so no checkpoint can be read again, and the thread starts afresh (on a new run,
+``<run id>-g<n>``). The log is immutable: the events stay, sealed and unreadable, and the hash
+chain still verifies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import math
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from runledger.extras import require_extra
+
+require_extra("langgraph", "runledger.integrations.langgraph")
+
+import ormsgpack  # noqa: E402 (after the extra's check: the one line that installs it, not an ImportError)
+from langchain_core.runnables import RunnableConfig  # noqa: E402
+from langgraph.checkpoint.base import (  # noqa: E402
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    SerializerProtocol,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+
+from runledger import AgentSpec, ConfigurationError, DataPolicy, LedgerClient  # noqa: E402
+from runledger.errors import RunNotFoundError  # noqa: E402
+from runledger.integrations.langchain import JournaledChatModel, LangChainModelAdapter, journaled_tool  # noqa: E402
+from runledger.ops.trace import list_runs  # noqa: E402
+from runledger.protect.erasure import erase_run  # noqa: E402
+from runledger.protect.runs import load_run  # noqa: E402
+from runledger.record.events import GraphCheckpointed, GraphWritesSaved, RunCompleted  # noqa: E402
+from runledger.record.ids import is_token  # noqa: E402
+from runledger.sdk.lifecycle import open_run  # noqa: E402
+from runledger.sdk.run import RecordedRun  # noqa: E402
+
+T = TypeVar("T")
+
+THREAD_LABEL = "langgraph.thread_id"
+DEFAULT_AGENT = "langgraph"
+
+Typed = tuple[str, bytes]
+
+
+# -- values as JSON the protection path can read ------------------------------------------------------------------
+#
+# LangGraph's serializer turns a value into typed bytes (mostly msgpack with extension types for
+# messages, pydantic models, datetimes...). Recorded as they are, they would be opaque to the
+# redactor; base64 of msgpack hides an API key as well as encryption does. So msgpack is transcoded
+# into a JSON tree with the same information (strings stay strings, which the detectors read) and
+# back into msgpack that the serializer loads as the same value. Markers are objects with one "$"
+# key; a user's dict that could be mistaken for one, or whose keys are not sorted (canonical JSON
+# sorts keys, and a dict's order is part of the value), is recorded as {"$map": [[key, value], ...]}.
+
+_INT64 = 2**63
+
+
+@dataclass(frozen=True)
+class _Ext:
+    code: int
+    value: Any
+
+
+def _ext_hook(code: int, data: bytes) -> _Ext:
+    return _Ext(code, ormsgpack.unpackb(data, ext_hook=_ext_hook, option=ormsgpack.OPT_NON_STR_KEYS))
+
+
+def _to_tree(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value if -_INT64 <= value < _INT64 else {"$int": str(value)}
+    if isinstance(value, float):
+        return value if math.isfinite(value) and not value.is_integer() else {"$float": repr(value)}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, (list, tuple)):
+        return [_to_tree(v) for v in value]
+    if isinstance(value, dict):
+        keys = list(value)
+        if all(isinstance(k, str) and not k.startswith("$") for k in keys) and keys == sorted(keys):
+            return {k: _to_tree(v) for k, v in value.items()}
+        return {"$map": [[_to_tree(k), _to_tree(v)] for k, v in value.items()]}
+    if isinstance(value, _Ext):
+        return {"$ext": value.code, "value": _to_tree(value.value)}
+    raise TypeError(f"cannot record a msgpack value of type {type(value).__name__}")
+
+
+def _from_tree(tree: Any) -> Any:
+    if isinstance(tree, list):
+        return [_from_tree(v) for v in tree]
+    if not isinstance(tree, dict):
+        return tree
+    if "$ext" in tree:
+        inner = ormsgpack.packb(_from_tree(tree["value"]), option=ormsgpack.OPT_NON_STR_KEYS)
+        return ormsgpack.Ext(int(tree["$ext"]), inner)
+    if "$map" in tree:
+        return {_hashable(_from_tree(k)): _from_tree(v) for k, v in tree["$map"]}
+    try:
+        if "$int" in tree:
+            return int(tree["$int"])
+        if "$float" in tree:
+            return float(tree["$float"])
+        if "$bytes" in tree:
+            return base64.b64decode(tree["$bytes"], validate=True)
+    except ValueError:
+        return next(iter(tree.values()))  # redacted in the record: the token stands for the value
+    return {k: _from_tree(v) for k, v in tree.items()}
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+
+
+def typed_to_record(typed: Typed) -> dict[str, Any]:
+    """LangGraph's typed bytes as a JSON value (``{"type", "value"}``, or ``{"type", "b64"}`` for
+    encodings other than msgpack), losslessly: ``record_to_typed`` gives bytes that load as the same."""
+    kind, data = typed
+    if kind == "null":
+        return {"type": "null"}
+    if kind == "msgpack":
+        raw = ormsgpack.unpackb(data, ext_hook=_ext_hook, option=ormsgpack.OPT_NON_STR_KEYS)
+        return {"type": "msgpack", "value": _to_tree(raw)}
+    return {"type": kind, "b64": base64.b64encode(data).decode()}
+
+
+def record_to_typed(record: Mapping[str, Any]) -> Typed:
+    """The inverse of ``typed_to_record``."""
+    kind = str(record["type"])
+    if kind == "null":
+        return "null", b""
+    if kind == "msgpack":
+        return "msgpack", ormsgpack.packb(_from_tree(record["value"]), option=ormsgpack.OPT_NON_STR_KEYS)
+    return kind, base64.b64decode(record["b64"])
+
+
+# -- threads and their runs ---------------------------------------------------------------------------------------
+
+
+def thread_run_id(thread_id: str, generation: int = 1) -> str:
+    """The run that records ``thread_id``: the thread id itself when it can stand in a subject,
+    else ``lg-`` and a digest of it; ``-g<n>`` from the second generation (after a ``delete_thread``)."""
+    base = thread_id if is_token(thread_id) and len(thread_id) <= 100 else "lg-" + _digest(thread_id)
+    return base if generation == 1 else f"{base}-g{generation}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass
+class _Thread:
+    """What this process knows of one thread: its generation, and its run once opened for writing."""
+
+    thread_id: str
+    generation: int = 1
+    loaded: bool = False
+    run: RecordedRun | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def run_id(self) -> str:
+        return thread_run_id(self.thread_id, self.generation)
+
+
+async def _no_agent_function(run: Any) -> None:
+    raise ConfigurationError("a LangGraph thread's run is driven by its graph: invoke the graph with the saver")
+
+
+class RunledgerSaver(InMemorySaver):
+    """A LangGraph checkpointer whose state is the ledger (see the module docstring).
+
+    ``client``: a connected ``LedgerClient``; the saver's async methods must run on its event loop,
+    and its sync methods (``graph.invoke``) are allowed only from other threads (as LangGraph's own
+    async savers: they hand the work to that loop). ``agent``: the agent name the threads' runs
+    are recorded under (a subject token). ``data_policy``: what the record keeps of content (the
+    default redacts and seals; ``hash-only`` is refused: a checkpointer must read its values back).
+    ``by``: who ``delete_thread`` names as the eraser."""
+
+    def __init__(
+        self,
+        client: LedgerClient,
+        *,
+        agent: str = DEFAULT_AGENT,
+        data_policy: DataPolicy | None = None,
+        agent_version: str | None = None,
+        serde: SerializerProtocol | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        by: str = "langgraph",
+    ) -> None:
+        super().__init__(serde=serde)
+        if not is_token(agent):
+            raise ConfigurationError(f"agent {agent!r} cannot be used in a subject: use 1-128 of A-Z a-z 0-9 _ -")
+        policy = data_policy or DataPolicy()
+        if policy.capture == "hash-only":
+            raise ConfigurationError("a checkpointer reads its values back: use capture 'redacted' or 'full'")
+        self.client = client
+        self.agent = agent
+        self.by = by
+        self._adapter = LangChainModelAdapter()
+        self.spec = AgentSpec(
+            agent, _no_agent_function, self._adapter, agent_version=agent_version or "langgraph", data_policy=policy
+        )
+        self._threads: dict[str, _Thread] = {}
+        self._all_loaded = False
+        self._guard = threading.Lock()
+        try:
+            self.loop = loop or asyncio.get_running_loop()
+        except RuntimeError as exc:
+            raise ConfigurationError(
+                "create RunledgerSaver inside the event loop of its client (or pass loop=)"
+            ) from exc
+
+    # -- the journal of a thread, for runledger.integrations.langchain ------------------------------------------------
+
+    async def run_for(self, config: RunnableConfig) -> RecordedRun:
+        """The run of the thread ``config`` names, opened for writing (started, or continued fenced)."""
+        return await self._opened(self._thread(_thread_id(config)))
+
+    def model(self, chat_model: Any) -> Any:
+        """``chat_model`` (any LangChain chat model) with its calls recorded as steps of the thread's run."""
+        return JournaledChatModel(model=chat_model, saver=self)
+
+    def tool(self, lc_tool: Any, **declaration: Any) -> Any:
+        """``lc_tool`` (any LangChain tool) with its calls recorded as steps; ``effect``, ``key``,
+        ``reconcile``, ``lease_s`` declare it an effect (runledger.integrations.langchain.journaled_tool)."""
+        return journaled_tool(lc_tool, self, **declaration)
+
+    async def acomplete(self, config: RunnableConfig, output: Any = None) -> None:
+        """Record that the thread's graph ran to its end (``run.completed`` with ``output``):
+        ``runledger runs`` then shows the thread's run completed until it is invoked again."""
+        run = await self.run_for(config)
+        await run.record(RunCompleted(output=output))
+
+    def complete(self, config: RunnableConfig, output: Any = None) -> None:
+        """Sync twin of ``acomplete``."""
+        self._sync(self.acomplete(config, output))
+
+    # -- loading ---------------------------------------------------------------------------------------------
+
+    def _thread(self, thread_id: str) -> _Thread:
+        with self._guard:
+            thread = self._threads.get(thread_id)
+            if thread is None:
+                thread = self._threads[thread_id] = _Thread(str(thread_id))
+            return thread
+
+    async def _loaded(self, thread_id: str) -> _Thread:
+        thread = self._thread(thread_id)
+        if not thread.loaded:
+            async with thread.lock:
+                if not thread.loaded:
+                    await self._load(thread)
+        return thread
+
+    async def _load(self, thread: _Thread) -> None:
+        """Fill the index with the thread's live generation: the first run of it that is not erased."""
+        while True:
+            try:
+                log = await load_run(self.client, thread.run_id, agent=self.agent, fetch=True)
+            except RunNotFoundError:
+                break
+            events = [rec.event for rec in log.records]
+            labels = events[0].payload.get("labels", {}) if events and events[0].type == "run.started" else {}
+            if labels.get(THREAD_LABEL, thread.thread_id) != thread.thread_id:
+                raise ConfigurationError(
+                    f"run {thread.run_id} records thread {labels.get(THREAD_LABEL)!r}, not {thread.thread_id!r}: "
+                    "give the saver another agent name"
+                )
+            if any(ev.type == "run.erased" for ev in events):
+                thread.generation += 1
+                continue
+            for ev in events:
+                if ev.type == GraphCheckpointed.TYPE:
+                    self._index_checkpoint(ev.payload)
+                elif ev.type == GraphWritesSaved.TYPE:
+                    self._index_writes(ev.payload)
+            break
+        thread.loaded = True
+
+    async def _load_all(self) -> None:
+        if self._all_loaded:
+            return
+        for summary in await list_runs(self.client, agent=self.agent):
+            if summary.run_id in {t.run_id for t in self._threads.values()}:
+                continue
+            try:
+                log = await load_run(self.client, summary.run_id, agent=self.agent, open_content=False)
+            except RunNotFoundError:
+                continue
+            first = log.records[0].event if log.records else None
+            thread_id = (first.payload.get("labels") or {}).get(THREAD_LABEL) if first else None
+            if thread_id is not None:
+                await self._loaded(str(thread_id))
+        self._all_loaded = True
+
+    async def _opened(self, thread: _Thread) -> RecordedRun:
+        if thread.run is None:
+            async with thread.lock:
+                if not thread.loaded:
+                    await self._load(thread)
+                if thread.run is None:
+                    thread.run = await open_run(
+                        self.client, self.spec, thread.run_id, {"thread_id": thread.thread_id},
+                        labels={THREAD_LABEL: thread.thread_id},
+                    )  # fmt: skip
+        return thread.run
+
+    # -- the index (InMemorySaver's structures), from events ----------------------------------------------------------
+
+    def _index_checkpoint(self, p: Mapping[str, Any]) -> None:
+        thread_id, ns = p["thread_id"], p.get("checkpoint_ns", "")
+        values: Mapping[str, Any] = p.get("values") or {}
+        for channel, version in (p.get("new_versions") or {}).items():
+            record = values.get(channel)
+            typed = ("empty", b"") if record is None else record_to_typed(record)
+            self.blobs[(thread_id, ns, channel, version)] = typed
+        self.storage[thread_id][ns][p["checkpoint_id"]] = (
+            record_to_typed(p["checkpoint"]),
+            record_to_typed(p["metadata"]),
+            p.get("parent_checkpoint_id"),
+        )
+
+    def _index_writes(self, p: Mapping[str, Any]) -> None:
+        outer_key = (p["thread_id"], p.get("checkpoint_ns", ""), p["checkpoint_id"])
+        task_id, task_path = p["task_id"], p.get("task_path", "")
+        for idx, (channel, record) in enumerate(p.get("writes") or []):
+            inner_key = (task_id, WRITES_IDX_MAP.get(channel, idx))
+            if inner_key[1] >= 0 and inner_key in self.writes.get(outer_key, {}):
+                continue  # as InMemorySaver.put_writes: a task's regular writes are saved once
+            self.writes[outer_key][inner_key] = (task_id, channel, record_to_typed(record), task_path)
+
+    # -- async methods (the event loop of the client) ----------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        await self._loaded(_thread_id(config))
+        return InMemorySaver.get_tuple(self, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        if config is None:
+            await self._load_all()
+        else:
+            await self._loaded(_thread_id(config))
+        if config is not None and config["configurable"].get("checkpoint_ns") is not None:
+            for item in InMemorySaver.list(self, config, filter=filter, before=before, limit=limit):
+                yield item  # one namespace of one thread: newest first already
+            return
+        # Across namespaces (and threads), newest first as the durable savers (SqliteSaver,
+        # PostgresSaver: ORDER BY checkpoint_id DESC) list, where InMemorySaver goes namespace by namespace.
+        found = list(InMemorySaver.list(self, config, filter=filter, before=before))
+        found.sort(key=lambda t: str(t.config["configurable"]["checkpoint_id"]), reverse=True)
+        for item in found if limit is None else found[: max(limit, 0)]:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = _thread_id(config)
+        ns = config["configurable"]["checkpoint_ns"]
+        parent = config["configurable"].get("checkpoint_id")
+        thread = await self._loaded(thread_id)
+        run = await self._opened(thread)
+        saved = self.storage[thread_id][ns]
+        stored = checkpoint.copy()
+        values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
+        merged = get_checkpoint_metadata(config, metadata)
+        recorded_values = {k: typed_to_record(self.serde.dumps_typed(values[k])) for k in new_versions if k in values}
+        step = merged.get("step")
+        event = GraphCheckpointed(
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint["id"],
+            parent_checkpoint_id=parent,
+            source=merged.get("source"),
+            graph_step=step if isinstance(step, int) else None,
+            forked=bool(parent and saved and parent != max(saved)),
+            new_versions=dict(new_versions),
+            checkpoint=typed_to_record(self.serde.dumps_typed(stored)),
+            metadata=typed_to_record(self.serde.dumps_typed(merged)),
+            values=recorded_values,
+        )
+        await run.record(event)  # write-ahead: the index changes only after the ack
+        self._index_checkpoint(event.model_dump())
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id = _thread_id(config)
+        ns = config["configurable"].get("checkpoint_ns", "")
+        checkpoint_id = config["configurable"]["checkpoint_id"]
+        thread = await self._loaded(thread_id)
+        known = self.writes.get((thread_id, ns, checkpoint_id), {})
+        new = [
+            (task_id, WRITES_IDX_MAP.get(c, idx)) not in known or WRITES_IDX_MAP.get(c, idx) < 0
+            for idx, (c, _) in enumerate(writes)
+        ]
+        if not any(new):
+            return  # nothing InMemorySaver would store: nothing to record
+        run = await self._opened(thread)
+        event = GraphWritesSaved(
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint_id,
+            task_id=task_id,
+            task_path=task_path,
+            channels=[c for c, _ in writes],
+            writes=[[c, typed_to_record(self.serde.dumps_typed(v))] for c, v in writes],
+        )
+        await run.record(event)
+        self._index_writes(event.model_dump())
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        thread = await self._loaded(thread_id)
+        async with thread.lock:
+            try:
+                await erase_run(
+                    self.client, thread.run_id, reason=f"LangGraph delete_thread({thread_id!r})", by=self.by
+                )
+            except RunNotFoundError:
+                return  # nothing was ever recorded for the thread
+            finally:
+                InMemorySaver.delete_thread(self, thread_id)
+            thread.run = None
+            thread.generation += 1
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        await self._loaded(_thread_id(config))
+        return InMemorySaver.get_delta_channel_history(self, config=config, channels=channels)
+
+    # -- sync twins (from other threads than the loop's) -----------------------------------------------------
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is self.loop:
+                coro.close()
+                raise asyncio.InvalidStateError(
+                    "synchronous calls to RunledgerSaver are only allowed from a thread other than its event "
+                    "loop's; in async code use the async methods (graph.ainvoke, aget_state, ...)"
+                )
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        yield from self._sync(collect())
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._sync(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self.adelete_thread(thread_id))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
+
+
+def _thread_id(config: RunnableConfig) -> str:
+    try:
+        return str(config["configurable"]["thread_id"])
+    except KeyError as exc:
+        raise ConfigurationError(
+            'a LangGraph checkpointer needs a thread: config={"configurable": {"thread_id": ...}}'
+        ) from exc
+
+
+__all__ = ["THREAD_LABEL", "RunledgerSaver", "record_to_typed", "thread_run_id", "typed_to_record"]

@@ -1,0 +1,215 @@
+"""The run list: the projection's ``runs`` with their cost, filtered, sorted and paged in SQL.
+
+Search looks at recorded content, so it cannot be SQL: in the projection content stays sealed.
+It reads the newest ``SEARCH_LIMIT`` runs that pass the other filters from the log through the
+viewer's own connection, opened where the viewer's credentials can open them
+(``runledger.protect.runs.load_run``), and keeps those whose content, ids or names contain the
+text; sealed content the viewer cannot open is never searched. The page says when the limit cut
+the search short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from runledger.errors import LedgerError
+from runledger.protect.runs import load_run
+from runledger.ui.projection import ProjectionFollower
+from runledger.ui.render import stand_in
+from runledger.ui.viewers import Viewer
+
+SEARCH_LIMIT = 200
+PER_PAGE = 50
+STATUSES = ("running", "suspended", "completed", "failed", "broken", "unknown")
+# column name on the page -> SQL expression (NULLs last either way)
+SORTS: dict[str, str] = {
+    "run": "r.run_id",
+    "status": "r.status",
+    "agent": "r.agent",
+    "version": "r.agent_version",
+    "started": "r.started_at",
+    "duration": "r.duration_s",
+    "steps": "r.steps",
+    "tokens": "r.tokens",
+    "cost": "c.cost_usd",
+    "approvals": "len(r.pending_approvals)",
+    "doubt": "len(r.in_doubt_keys)",
+}
+
+_COLUMNS = (
+    "r.run_id, r.status, r.agent, r.agent_version, r.model, r.started_at, r.ended_at, r.duration_s, r.steps, "
+    "r.tokens, c.cost_usd, coalesce(c.priced, true), r.pending_approvals, r.in_doubt_keys, r.parent_run_id, "
+    "r.fork_step, r.fork_mode, r.child_of_run_id, r.failure_reason"
+)
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    status: str = ""
+    agent: str = ""
+    version: str = ""
+    since: str = ""  # ISO date or date-time, UTC
+    until: str = ""
+    q: str = ""
+    sort: str = "started"
+    desc: bool = True
+    page: int = 1
+    per_page: int = PER_PAGE
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, str]) -> RunFilter:
+        sort = params.get("sort", "started")
+        try:
+            page = max(1, int(params.get("page", "1")))
+        except ValueError:
+            page = 1
+        return cls(
+            status=params.get("status", "") if params.get("status", "") in STATUSES else "",
+            agent=params.get("agent", "").strip(), version=params.get("version", "").strip(),
+            since=params.get("since", "").strip(), until=params.get("until", "").strip(), q=params.get("q", "").strip(),
+            sort=sort if sort in SORTS else "started", desc=params.get("dir", "desc") != "asc", page=page,
+        )  # fmt: skip
+
+    def query(self, **changes: Any) -> str:
+        """The URL query string of this filter with ``changes``."""
+        from urllib.parse import urlencode
+
+        f = replace(self, **changes)
+        values = {"status": f.status, "agent": f.agent, "version": f.version, "since": f.since, "until": f.until,
+                  "q": f.q, "sort": f.sort, "dir": "desc" if f.desc else "asc", "page": str(f.page)}  # fmt: skip
+        return urlencode({k: v for k, v in values.items() if v and not (k == "page" and v == "1")})
+
+    def sort_link(self, column: str) -> str:
+        desc = not self.desc if column == self.sort else column in ("started", "duration", "tokens", "cost", "steps")
+        return self.query(sort=column, desc=desc, page=1)
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    status: str
+    agent: str
+    agent_version: str
+    model: str
+    started_at: Any
+    ended_at: Any
+    duration_s: float | None
+    steps: int
+    tokens: int | None
+    cost: float | None
+    priced: bool
+    pending_approvals: list[str]
+    in_doubt: list[str]
+    parent_run_id: str | None
+    fork_step: int | None
+    fork_mode: str | None
+    child_of: str | None
+    failure_reason: str | None
+
+
+@dataclass
+class RunPage:
+    filter: RunFilter
+    rows: list[RunRow]
+    total: int
+    agents: list[str] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
+    searched: int = 0  # runs whose content was searched
+    search_capped: bool = False  # more runs passed the filters than were searched
+    stale: bool = False  # the projection had not caught up with the stream within the wait
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.filter.per_page))
+
+
+def _timestamp(text: str, end: bool) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    if end and len(text) <= 10:  # a date: the whole day
+        value += dt.timedelta(days=1)
+    return value
+
+
+def where(f: RunFilter, viewer: Viewer, run_ids: list[str] | None = None) -> tuple[str, list[Any]]:
+    clauses, params = ["true"], []  # type: tuple[list[str], list[Any]]
+    if viewer.agent is not None:
+        clauses.append("r.agent = ?")
+        params.append(viewer.agent)
+    for column, value in (("r.status", f.status), ("r.agent", f.agent), ("r.agent_version", f.version)):
+        if value:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    since, until = _timestamp(f.since, False), _timestamp(f.until, True)
+    if since is not None:
+        clauses.append("r.started_at >= ?")
+        params.append(since)
+    if until is not None:
+        clauses.append("r.started_at < ?")
+        params.append(until)
+    if run_ids is not None:
+        clauses.append("list_contains(?, r.run_id)")
+        params.append(run_ids)
+    return " AND ".join(clauses), params
+
+
+async def run_page(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -> RunPage:
+    stale = not await follower.caught_up()
+    run_ids: list[str] | None = None
+    searched, capped = 0, False
+    if f.q:
+        run_ids, searched, capped = await search(follower, viewer, f)
+    sql_where, params = where(f, viewer, run_ids)
+    base = f"FROM runs r LEFT JOIN run_costs c USING (run_id) WHERE {sql_where}"
+    total = (await follower.query(f"SELECT count(*) {base}", params)).rows[0][0]
+    direction = "DESC" if f.desc else "ASC"
+    order = f"{SORTS[f.sort]} {direction} NULLS LAST, r.run_id {direction}"
+    result = await follower.query(
+        f"SELECT {_COLUMNS} {base} ORDER BY {order} LIMIT ? OFFSET ?", [*params, f.per_page, (f.page - 1) * f.per_page]
+    )
+    rows = [RunRow(*row) for row in result.rows]
+    scope, scope_params = ("WHERE agent = ?", [viewer.agent]) if viewer.agent else ("", [])
+    agents = (await follower.query(f"SELECT DISTINCT agent FROM runs {scope} ORDER BY 1", scope_params)).rows
+    versions = (await follower.query(f"SELECT DISTINCT agent_version FROM runs {scope} ORDER BY 1", scope_params)).rows
+    return RunPage(f, rows, int(total), [a for (a,) in agents if a], [v for (v,) in versions if v], searched, capped,
+                   stale)  # fmt: skip
+
+
+async def search(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -> tuple[list[str], int, bool]:
+    """(ids of runs whose record contains ``f.q``, runs searched, whether the limit cut it short)."""
+    sql_where, params = where(f, viewer)
+    result = await follower.query(
+        f"SELECT r.run_id, r.agent FROM runs r WHERE {sql_where} ORDER BY r.started_at DESC NULLS LAST LIMIT ?",
+        [*params, SEARCH_LIMIT + 1],
+    )
+    candidates = result.rows[:SEARCH_LIMIT]
+    needle = f.q.casefold()
+    gate = asyncio.Semaphore(8)
+
+    async def matches(run_id: str, agent: str | None) -> bool:
+        if needle in run_id.casefold() or needle in (agent or "").casefold():
+            return True
+        async with gate:
+            try:
+                log = await load_run(viewer.client, run_id, agent=viewer.agent, open_content=viewer.can_open_content)
+            except LedgerError:
+                return False
+        for rec in log.records:
+            text = json.dumps(stand_in(rec.event.payload), ensure_ascii=False, default=str)
+            if needle in text.casefold():
+                return True
+        return False
+
+    found = await asyncio.gather(*(matches(r, a) for r, a in candidates))
+    return [r for (r, _), hit in zip(candidates, found, strict=True) if hit], len(candidates), len(result.rows) > SEARCH_LIMIT

@@ -1,0 +1,486 @@
+"""RunledgerSaver behaves as LangGraph's own checkpointers do, against a real nats-server.
+
+LangGraph's checkpointer conformance suite (put, put_writes, get_tuple, list, delete_thread) runs
+as it is; the behaviours of SqliteSaver's and InMemorySaver's tests are ported, sync and async;
+and real graphs (interrupts, Send, subgraphs, pending writes after a failure) run on one saver and
+continue on a fresh one with its own connection, as a resumed process would. Content is redacted
+and sealed in the record, large values are blobs, and delete_thread is an erasure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import json
+import operator
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, Interrupt, Send, interrupt
+
+from runledger import FencedError, LedgerClient, connect
+from runledger.integrations.langgraph import RunledgerSaver, thread_run_id
+from runledger.log.reader import read_raw
+from runledger.ops.verify import verify_runs
+from runledger.protect.blobs import is_blob_ref
+from runledger.protect.runs import load_run
+from runledger.record.fold import fold
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+async def fresh_saver(nats_url: str, **kwargs: Any) -> tuple[LedgerClient, RunledgerSaver]:
+    """A saver on a connection of its own: what a resumed process has."""
+    client = await connect(nats_url)
+    return client, RunledgerSaver(client, **kwargs)
+
+
+@pytest.fixture
+async def saver(client: LedgerClient) -> RunledgerSaver:
+    return RunledgerSaver(client)
+
+
+# -- LangGraph's conformance suite --------------------------------------------------------------------------------
+
+
+async def test_langgraph_conformance_suite_passes(client: LedgerClient) -> None:
+    agents = itertools.count()
+
+    @checkpointer_test(name="RunledgerSaver")
+    async def factory() -> AsyncIterator[RunledgerSaver]:
+        yield RunledgerSaver(client, agent=f"conformance{next(agents)}")  # each suite on threads of its own
+
+    report = await validate(factory)
+    failures = {cap: r.failures for cap, r in report.results.items() if r.failures}
+    assert report.passed_all_base(), failures
+    assert report.passed_all(), failures
+
+
+# -- SqliteSaver's tests, ported (the async twins; the sync ones are below) ----------------------------------------
+
+
+class Fixtures:
+    def __init__(self) -> None:
+        self.config_1: RunnableConfig = {
+            "configurable": {"thread_id": "thread-1", "checkpoint_id": "1", "checkpoint_ns": ""}
+        }
+        self.config_2: RunnableConfig = {
+            "configurable": {"thread_id": "thread-2", "checkpoint_id": "2", "checkpoint_ns": ""}
+        }
+        self.config_3: RunnableConfig = {
+            "configurable": {"thread_id": "thread-2", "checkpoint_id": "2-inner", "checkpoint_ns": "inner"}
+        }
+        self.chkpnt_1: Checkpoint = empty_checkpoint()
+        self.chkpnt_2: Checkpoint = create_checkpoint(self.chkpnt_1, {}, 1)
+        self.chkpnt_3: Checkpoint = empty_checkpoint()
+        self.metadata_1: CheckpointMetadata = {"source": "input", "step": 2, "writes": {}, "score": 1}  # type: ignore[typeddict-unknown-key]
+        self.metadata_2: CheckpointMetadata = {"source": "loop", "step": 1, "writes": {"foo": "bar"}, "score": None}  # type: ignore[typeddict-unknown-key]
+        self.metadata_3: CheckpointMetadata = {}
+
+
+async def test_combined_metadata(saver: RunledgerSaver) -> None:
+    f = Fixtures()
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "thread-2", "checkpoint_ns": "", "__super_private_key": "super_private_value"},
+        "metadata": {"run_id": "my_run_id"},
+    }
+    await saver.aput(config, f.chkpnt_2, f.metadata_2, {})
+    checkpoint = await saver.aget_tuple(config)
+    assert checkpoint is not None and checkpoint.metadata == {**f.metadata_2, "run_id": "my_run_id"}
+
+
+async def _search(saver: RunledgerSaver, nats_url: str) -> None:
+    f = Fixtures()
+    await saver.aput(f.config_1, f.chkpnt_1, f.metadata_1, {})
+    await saver.aput(f.config_2, f.chkpnt_2, f.metadata_2, {})
+    await saver.aput(f.config_3, f.chkpnt_3, f.metadata_3, {})
+    other_client, other = await fresh_saver(nats_url)  # the same answers from the log alone
+    try:
+        for s in (saver, other):
+            assert [c.metadata async for c in s.alist(None, filter={"source": "input"})] == [f.metadata_1]
+            found = [c.metadata async for c in s.alist(None, filter={"step": 1, "writes": {"foo": "bar"}})]
+            assert found == [f.metadata_2]
+            assert len([c async for c in s.alist(None, filter={})]) == 3
+            assert [c async for c in s.alist(None, filter={"source": "update", "step": 1})] == []
+            by_thread = [c async for c in s.alist({"configurable": {"thread_id": "thread-2"}})]
+            assert {c.config["configurable"]["checkpoint_ns"] for c in by_thread} == {"", "inner"}
+            before = [c async for c in s.alist(None, before=by_thread[1].config)]
+            assert [c.config["configurable"]["thread_id"] for c in before] == ["thread-1"]
+            limited = [c async for c in s.alist({"configurable": {"thread_id": "thread-2"}}, limit=1)]
+            assert [c.config["configurable"]["thread_id"] for c in limited] == ["thread-2"]
+    finally:
+        await other_client.close()
+
+
+async def test_search(saver: RunledgerSaver, nats_url: str) -> None:
+    await _search(saver, nats_url)
+
+
+async def test_list_is_newest_first_with_before_and_limit_across_a_restart(
+    saver: RunledgerSaver, nats_url: str
+) -> None:
+    config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    ids = []
+    for step in range(5):
+        cp = create_checkpoint(empty_checkpoint(), {}, step)
+        config = await saver.aput(config, cp, {"source": "loop", "step": step, "parents": {}}, {})
+        ids.append(config["configurable"]["checkpoint_id"])
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        thread: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        for s in (saver, other):
+            listed = [c async for c in s.alist(thread)]
+            assert [c.config["configurable"]["checkpoint_id"] for c in listed] == ids[::-1]
+            assert [c.parent_config["configurable"]["checkpoint_id"] for c in listed[:-1]] == ids[::-1][1:]  # type: ignore[index]
+            assert listed[-1].parent_config is None
+            before = {"configurable": {"thread_id": "t", "checkpoint_id": ids[3]}}
+            page = [c.config["configurable"]["checkpoint_id"] async for c in s.alist(thread, before=before, limit=2)]
+            assert page == [ids[2], ids[1]]
+            latest = await s.aget_tuple(thread)
+            assert latest is not None and latest.config["configurable"]["checkpoint_id"] == ids[-1]
+    finally:
+        await other_client.close()
+
+
+# -- values, pending writes and sends survive the log ---------------------------------------------------------------
+
+
+def _values() -> dict[str, Any]:
+    """Channel values of every kind LangGraph's serializer meets in a graph's state."""
+    return {
+        "messages": [
+            HumanMessage(content="refund order-8891 please", id="m1"),
+            AIMessage(content="", id="m2", tool_calls=[{"name": "lookup", "args": {"order": "order-8891"}, "id": "c1"}]),
+            ToolMessage(content='{"amount": 49.9}', tool_call_id="c1", id="m3"),
+        ],
+        "unsorted": {"b": 1, "a": 2, "$dollar": 3},
+        "int_keys": {2: "two", 1: "one"},
+        "numbers": [1, 1.0, 2.5, -(2**70), float("inf")],
+        "raw": b"\x00\xffbytes",
+        "when": dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "tuple": (1, "x"),
+        "set": {1, 2},
+        "nested": {"deep": [{"x": None, "y": True}]},
+    }
+
+
+async def test_values_writes_sends_and_interrupts_read_back_equal_from_a_fresh_saver(
+    saver: RunledgerSaver, nats_url: str
+) -> None:
+    values = _values()
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = dict.fromkeys(values, 1)
+    config: RunnableConfig = {"configurable": {"thread_id": "values", "checkpoint_ns": ""}}
+    saved = await saver.aput(config, cp, {"source": "loop", "step": 0, "parents": {}}, dict.fromkeys(values, 1))
+    await saver.aput_writes(saved, [("branch:to:a", None), ("__pregel_tasks", Send("node", {"x": 1}))], "task-1", "p1")
+    await saver.aput_writes(saved, [("__interrupt__", [Interrupt(value={"ask": "approve?"}, id="i1")])], "task-2")
+    await saver.aput_writes(saved, [("__error__", "boom")], "task-3")
+    await saver.aput_writes(saved, [("branch:to:a", "again")], "task-1")  # a regular write is saved once
+    mine = await saver.aget_tuple(saved)
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        theirs = await other.aget_tuple(saved)
+    finally:
+        await other_client.close()
+    assert mine is not None and theirs is not None
+    assert theirs.checkpoint == mine.checkpoint
+    assert theirs.checkpoint["channel_values"]["tuple"] in ((1, "x"), [1, "x"])  # msgpack has no tuples
+    assert theirs.checkpoint["channel_values"]["messages"] == values["messages"]
+    assert list(theirs.checkpoint["channel_values"]["unsorted"]) == ["b", "a", "$dollar"]
+    assert theirs.metadata == mine.metadata
+    assert theirs.pending_writes == mine.pending_writes
+    assert [w[:2] for w in theirs.pending_writes or []] == [
+        ("task-1", "branch:to:a"),
+        ("task-1", "__pregel_tasks"),
+        ("task-2", "__interrupt__"),
+        ("task-3", "__error__"),
+    ]
+
+
+async def test_values_above_the_threshold_are_blobs_by_reference(client: LedgerClient, nats_url: str) -> None:
+    from runledger import DataPolicy
+
+    saver = RunledgerSaver(client, data_policy=DataPolicy(blob_threshold=4096))
+    big = "x" * 20_000
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"doc": big}
+    cp["channel_versions"] = {"doc": 1}
+    config: RunnableConfig = {"configurable": {"thread_id": "big", "checkpoint_ns": ""}}
+    await saver.aput(config, cp, {"source": "loop", "step": 0}, {"doc": 1})
+    log = await load_run(client, thread_run_id("big"), agent="langgraph", open_content=False)
+    checkpointed = [r.event for r in log.records if r.event.type == "graph.checkpointed"]
+    assert len(checkpointed) == 1 and is_blob_ref(checkpointed[0].payload["values"])
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        got = await other.aget_tuple(config)
+        assert got is not None and got.checkpoint["channel_values"]["doc"] == big
+    finally:
+        await other_client.close()
+
+
+async def test_content_is_redacted_and_sealed_in_the_record(saver: RunledgerSaver, client: LedgerClient, nats_url: str) -> None:
+    key = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": [HumanMessage(content=f"my key is {key}, order-4242")]}
+    cp["channel_versions"] = {"messages": 1}
+    config: RunnableConfig = {"configurable": {"thread_id": "secret", "checkpoint_ns": ""}}
+    saved = await saver.aput(config, cp, {"source": "input", "step": -1, "password": "hunter2-secret"}, {"messages": 1})
+    await saver.aput_writes(saved, [("messages", f"again {key}")], "task-1")
+    raw = b"".join(r.data for r in await read_raw(client, "ledger.run.langgraph.>"))
+    for plain in (key.encode(), b"order-4242", b"hunter2-secret"):
+        assert plain not in raw  # sealed: not even the parts no detector flags are readable
+    live = await saver.aget_tuple(saved)
+    assert live is not None and key in live.checkpoint["channel_values"]["messages"][0].content  # live: as given
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        recorded = await other.aget_tuple(saved)
+    finally:
+        await other_client.close()
+    assert recorded is not None
+    text = recorded.checkpoint["channel_values"]["messages"][0].content
+    assert key not in text and "«redacted:" in text and "order-4242" in text
+    assert recorded.metadata["password"] != "hunter2-secret"  # type: ignore[typeddict-item]
+    assert key not in json.dumps(recorded.pending_writes, default=str)
+    assert all(r.ok for r in await verify_runs(client))
+
+
+# -- delete_thread: an erasure ------------------------------------------------------------------------------------
+
+
+async def test_delete_thread_erases_the_run_and_the_thread_starts_afresh(
+    saver: RunledgerSaver, client: LedgerClient, nats_url: str
+) -> None:
+    f = Fixtures()
+    await saver.aput(f.config_1, f.chkpnt_1, f.metadata_1, {})
+    await saver.aput(f.config_2, f.chkpnt_2, f.metadata_2, {})
+    await saver.adelete_thread("thread-1")
+    assert await saver.aget_tuple(f.config_1) is None
+    assert await saver.aget_tuple(f.config_2) is not None
+    log = await load_run(client, thread_run_id("thread-1"), agent="langgraph")
+    assert fold(log.records).erased is not None  # the events stay, unreadable; the chain verifies
+    assert all(r.ok for r in await verify_runs(client))
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        assert await other.aget_tuple({"configurable": {"thread_id": "thread-1"}}) is None
+        assert [c async for c in other.alist(None)] != []  # thread-2 only
+        assert {c.config["configurable"]["thread_id"] async for c in other.alist(None)} == {"thread-2"}
+        # Used again, the thread records on a new run.
+        cp = empty_checkpoint()
+        await other.aput({"configurable": {"thread_id": "thread-1", "checkpoint_ns": ""}}, cp, {"step": 7}, {})
+        got = await other.aget_tuple({"configurable": {"thread_id": "thread-1"}})
+        assert got is not None and got.metadata == {"step": 7}
+        await load_run(client, thread_run_id("thread-1", 2), agent="langgraph")
+    finally:
+        await other_client.close()
+    await other.adelete_thread("no-such-thread")  # nothing recorded: nothing to do
+
+
+# -- graphs ---------------------------------------------------------------------------------------------------------
+
+
+class Approval(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _approval_graph(calls: list[str]) -> StateGraph[Any]:
+    def prepare(state: Approval) -> dict[str, Any]:
+        calls.append("prepare")
+        return {"log": ["prepared"]}
+
+    def ask(state: Approval) -> dict[str, Any]:
+        calls.append("ask")
+        answer = interrupt({"question": "refund 49.90?"})
+        return {"log": [f"answer:{answer}"]}
+
+    g = StateGraph(Approval)
+    g.add_node("prepare", prepare)
+    g.add_node("ask", ask)
+    g.add_edge(START, "prepare")
+    g.add_edge("prepare", "ask")
+    g.add_edge("ask", END)
+    return g
+
+
+async def test_an_interrupt_resumes_on_a_fresh_saver(saver: RunledgerSaver, nats_url: str) -> None:
+    calls: list[str] = []
+    config: RunnableConfig = {"configurable": {"thread_id": "approval"}}
+    out = await _approval_graph(calls).compile(checkpointer=saver).ainvoke({"log": []}, config)
+    assert out["__interrupt__"][0].value == {"question": "refund 49.90?"}
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        graph = _approval_graph(calls).compile(checkpointer=other)
+        state = await graph.aget_state(config)
+        assert state.next == ("ask",) and state.interrupts[0].value == {"question": "refund 49.90?"}
+        out = await graph.ainvoke(Command(resume="yes"), config)
+        assert out["log"] == ["prepared", "answer:yes"]
+        assert calls == ["prepare", "ask", "ask"]  # prepare ran once; ask again on resume, as LangGraph does
+        assert (await graph.aget_state(config)).next == ()
+    finally:
+        await other_client.close()
+
+
+class Fanout(TypedDict):
+    items: list[str]
+    done: Annotated[list[str], operator.add]
+
+
+async def test_send_and_pending_writes_of_a_failed_superstep(saver: RunledgerSaver, nats_url: str) -> None:
+    """One of three Send tasks fails: the two that succeeded are saved as pending writes and do not
+    run again when a fresh process resumes the thread (LangGraph's pending-writes guarantee)."""
+    runs: dict[str, int] = {}
+    fail = {"c": True}
+
+    def work(arg: dict[str, str]) -> dict[str, Any]:
+        item = arg["item"]
+        runs[item] = runs.get(item, 0) + 1
+        if fail.get(item):
+            raise RuntimeError(f"{item} failed")
+        return {"done": [item]}
+
+    def fan(state: Fanout) -> list[Send]:
+        return [Send("work", {"item": i}) for i in state["items"]]
+
+    def build(checkpointer: RunledgerSaver) -> Any:
+        g = StateGraph(Fanout)
+        g.add_node("work", work)  # type: ignore[call-overload]
+        g.add_conditional_edges(START, fan)
+        g.add_edge("work", END)
+        return g.compile(checkpointer=checkpointer)
+
+    config: RunnableConfig = {"configurable": {"thread_id": "fanout"}}
+    with pytest.raises(RuntimeError, match="c failed"):
+        await build(saver).ainvoke({"items": ["a", "b", "c"], "done": []}, config)
+    fail["c"] = False
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        import sys
+        for t in [t async for t in other.alist(config)]:
+            print("DBG", t.metadata, t.pending_writes, file=sys.stderr)
+        for t in [t async for t in saver.alist(config)]:
+            print("DBG0", t.metadata, t.pending_writes, file=sys.stderr)
+        out = await build(other).ainvoke(None, config)
+    finally:
+        await other_client.close()
+    assert sorted(out["done"]) == ["a", "b", "c"]
+    assert runs == {"a": 1, "b": 1, "c": 2}
+
+
+class Outer(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+async def test_subgraph_namespaces_and_their_interrupts(saver: RunledgerSaver, nats_url: str) -> None:
+    def inner_step(state: Outer) -> dict[str, Any]:
+        answer = interrupt("inner?")
+        return {"log": [f"inner:{answer}"]}
+
+    sub = StateGraph(Outer)
+    sub.add_node("inner_step", inner_step)
+    sub.add_edge(START, "inner_step")
+
+    def build(checkpointer: RunledgerSaver) -> Any:
+        g = StateGraph(Outer)
+        g.add_node("child", sub.compile())
+        g.add_edge(START, "child")
+        return g.compile(checkpointer=checkpointer)
+
+    config: RunnableConfig = {"configurable": {"thread_id": "nested"}}
+    await build(saver).ainvoke({"log": []}, config)
+    namespaces = {c.config["configurable"]["checkpoint_ns"] async for c in saver.alist(config)}
+    assert "" in namespaces and any(ns.startswith("child:") for ns in namespaces)
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        graph = build(other)
+        state = await graph.aget_state(config, subgraphs=True)
+        assert state.tasks[0].state is not None and state.tasks[0].state.interrupts[0].value == "inner?"  # type: ignore[union-attr]
+        assert {c.config["configurable"]["checkpoint_ns"] async for c in other.alist(config)} == namespaces
+        out = await graph.ainvoke(Command(resume="ok"), config)
+        assert out["log"] == ["inner:ok"]
+    finally:
+        await other_client.close()
+
+
+async def test_a_second_process_on_the_thread_fences_the_first(saver: RunledgerSaver, nats_url: str) -> None:
+    config: RunnableConfig = {"configurable": {"thread_id": "fenced", "checkpoint_ns": ""}}
+    await saver.aput(config, empty_checkpoint(), {}, {})
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        await other.aput(config, empty_checkpoint(), {}, {})  # takes the thread over (run.resumed)
+        with pytest.raises(FencedError):
+            await saver.aput(config, empty_checkpoint(), {}, {})
+    finally:
+        await other_client.close()
+
+
+# -- the sync twins -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop in a thread of its own: where the saver's client lives when graph code is sync."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.fixture
+def sync_saver(nats_server: Any, loop_thread: asyncio.AbstractEventLoop) -> Iterator[RunledgerSaver]:
+    client, saver = asyncio.run_coroutine_threadsafe(fresh_saver(nats_server.url), loop_thread).result(30)
+    try:
+        yield saver
+    finally:
+        asyncio.run_coroutine_threadsafe(client.close(), loop_thread).result(30)
+
+
+def test_sync_combined_metadata_and_search(sync_saver: RunledgerSaver) -> None:
+    f = Fixtures()
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "thread-9", "checkpoint_ns": "", "__super_private_key": "x"},
+        "metadata": {"run_id": "my_run_id"},
+    }
+    sync_saver.put(config, f.chkpnt_2, f.metadata_2, {})
+    got = sync_saver.get_tuple(config)
+    assert got is not None and got.metadata == {**f.metadata_2, "run_id": "my_run_id"}
+    sync_saver.put(f.config_1, f.chkpnt_1, f.metadata_1, {})
+    sync_saver.put(f.config_3, f.chkpnt_3, f.metadata_3, {})
+    assert [c.metadata for c in sync_saver.list(None, filter={"source": "input"})] == [f.metadata_1]
+    assert len(list(sync_saver.list(None))) == 3
+    assert len(list(sync_saver.list({"configurable": {"thread_id": "thread-9"}}, limit=1))) == 1
+    saved = sync_saver.put(f.config_1, f.chkpnt_2, f.metadata_2, {})
+    sync_saver.put_writes(saved, [("a", 1), ("b", 2)], "task-1")
+    got = sync_saver.get_tuple(saved)
+    assert got is not None and got.pending_writes == [("task-1", "a", 1), ("task-1", "b", 2)]
+    sync_saver.delete_thread("thread-1")
+    assert sync_saver.get_tuple({"configurable": {"thread_id": "thread-1"}}) is None
+
+
+def test_sync_graph_with_an_interrupt(sync_saver: RunledgerSaver) -> None:
+    calls: list[str] = []
+    graph = _approval_graph(calls).compile(checkpointer=sync_saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "sync-approval"}}
+    out = graph.invoke({"log": []}, config)
+    assert out["__interrupt__"][0].value == {"question": "refund 49.90?"}
+    assert graph.invoke(Command(resume="no"), config)["log"] == ["prepared", "answer:no"]
+    assert [s.metadata["step"] for s in graph.get_state_history(config)] == [2, 1, 0, -1]  # type: ignore[index]
+
+
+async def test_sync_calls_on_the_loop_thread_are_refused(saver: RunledgerSaver) -> None:
+    with pytest.raises(asyncio.InvalidStateError, match="async methods"):
+        saver.get_tuple({"configurable": {"thread_id": "x"}})

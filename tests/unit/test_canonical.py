@@ -1,0 +1,94 @@
+"""Canonical JSON: both chain formats, the RFC 8785 number layout, and the fast path against the slow one."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import struct
+
+import pytest
+
+from runledger.record.canonical import (
+    CHAIN_FORMAT,
+    _jcs_slow,
+    as_recorded,
+    canonical_json,
+    digest,
+    es6_number,
+    jcs,
+    recorded_chain_format,
+)
+
+
+def slow(value: object) -> bytes:
+    return "".join(_jcs_slow(value, [])).encode()
+
+
+def test_new_runs_record_rfc8785_and_the_legacy_format_stays_what_it_was() -> None:
+    value = {"b": 1.0, "a": [1e-7, "é"], "\U0001f600": 0, "\ufb33": 1}
+    assert CHAIN_FORMAT == 2
+    assert (
+        canonical_json(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    )
+    assert canonical_json(value, 2) == '{"a":[1e-7,"\u00e9"],"b":1,"\U0001f600":0,"\ufb33":1}'.encode()
+    assert digest(value) != digest(value, 2)
+    assert recorded_chain_format(1) is None and recorded_chain_format(2) == 2
+    with pytest.raises(ValueError, match="unknown chain format"):
+        canonical_json(value, 3)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, {"x": [math.nan]}])
+def test_nan_and_infinity_are_refused_in_both_formats(bad: object) -> None:
+    for fmt in (1, 2):
+        with pytest.raises(ValueError):
+            canonical_json(bad, fmt)
+
+
+def test_fast_path_equals_the_serializer_on_random_values() -> None:
+    rng = random.Random(3)
+
+    def value(depth: int) -> object:
+        kind = rng.randrange(9 if depth < 4 else 6)
+        if kind == 0:
+            return rng.choice([None, True, False])
+        if kind == 1:
+            return rng.choice([0, -1, 2**53 - 1, 2**53 + 1, -(2**63), rng.randrange(-(10**6), 10**6)])
+        if kind == 2:
+            return struct.unpack(">d", rng.getrandbits(64).to_bytes(8, "big"))[0]
+        if kind == 3:
+            return rng.choice([0.0, -0.0, 1.0, 0.5, 1e-5, 1e-4, 2.0**53, 1e21, 12.25, 3e-7])
+        if kind in (4, 5):
+            return "".join(
+                rng.choice(["a", "é", "\x00", '"', "\\", "\U0001f600", "\ufb33", "\u2028"]) for _ in range(3)
+            )
+        if kind in (6, 7):
+            keys = ["".join(rng.choice(["a", "B", "\ue000", "\U00010000", "1"]) for _ in range(2)) for _ in range(4)]
+            return {k: value(depth + 1) for k in keys}
+        return [value(depth + 1) for _ in range(rng.randrange(4))]
+
+    for _ in range(3000):
+        v = value(0)
+        try:
+            expected = slow(v)
+        except ValueError:
+            with pytest.raises(ValueError):
+                jcs(v)
+            continue
+        assert jcs(v) == expected, v
+
+
+def test_es6_layout_at_every_exponent() -> None:
+    # ECMAScript switches to exponent form below 1e-6 and from 1e21 on; Python's repr at other points.
+    cases = {1e-7: "1e-7", 1e-6: "0.000001", 1.5e-6: "0.0000015", 1e20: "100000000000000000000", 1e21: "1e+21",
+             123e-20: "1.23e-18", 2.0**53: "9007199254740992", 2.0**60: "1152921504606847000", -0.0: "0"}  # fmt: skip
+    for number, text in cases.items():
+        assert es6_number(number) == text
+        assert jcs(number).decode() == text
+
+
+def test_what_an_agent_receives_live_is_what_the_record_returns() -> None:
+    # In format 2 an integral float is written as an integer, so it comes back as one.
+    assert as_recorded({"x": 1.0, "y": 0.5}, 2) == {"x": 1, "y": 0.5}
+    assert type(as_recorded({"x": 1.0}, 2)["x"]) is int
+    assert type(as_recorded({"x": 1.0})["x"]) is float

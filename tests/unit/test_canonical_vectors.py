@@ -1,0 +1,90 @@
+"""The wire-format test vectors (tests/vectors, docs/wire.md "Test vectors") against the Python implementation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from runledger.log.subjects import (
+    FENCE_HEADER,
+    FENCE_SUBJECT_HEADER,
+    effect_msg_id,
+    fence_filter,
+    parse_effect_subject,
+    parse_run_subject,
+    run_msg_id,
+)
+from runledger.record.canonical import canonical_json, digest, short_digest
+from runledger.record.events import GENESIS, decode
+from runledger.record.fold import fold
+from runledger.record.records import Recorded
+from runledger.sdk.effects import fold_key
+
+VECTORS = Path(__file__).parents[1] / "vectors"
+
+
+def load(name: str) -> Any:
+    return json.loads((VECTORS / name).read_text(encoding="utf-8"))
+
+
+def test_canonical_vectors() -> None:
+    data = load("canonical.json")
+    for case in data["cases"]:
+        if "ieee754" in case:
+            value = struct.unpack(">d", bytes.fromhex(case["ieee754"]))[0]
+        else:
+            value = json.loads(case["input"])
+        canonical = canonical_json(value, 2)
+        assert canonical.decode("utf-8") == case["canonical"], case["name"]
+        assert hashlib.sha256(canonical).hexdigest() == case["sha256"], case["name"]
+        assert canonical_json(value, 1).decode("utf-8") == case.get("legacy", case["canonical"]), case["name"]
+    for key in data["keys"]:
+        assert short_digest(key["key"]) == key["subject_token"]
+
+
+def test_run_vectors_verify_and_fold() -> None:
+    data = load("runs.json")
+    chains: dict[str, tuple[int, str]] = {}
+    last_of: dict[str, int] = {}
+    by_run: dict[str, list[Recorded]] = {}
+    by_key: dict[str, list[Recorded]] = {}
+    for message in data["messages"]:
+        raw = message["data"].encode("utf-8")
+        event = decode(raw)
+        assert canonical_json(json.loads(raw), data["chain_format"]) == raw  # the bytes are canonical
+        assert event.hash == message["hash"]
+        subject, headers = message["subject"], message["headers"]
+        fence = fence_filter(subject)
+        assert fence is not None and headers[FENCE_SUBJECT_HEADER] == fence
+        assert headers[FENCE_HEADER] == str(last_of.get(fence, 0))
+        last_of[fence] = message["stream_seq"]
+        seq, prev = chains.get(fence, (0, GENESIS))
+        assert (event.seq, event.prev_hash) == (seq, prev)
+        chains[fence] = (seq + 1, event.hash)
+        record = Recorded(event, message["stream_seq"])
+        if parse_run_subject(subject):
+            assert parse_run_subject(subject) == (event.agent, event.run_id)
+            assert headers["Nats-Msg-Id"] == run_msg_id(event.run_id, event.seq)
+            by_run.setdefault(event.run_id, []).append(record)
+        else:
+            parsed = parse_effect_subject(subject)
+            assert parsed is not None and parsed[1] == short_digest(event.payload["key"])
+            assert headers["Nats-Msg-Id"] == effect_msg_id(event.agent, event.payload["key"], event.seq)
+            by_key.setdefault(subject.rpartition(".")[0], []).append(record)
+        if "args_digest" in event.payload and "args" in event.payload:
+            assert event.payload["args_digest"] == digest(event.payload["args"], data["chain_format"])
+    run_a, run_b = (fold(by_run[data["runs"][name]]) for name in ("A", "B"))
+    assert run_a.status == run_b.status == "completed"
+    assert run_a.chain_format == data["chain_format"] and data["key"] in run_a.committed_keys
+    (key_records,) = by_key.values()
+    assert fold_key(data["key"], key_records).status == "committed"
+
+
+def test_the_generator_still_writes_these_files() -> None:
+    from tests.vectors.generate import canonical_vectors, render, run_vectors
+
+    assert render(canonical_vectors()) == (VECTORS / "canonical.json").read_text(encoding="utf-8")
+    assert render(run_vectors()) == (VECTORS / "runs.json").read_text(encoding="utf-8")

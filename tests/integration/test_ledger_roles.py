@@ -31,6 +31,7 @@ from runledger.log.subjects import (
     LEDGER_STREAM,
     OPERATOR_WRITER,
     WORKER_WRITER,
+    effect_subject,
     run_filter,
     run_subject,
 )
@@ -40,8 +41,9 @@ from runledger.protect.capture import DataPolicy
 from runledger.protect.erasure import erase_run
 from runledger.protect.roles import secure
 from runledger.protect.runs import load_run
-from runledger.record.events import ApprovalResolved
+from runledger.record.events import ApprovalResolved, EffectIntended, EffectResolved
 from runledger.record.fold import fold, fold_until_refused
+from runledger.sdk.effects import append_to_key, read_key, resolve_key
 from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -76,8 +78,15 @@ async def login(state: ServerState, user: str) -> LedgerClient:
     return await connect(state.url, user_credentials=creds(state, user))
 
 
-def violations(state: ServerState) -> str:
-    return Path(state.log).read_text(errors="replace")
+async def logged_after(state: ServerState, start: int, *needles: str) -> None:
+    """Wait (bounded) until the server's log, from byte ``start`` on, has a line with every needle."""
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while asyncio.get_running_loop().time() < deadline:
+        written = Path(state.log).read_bytes()[start:].decode(errors="replace")
+        if any(all(n in line for n in needles) for line in written.splitlines()):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the server logged no line with {needles} after the action")
 
 
 async def refused(state: ServerState, action: Any, subject: str) -> None:
@@ -86,13 +95,7 @@ async def refused(state: ServerState, action: Any, subject: str) -> None:
     start = len(Path(state.log).read_bytes())
     with pytest.raises((TimeoutError, nats.errors.Error, LedgerError)):
         await action
-    deadline = asyncio.get_running_loop().time() + 5.0
-    while asyncio.get_running_loop().time() < deadline:
-        written = Path(state.log).read_bytes()[start:].decode(errors="replace")
-        if "Violation" in written and subject in written:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no permissions violation for {subject} in the server log after the action")
+    await logged_after(state, start, "Violation", subject)
 
 
 def agent_spec(name: str) -> AgentSpec:
@@ -178,9 +181,9 @@ async def test_an_agent_works_on_its_own_runs_and_nothing_else(admin: LedgerClie
         await refused(secure_server, short.purge_stream(LEDGER_STREAM), "$JS.API.STREAM.PURGE.LEDGER")
         await refused(secure_server, short.publish("ledger.cmd.rerun", b"{}", timeout=1.0), "ledger.cmd.rerun")
         # Forbidden: listening on another user's inbox.
+        start = len(Path(secure_server.log).read_bytes())
         sub = await alpha.nc.subscribe("_INBOX_agent_beta.>")
-        await asyncio.sleep(0.2)
-        assert "_INBOX_agent_beta.>" in violations(secure_server)
+        await logged_after(secure_server, start, "Subscription Violation", "_INBOX_agent_beta.>")
         await sub.unsubscribe()
     finally:
         for c in (alpha, beta, operator):
@@ -306,6 +309,22 @@ async def test_decisions_are_made_only_by_operators(admin: LedgerClient, secure_
             await resume_run(alpha, agent_spec("alpha"), "decide-run")
         [result] = await verify_runs(operator, "decide-run")
         assert not result.ok and "operator's decision" in result.reason
+        # Effect resolutions: an in-doubt claim on alpha's key (a claim with no outcome, as a crash leaves it).
+        key = "pay:decide"
+        state = await read_key(alpha, key, "alpha")
+        claim = EffectIntended(step=9, name="pay", key=key, args={}, args_digest="0" * 64, lease_s=0.0)
+        state = await append_to_key(alpha, state, claim, run_id="decide-run", agent="alpha", policy=FAST)
+        resolution_subject = effect_subject("alpha", key, OPERATOR_WRITER)
+        for client in (alpha, worker):
+            await refused(
+                secure_server, client.nc.jetstream(timeout=1.0).publish(resolution_subject, b"{}", timeout=1.0),
+                resolution_subject,
+            )  # fmt: skip
+        forged_resolution = EffectResolved(key=key, outcome="committed", by="alpha", result={"paid": True})
+        await append_to_key(alpha, state, forged_resolution, run_id="decide-run", agent="alpha", policy=FAST)
+        assert (await read_key(operator, key, "alpha")).status == "claimed"  # stepped over: not the operator's
+        settled = await resolve_key(operator, key, committed=False, by="op", reason="not in the bank's log")
+        assert settled.status == "free" and (await read_key(alpha, key, "alpha")).status == "free"
         # The operator decides, on its own subject, and the run goes on (another run: this one is forged).
         second = await start_run(alpha, agent_spec("alpha"), None, run_id="decide-ok")
         event = await approve(operator, "decide-ok", second.pending[0], by="op")

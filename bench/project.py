@@ -42,11 +42,18 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from bench.common import server, summary, table
 from bench.report import STAT_COLUMNS, Goal, Section, SuiteOptions, Table, num, ratio_cell, ratio_stats, stat_cells
 from runledger.log.client import LedgerClient, connect
-from runledger.log.subjects import LEDGER_STREAM, effect_msg_id, effect_subject, run_msg_id, run_subject
+from runledger.log.subjects import (
+    LEDGER_STREAM,
+    OPERATOR_WRITER,
+    effect_msg_id,
+    effect_subject,
+    run_msg_id,
+    run_subject,
+)
 from runledger.protect.runs import load_run
 from runledger.record.canonical import canonical_json, digest
 from runledger.record.events import GENESIS
-from runledger.record.fold import fold
+from runledger.record.fold import OPERATOR_TYPES, fold
 from runledger.record.ids import new_id
 
 # -- the workload ---------------------------------------------------------------------------------------
@@ -97,7 +104,9 @@ class ChainBuilder:
         head = canonical_json({"agent": self.agent})[:-1]  # '{"agent":"..."'
         assert body.startswith(head)
         data = head + b',"hash":"' + self.prev.encode("ascii") + b'"' + body[len(head) :]
-        message = (self.subject, data, self.msg_id(self.seq))
+        # An operator's decision travels on the run's operator subject (runledger.log.subjects).
+        subject = self.subject[:-1] + OPERATOR_WRITER if type_ in OPERATOR_TYPES else self.subject
+        message = (subject, data, self.msg_id(self.seq))
         self.seq += 1
         return message
 

@@ -34,6 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_me
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
+from langgraph.config import get_config  # noqa: E402
 from pydantic import ConfigDict  # noqa: E402
 
 from runledger import ConfigurationError, ModelResponse, Tool, ToolFailedError  # noqa: E402
@@ -77,7 +78,7 @@ class LangChainModelAdapter:
         if not isinstance(reply, AIMessage):
             raise ConfigurationError(f"model {call.name} answered {type(reply).__name__}, not an AIMessage")
         call.reply = reply
-        usage = reply.usage_metadata or {}
+        usage: dict[str, Any] = dict(reply.usage_metadata or {})
         content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content, default=str)
         return ModelResponse(
             content=content,
@@ -99,8 +100,6 @@ def _model_name(model: Any) -> str:
 
 def current_config() -> RunnableConfig:
     """The config of the LangGraph node this code runs in (its thread and checkpoint namespace)."""
-    from langgraph.config import get_config
-
     try:
         return get_config()
     except RuntimeError as exc:
@@ -161,7 +160,7 @@ class JournaledChatModel(BaseChatModel):
     ) -> ChatResult:
         config = current_config()
         saver = cast("RunledgerSaver", self.saver)
-        reply = saver._sync(journal_model_call(saver, config, self.model, messages, stop, kwargs))
+        reply = saver.call_sync(journal_model_call(saver, config, self.model, messages, stop, kwargs))
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
@@ -202,12 +201,12 @@ def journaled_tool(
         return await step(current_config(), kwargs)
 
     def call(**kwargs: Any) -> Any:
-        return saver._sync(step(current_config(), kwargs))
+        return saver.call_sync(step(current_config(), kwargs))
 
     return StructuredTool(
         name=lc_tool.name,
         description=lc_tool.description,
-        args_schema=lc_tool.args_schema,
+        args_schema=lc_tool.args_schema if lc_tool.args_schema is not None else {"type": "object", "properties": {}},
         func=call,
         coroutine=acall,
         return_direct=lc_tool.return_direct,

@@ -51,7 +51,7 @@ import math
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from runledger.extras import require_extra
 
@@ -59,6 +59,7 @@ require_extra("langgraph", "runledger.integrations.langgraph")
 
 import ormsgpack  # noqa: E402 (after the extra's check: the one line that installs it, not an ImportError)
 from langchain_core.runnables import RunnableConfig  # noqa: E402
+from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
 from langgraph.checkpoint.base import (  # noqa: E402
     WRITES_IDX_MAP,
     ChannelVersions,
@@ -66,12 +67,12 @@ from langgraph.checkpoint.base import (  # noqa: E402
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    SerializerProtocol,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
-from runledger import AgentSpec, ConfigurationError, DataPolicy, LedgerClient  # noqa: E402
+from runledger import AgentSpec, ConfigurationError, DataPolicy, LedgerClient, ModelAdapter  # noqa: E402
 from runledger.errors import RunNotFoundError  # noqa: E402
 from runledger.integrations.langchain import JournaledChatModel, LangChainModelAdapter, journaled_tool  # noqa: E402
 from runledger.ops.trace import list_runs  # noqa: E402
@@ -85,6 +86,10 @@ from runledger.sdk.run import RecordedRun  # noqa: E402
 T = TypeVar("T")
 
 THREAD_LABEL = "langgraph.thread_id"
+# The fields of a checkpoint recorded in the clear (GraphCheckpointed.header): what LangGraph
+# schedules with. Redaction must never see them: a version's random digits can pass for a card
+# number, and a channel named "token" is a credential-named key to a detector.
+_HEADER = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channels")
 DEFAULT_AGENT = "langgraph"
 
 Typed = tuple[str, bytes]
@@ -95,10 +100,12 @@ Typed = tuple[str, bytes]
 # LangGraph's serializer turns a value into typed bytes (mostly msgpack with extension types for
 # messages, pydantic models, datetimes...). Recorded as they are, they would be opaque to the
 # redactor; base64 of msgpack hides an API key as well as encryption does. So msgpack is transcoded
-# into a JSON tree with the same information (strings stay strings, which the detectors read) and
-# back into msgpack that the serializer loads as the same value. Markers are objects with one "$"
-# key; a user's dict that could be mistaken for one, or whose keys are not sorted (canonical JSON
-# sorts keys, and a dict's order is part of the value), is recorded as {"$map": [[key, value], ...]}.
+# into a JSON tree with the same information (strings stay strings and a dict's keys stay keys,
+# which the detectors read) and back into msgpack that the serializer loads as the same value.
+# Markers are objects whose first key starts with "$". Canonical JSON sorts keys and a dict's order
+# is part of its value, so a dict whose keys are not sorted is recorded as {"$dict": ..., "$order":
+# [keys]}; one with keys that are not strings, or that could be mistaken for a marker, as
+# {"$map": [[key, value], ...]}.
 
 _INT64 = 2**63
 
@@ -126,9 +133,10 @@ def _to_tree(value: Any) -> Any:
         return [_to_tree(v) for v in value]
     if isinstance(value, dict):
         keys = list(value)
-        if all(isinstance(k, str) and not k.startswith("$") for k in keys) and keys == sorted(keys):
-            return {k: _to_tree(v) for k, v in value.items()}
-        return {"$map": [[_to_tree(k), _to_tree(v)] for k, v in value.items()]}
+        if not all(isinstance(k, str) and not k.startswith("$") for k in keys):
+            return {"$map": [[_to_tree(k), _to_tree(v)] for k, v in value.items()]}
+        plain = {k: _to_tree(v) for k, v in value.items()}
+        return plain if keys == sorted(keys) else {"$dict": plain, "$order": keys}
     if isinstance(value, _Ext):
         return {"$ext": value.code, "value": _to_tree(value.value)}
     raise TypeError(f"cannot record a msgpack value of type {type(value).__name__}")
@@ -142,6 +150,10 @@ def _from_tree(tree: Any) -> Any:
     if "$ext" in tree:
         inner = ormsgpack.packb(_from_tree(tree["value"]), option=ormsgpack.OPT_NON_STR_KEYS)
         return ormsgpack.Ext(int(tree["$ext"]), inner)
+    if "$dict" in tree:
+        plain = tree["$dict"]
+        order = [k for k in tree.get("$order") or [] if isinstance(k, str) and k in plain]
+        return {k: _from_tree(plain[k]) for k in [*order, *(k for k in plain if k not in order)]}
     if "$map" in tree:
         return {_hashable(_from_tree(k)): _from_tree(v) for k, v in tree["$map"]}
     try:
@@ -246,8 +258,13 @@ class RunledgerSaver(InMemorySaver):
         self.agent = agent
         self.by = by
         self._adapter = LangChainModelAdapter()
+        # The adapter's name is a property (the wrapped model's, per call): cast for the Protocol's attribute.
         self.spec = AgentSpec(
-            agent, _no_agent_function, self._adapter, agent_version=agent_version or "langgraph", data_policy=policy
+            agent,
+            _no_agent_function,
+            cast(ModelAdapter, self._adapter),
+            agent_version=agent_version or "langgraph",
+            data_policy=policy,
         )
         self._threads: dict[str, _Thread] = {}
         self._all_loaded = False
@@ -265,11 +282,11 @@ class RunledgerSaver(InMemorySaver):
         """The run of the thread ``config`` names, opened for writing (started, or continued fenced)."""
         return await self._opened(self._thread(_thread_id(config)))
 
-    def model(self, chat_model: Any) -> Any:
+    def model(self, chat_model: Any) -> JournaledChatModel:
         """``chat_model`` (any LangChain chat model) with its calls recorded as steps of the thread's run."""
         return JournaledChatModel(model=chat_model, saver=self)
 
-    def tool(self, lc_tool: Any, **declaration: Any) -> Any:
+    def tool(self, lc_tool: BaseTool, **declaration: Any) -> StructuredTool:
         """``lc_tool`` (any LangChain tool) with its calls recorded as steps; ``effect``, ``key``,
         ``reconcile``, ``lease_s`` declare it an effect (runledger.integrations.langchain.journaled_tool)."""
         return journaled_tool(lc_tool, self, **declaration)
@@ -277,12 +294,14 @@ class RunledgerSaver(InMemorySaver):
     async def acomplete(self, config: RunnableConfig, output: Any = None) -> None:
         """Record that the thread's graph ran to its end (``run.completed`` with ``output``):
         ``runledger runs`` then shows the thread's run completed until it is invoked again."""
-        run = await self.run_for(config)
+        thread = self._thread(_thread_id(config))
+        run = await self._opened(thread)
         await run.record(RunCompleted(output=output))
+        thread.run = None  # invoked again, the thread reopens its run (run.resumed)
 
     def complete(self, config: RunnableConfig, output: Any = None) -> None:
         """Sync twin of ``acomplete``."""
-        self._sync(self.acomplete(config, output))
+        self.call_sync(self.acomplete(config, output))
 
     # -- loading ---------------------------------------------------------------------------------------------
 
@@ -358,13 +377,14 @@ class RunledgerSaver(InMemorySaver):
 
     def _index_checkpoint(self, p: Mapping[str, Any]) -> None:
         thread_id, ns = p["thread_id"], p.get("checkpoint_ns", "")
-        values: Mapping[str, Any] = p.get("values") or {}
+        values = dict(zip(p.get("channels") or [], p.get("values") or [], strict=False))
         for channel, version in (p.get("new_versions") or {}).items():
             record = values.get(channel)
             typed = ("empty", b"") if record is None else record_to_typed(record)
             self.blobs[(thread_id, ns, channel, version)] = typed
+        rest = self.serde.loads_typed(record_to_typed(p["checkpoint"])) if p.get("checkpoint") else {}
         self.storage[thread_id][ns][p["checkpoint_id"]] = (
-            record_to_typed(p["checkpoint"]),
+            self.serde.dumps_typed({**p.get("header", {}), **rest}),
             record_to_typed(p["metadata"]),
             p.get("parent_checkpoint_id"),
         )
@@ -372,7 +392,7 @@ class RunledgerSaver(InMemorySaver):
     def _index_writes(self, p: Mapping[str, Any]) -> None:
         outer_key = (p["thread_id"], p.get("checkpoint_ns", ""), p["checkpoint_id"])
         task_id, task_path = p["task_id"], p.get("task_path", "")
-        for idx, (channel, record) in enumerate(p.get("writes") or []):
+        for idx, (channel, record) in enumerate(zip(p.get("channels") or [], p.get("writes") or [], strict=False)):
             inner_key = (task_id, WRITES_IDX_MAP.get(channel, idx))
             if inner_key[1] >= 0 and inner_key in self.writes.get(outer_key, {}):
                 continue  # as InMemorySaver.put_writes: a task's regular writes are saved once
@@ -420,10 +440,13 @@ class RunledgerSaver(InMemorySaver):
         thread = await self._loaded(thread_id)
         run = await self._opened(thread)
         saved = self.storage[thread_id][ns]
-        stored = checkpoint.copy()
-        values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
+        stored: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = stored.pop("channel_values")
+        header = {k: stored.pop(k) for k in _HEADER if k in stored}
+        if not stored.get("pending_sends"):
+            stored.pop("pending_sends", None)  # always empty since checkpoint format 4
         merged = get_checkpoint_metadata(config, metadata)
-        recorded_values = {k: typed_to_record(self.serde.dumps_typed(values[k])) for k in new_versions if k in values}
+        channels = [k for k in new_versions if k in values]
         step = merged.get("step")
         event = GraphCheckpointed(
             thread_id=thread_id,
@@ -433,10 +456,12 @@ class RunledgerSaver(InMemorySaver):
             source=merged.get("source"),
             graph_step=step if isinstance(step, int) else None,
             forked=bool(parent and saved and parent != max(saved)),
+            header=header,
             new_versions=dict(new_versions),
-            checkpoint=typed_to_record(self.serde.dumps_typed(stored)),
+            channels=channels,
+            values=[typed_to_record(self.serde.dumps_typed(values[k])) for k in channels],
             metadata=typed_to_record(self.serde.dumps_typed(merged)),
-            values=recorded_values,
+            checkpoint=typed_to_record(self.serde.dumps_typed(stored)) if stored else None,
         )
         await run.record(event)  # write-ahead: the index changes only after the ack
         self._index_checkpoint(event.model_dump())
@@ -468,7 +493,7 @@ class RunledgerSaver(InMemorySaver):
             task_id=task_id,
             task_path=task_path,
             channels=[c for c, _ in writes],
-            writes=[[c, typed_to_record(self.serde.dumps_typed(v))] for c, v in writes],
+            writes=[typed_to_record(self.serde.dumps_typed(v)) for _, v in writes],
         )
         await run.record(event)
         self._index_writes(event.model_dump())
@@ -487,6 +512,47 @@ class RunledgerSaver(InMemorySaver):
             thread.run = None
             thread.generation += 1
 
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Record every checkpoint and write of ``source_thread_id`` again, in order, on the run of
+        ``target_thread_id`` (the values as this saver holds them: live values where it wrote them)."""
+        source = await self._loaded(source_thread_id)
+        try:
+            log = await load_run(self.client, source.run_id, agent=self.agent, open_content=False)
+        except RunNotFoundError:
+            return  # nothing recorded: nothing to copy
+        events = [r.event for r in log.records if r.event.type in (GraphCheckpointed.TYPE, GraphWritesSaved.TYPE)]
+        if not events:
+            return
+        run = await self._opened(await self._loaded(target_thread_id))
+        for ev in events:
+            p = ev.payload
+            ns, cid = p.get("checkpoint_ns", ""), p["checkpoint_id"]
+            copied: GraphCheckpointed | GraphWritesSaved
+            if ev.type == GraphCheckpointed.TYPE:
+                rest, metadata, _ = self.storage[source_thread_id][ns][cid]
+                versions = p.get("new_versions") or {}
+                rest_value = self.serde.loads_typed(rest)
+                extra = {k: v for k, v in rest_value.items() if k not in _HEADER}
+                copied = GraphCheckpointed(
+                    **{k: v for k, v in p.items() if k not in ("values", "metadata", "checkpoint", "thread_id")},
+                    thread_id=target_thread_id,
+                    values=[typed_to_record(self.blobs[(source_thread_id, ns, c, versions[c])]) for c in p["channels"]],
+                    metadata=typed_to_record(metadata),
+                    checkpoint=typed_to_record(self.serde.dumps_typed(extra)) if extra else None,
+                )
+                await run.record(copied)
+                self._index_checkpoint(copied.model_dump())
+            else:
+                saved = self.writes[(source_thread_id, ns, cid)]
+                keys = [(p["task_id"], WRITES_IDX_MAP.get(c, i)) for i, c in enumerate(p.get("channels") or [])]
+                copied = GraphWritesSaved(
+                    **{k: v for k, v in p.items() if k not in ("writes", "thread_id")},
+                    thread_id=target_thread_id,
+                    writes=[typed_to_record(saved[k][2]) if k in saved else {"type": "null"} for k in keys],
+                )
+                await run.record(copied)
+                self._index_writes(copied.model_dump())
+
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
@@ -495,7 +561,9 @@ class RunledgerSaver(InMemorySaver):
 
     # -- sync twins (from other threads than the loop's) -----------------------------------------------------
 
-    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+    def call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the saver's event loop from another thread and return its result (what every
+        sync method does). Raises InvalidStateError on the loop's own thread, which it would block."""
         with contextlib.suppress(RuntimeError):
             if asyncio.get_running_loop() is self.loop:
                 coro.close()
@@ -506,7 +574,7 @@ class RunledgerSaver(InMemorySaver):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._sync(self.aget_tuple(config))
+        return self.call_sync(self.aget_tuple(config))
 
     def list(
         self,
@@ -519,7 +587,7 @@ class RunledgerSaver(InMemorySaver):
         async def collect() -> list[CheckpointTuple]:
             return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
 
-        yield from self._sync(collect())
+        yield from self.call_sync(collect())
 
     def put(
         self,
@@ -528,7 +596,7 @@ class RunledgerSaver(InMemorySaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
+        return self.call_sync(self.aput(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self,
@@ -537,15 +605,18 @@ class RunledgerSaver(InMemorySaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._sync(self.aput_writes(config, writes, task_id, task_path))
+        self.call_sync(self.aput_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._sync(self.adelete_thread(thread_id))
+        self.call_sync(self.adelete_thread(thread_id))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.call_sync(self.acopy_thread(source_thread_id, target_thread_id))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
+        return self.call_sync(self.aget_delta_channel_history(config=config, channels=channels))
 
 
 def _thread_id(config: RunnableConfig) -> str:

@@ -122,14 +122,13 @@ def _detail(ev_type: str, p: dict[str, Any]) -> tuple[Any, Any, Any]:
         return p["run_id"], "", p.get("output")
     if ev_type == "child.failed":
         return p["run_id"], p["reason"], f"{p['error']['type']}: {p['error']['message']}"
-    if ev_type == "graph.checkpointed":
-        ns = p.get("checkpoint_ns") or "root"
-        lineage = f"{'fork of' if p.get('forked') else 'after'} {p.get('parent_checkpoint_id') or '-'}"
-        return f"{ns} {p['checkpoint_id']}", f"{p.get('source') or ''} step {p.get('graph_step')}: {lineage}", sorted(
-            p.get("new_versions") or {}
-        )
-    if ev_type == "graph.writes_saved":
-        return f"{p.get('checkpoint_ns') or 'root'} {p['checkpoint_id']}", p["task_id"], p.get("channels", [])
+    if ev_type in ("graph.checkpointed", "graph.writes_saved"):  # runledger.integrations.langgraph
+        name = f"{p.get('checkpoint_ns') or 'root'} …{p['checkpoint_id'][-12:]}"
+        if ev_type == "graph.writes_saved":
+            return name, f"task …{p['task_id'][-12:]}", p.get("channels", [])
+        parent = p.get("parent_checkpoint_id")
+        lineage = f"{'fork of' if p.get('forked') else 'after'} …{parent[-12:]}" if parent else "first"
+        return name, f"{lineage} ({p.get('source')} {p.get('graph_step')})", p.get("channels", [])
     if ev_type == "run.completed":
         return "", "", p.get("output")
     if ev_type == "run.failed":

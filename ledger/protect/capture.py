@@ -45,12 +45,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from runledger.errors import KeyStoreError, LedgerError, PayloadUnavailableError
+from runledger.errors import KeyStoreError, LedgerError, MasterKeyMissingError, PayloadUnavailableError
 from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
 from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
 from runledger.protect.redaction import RedactionPolicy, Redactor, SecretResolver, off_loop
@@ -75,7 +76,7 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "effect.simulated": ("args", "result"),
     "approval.requested": ("args",),
     "child.completed": ("output",),
-    "graph.checkpointed": ("checkpoint", "metadata", "values"),
+    "graph.checkpointed": ("values", "metadata", "checkpoint"),
     "graph.writes_saved": ("writes",),
 }
 # Event types whose ``error`` (an ErrorInfo) carries content in ``message`` and ``traceback``.
@@ -84,6 +85,8 @@ ERROR_TEXT_FIELDS = ("message", "traceback")
 MAX_TRACEBACK = 16 * 1024
 
 _SEALED_TEXT = re.compile(r"^«sealed:A256GCM:([A-Za-z0-9_.-]+):([A-Za-z0-9+/=]+)»$")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -228,16 +231,27 @@ class PayloadOpener:
         self._store = keys
         self._blobs = blobs
         self._cache: dict[str, RunKeys | None] = {}
+        self._told_master = False
 
     def remember(self, keys: RunKeys) -> None:
         self._cache[keys.kid] = keys
 
-    async def key(self, kid: str) -> RunKeys | None:
+    async def key(self, kid: str, *, strict: bool = True) -> RunKeys | None:
+        """The run's keys; None when it has none (erased). Without a master key (an analyst's
+        process, by design) a lenient read leaves content sealed; a strict one raises
+        MasterKeyMissingError, which says what to do."""
         if kid not in self._cache:
             try:
                 self._cache[kid] = None if self._store is None else await self._store.get(kid)
             except KeyStoreError:
                 self._cache[kid] = None
+            except MasterKeyMissingError as exc:
+                if strict:
+                    raise
+                if not self._told_master:
+                    self._told_master = True
+                    logger.warning("content stays sealed: %s", exc)
+                return None
         return self._cache[kid]
 
     async def open_event(self, event: Event, *, fetch: bool = False) -> Event:
@@ -265,7 +279,7 @@ class PayloadOpener:
         """The content behind ``value`` (itself when it is plain content)."""
         for _ in range(8):  # a branch may wrap a copied reference in its own seal
             if is_sealed(value):
-                keys = await self.key(value["kid"])
+                keys = await self.key(value["kid"], strict=strict)
                 if keys is None:
                     if strict:
                         raise PayloadUnavailableError(f"content sealed under {value['kid']}", _no_key(value["kid"]))
@@ -277,7 +291,7 @@ class PayloadOpener:
                         raise PayloadUnavailableError(f"blob {value['sha256']}", "no object store to fetch it from")
                     return value
                 enc_kid = value.get("kid") if value.get("enc") else None
-                keys = await self.key(enc_kid) if enc_kid else None
+                keys = await self.key(enc_kid, strict=strict) if enc_kid else None
                 if enc_kid and keys is None:
                     if strict:
                         raise PayloadUnavailableError(f"blob {value['sha256']}", _no_key(enc_kid))

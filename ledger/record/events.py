@@ -373,12 +373,14 @@ class RunErased(Payload):
 class GraphCheckpointed(Payload):
     """A LangGraph checkpoint of the thread this run records (runledger.integrations.langgraph).
 
-    Structure in the clear: the thread, the checkpoint namespace (``""`` for the root graph, a
-    subgraph's otherwise), the checkpoint's id and its parent's, the checkpoint's ``source`` and
-    graph ``graph_step`` (from its metadata), ``forked`` when the parent is not the latest checkpoint
-    of its namespace (time travel: a run from a past checkpoint, or a state update on one), the
-    channels whose values it stores and their ``new_versions``. Content: the checkpoint without its
-    channel values, its metadata and the new channel values, each serialized by the saver."""
+    Structure, in the clear: the thread, the checkpoint namespace (``""`` for the root graph, a
+    subgraph's otherwise), the checkpoint's id and its parent's, its ``source`` and graph step
+    ``graph_step`` (from its metadata), ``forked`` when the parent is not the latest checkpoint of
+    its namespace (time travel: a run from a past checkpoint, or a state update on one), its
+    ``header`` (format, id, time, channel versions, versions seen, updated channels: what LangGraph
+    schedules with, which no redaction may touch), the ``new_versions`` it stores values for and the
+    ``channels`` of those values. Content: ``values`` (one serialized value a channel, in
+    ``channels`` order), ``metadata``, and ``checkpoint`` (any other field of the checkpoint)."""
 
     TYPE = "graph.checkpointed"
     thread_id: str
@@ -388,16 +390,18 @@ class GraphCheckpointed(Payload):
     source: str | None = None
     graph_step: int | None = None
     forked: bool = False
+    header: dict[str, Any] = Field(default_factory=dict)
     new_versions: dict[str, Any] = Field(default_factory=dict)
-    checkpoint: Any = None
-    metadata: Any = None
+    channels: list[str] = Field(default_factory=list)
     values: Any = None
+    metadata: Any = None
+    checkpoint: Any = None
 
 
 class GraphWritesSaved(Payload):
     """Pending writes of one LangGraph task against a checkpoint (runledger.integrations.langgraph):
     what a task wrote before the next checkpoint, so a resumed graph does not run it again.
-    ``channels`` (structure) names the channel of each write; ``writes`` (content) holds them."""
+    ``channels`` (structure) names the channel of each write; ``writes`` (content) holds the values."""
 
     TYPE = "graph.writes_saved"
     thread_id: str

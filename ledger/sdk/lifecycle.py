@@ -289,7 +289,8 @@ async def open_run(
     completed run is re-opened: the fold shows it running again until its next outcome). Unlike
     ``resume_run`` nothing is driven and nothing is replayed: the caller's Run calls take step
     numbers after the last recorded one and run live (effects still go through the effect ledger,
-    so a key committed before a crash is never acted on twice), and ``RecordedRun.record`` appends
+    so a key committed before a crash is never acted on twice, and an effect an earlier attempt left
+    intended is settled on its own step: waited for, reconciled or claimed anew), and ``RecordedRun.record`` appends
     the framework's own events. The version tuple is recorded at the start and not checked after.
     Raises FencedError (through the first append) when another process holds the run."""
     try:
@@ -315,6 +316,7 @@ async def open_run(
     run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
     run._child_driver = _drive_child
     run._next_step = cp.last_step + 1  # continue after the journal: nothing is replayed
+    run._continuing = True
     await run._append(
         RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
     )

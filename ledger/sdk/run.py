@@ -145,6 +145,9 @@ class RecordedRun:
         self._next_step = 0
         self._append_lock = asyncio.Lock()
         self._on_live: Callable[[], None] | None = None  # called once, when the first live step is taken
+        # Continued without replay (lifecycle.open_run): new calls take new steps, and an effect left
+        # intended by an earlier attempt is settled on its own step.
+        self._continuing = False
         # How child runs are started and resumed: set by runledger.sdk.lifecycle (start_run,
         # resume_run), which this module cannot import (it imports this one).
         self._child_driver: ChildDriver | None = None
@@ -483,6 +486,20 @@ class RecordedRun:
         lease = effect_lease(lease_s)
         args = jsonable(args)
         args_digest = digest(args, self._cp.chain_format)
+        if self._continuing:
+            # A run continued without replay (lifecycle.open_run) whose earlier attempt stopped inside
+            # this effect: settle that step, as a replay of it would, instead of a new one that would
+            # find the key claimed by another step.
+            orphan = next(
+                (r for r in self._cp.steps.values() if r.kind == "effect" and r.key == key and r.status == "intended"),
+                None,
+            )
+            if orphan is not None:
+                self._check(orphan.step, orphan, "effect", name, args_digest, args)
+                return await self._settle(
+                    orphan.step, name, args, key, fn, reconcile,
+                    effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+                )  # fmt: skip
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "effect", name, args_digest, args)

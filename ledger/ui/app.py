@@ -51,7 +51,7 @@ from runledger.log.client import LedgerClient, connect
 from runledger.log.reader import subject_counts
 from runledger.log.subjects import any_agent_run_subject, run_filter
 from runledger.ui import actions, render
-from runledger.ui.listing import STATUSES, SORTS, RunFilter, run_page
+from runledger.ui.listing import SORTS, STATUSES, RunFilter, run_page
 from runledger.ui.prices import PriceTable
 from runledger.ui.projection import ProjectionFollower
 from runledger.ui.runview import diff_view, read_run, run_view, step_view
@@ -233,15 +233,16 @@ class Page:
 
     async def run(self, ctx: Context) -> Response:
         view = await run_view(self.projection, ctx.viewer, await self.prices(), ctx.request.path_params["run"])
-        return self.html("run.html", ctx, view=view, cp=view.cp, **self._forms(view.cp.agent))
+        return self.html("run.html", ctx, view=view, cp=view.cp, **self._forms(view.cp))
 
     async def run_live(self, ctx: Context) -> Response:
         view = await run_view(self.projection, ctx.viewer, await self.prices(), ctx.request.path_params["run"])
-        return self.html("_live.html", ctx, view=view, cp=view.cp, **self._forms(view.cp.agent))
+        return self.html("_live.html", ctx, view=view, cp=view.cp, **self._forms(view.cp))
 
-    def _forms(self, agent: str) -> dict[str, Any]:
-        return {"resumes": self.resumer.can_resume(agent), "agent_ref": self.resumer.refs.get(agent, ""),
-                "modes": actions.MODES}  # fmt: skip
+    def _forms(self, cp: Any) -> dict[str, Any]:
+        outcome = self.resumer.results.get(cp.run_id)
+        return {"resumes": self.resumer.can_resume(cp.agent), "agent_ref": self.resumer.refs.get(cp.agent, ""),
+                "modes": actions.MODES, "resume_error": outcome if isinstance(outcome, str) else None}  # fmt: skip
 
     async def run_events(self, ctx: Context) -> Response:
         run_id = ctx.request.path_params["run"]

@@ -7,6 +7,7 @@ Registered through the ``runledger.commands`` entry point (``register(sub, commo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
         if config.secure:
             print("sign in with a role's credentials file (runledger up --secure wrote them)", flush=True)
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         serve(config, args.port, open_browser=args.open, announce=announce)
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
@@ -55,5 +54,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "--agent", action="append", metavar="MODULE:ATTR",
         help="an agent the page resumes after an approval decision, and names in re-runs (repeatable)",
     )  # fmt: skip
-    p.add_argument("--prices", metavar="FILE", help='price table JSON: {"model": {"input": USD, "output": USD}} per 1M tokens')
+    p.add_argument(
+        "--prices", metavar="FILE", help='price table JSON: {"model": {"input": USD, "output": USD}} per 1M tokens'
+    )
     p.set_defaults(func=cmd_ui)

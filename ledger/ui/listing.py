@@ -212,4 +212,5 @@ async def search(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -> 
         return False
 
     found = await asyncio.gather(*(matches(r, a) for r, a in candidates))
-    return [r for (r, _), hit in zip(candidates, found, strict=True) if hit], len(candidates), len(result.rows) > SEARCH_LIMIT
+    hits = [r for (r, _), hit in zip(candidates, found, strict=True) if hit]
+    return hits, len(candidates), len(result.rows) > SEARCH_LIMIT

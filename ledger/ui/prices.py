@@ -89,7 +89,8 @@ class PriceTable:
 def usage(step: StepRecord) -> tuple[int, int]:
     """(input tokens, output tokens) of a model step, from its recorded response's ``usage``."""
     output = step.output if isinstance(step.output, dict) else {}
-    used = output.get("usage") if isinstance(output.get("usage"), dict) else {}
+    found = output.get("usage")
+    used: dict[str, Any] = found if isinstance(found, dict) else {}
     tokens_in, tokens_out = used.get("input_tokens"), used.get("output_tokens")
     if isinstance(tokens_in, int) and isinstance(tokens_out, int):
         return tokens_in, tokens_out

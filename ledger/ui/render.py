@@ -18,6 +18,7 @@ from markupsafe import Markup, escape
 from runledger.protect.blobs import is_blob_ref
 from runledger.protect.capture import is_hashed, is_sealed, is_sealed_text
 
+NONE = "\u2013"  # what an absent value shows: an en dash
 _TOKEN = re.compile(r"«(redacted|sealed|erased|hash-only|stored by reference)([^»]*)»")
 
 
@@ -49,7 +50,8 @@ def pretty(value: Any) -> Markup:
 
 def mark_tokens(text: str) -> Markup:
     escaped = str(escape(text))
-    return Markup(_TOKEN.sub(lambda m: f'<span class="token token-{m.group(1).split()[0]}">{m.group(0)}</span>', escaped))
+    marked = _TOKEN.sub(lambda m: f'<span class="token token-{m.group(1).split()[0]}">{m.group(0)}</span>', escaped)
+    return Markup(marked)
 
 
 def short(value: Any, width: int = 80) -> str:
@@ -61,7 +63,7 @@ def short(value: Any, width: int = 80) -> str:
 
 def usd(value: float | None) -> str:
     if value is None:
-        return "–"
+        return NONE
     if value == 0:
         return "$0"
     return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
@@ -69,7 +71,7 @@ def usd(value: float | None) -> str:
 
 def duration(seconds: float | None) -> str:
     if seconds is None:
-        return "–"
+        return NONE
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 120:
@@ -80,16 +82,16 @@ def duration(seconds: float | None) -> str:
 def when(value: Any) -> str:
     """A timestamp as UTC ``YYYY-MM-DD HH:MM:SS``."""
     if value is None or value == "":
-        return "–"
+        return NONE
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value)
         except ValueError:
-            return value
+            return str(value)
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.UTC)
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        return str(value.strftime("%Y-%m-%d %H:%M:%S"))
     return str(value)
 
 

@@ -131,7 +131,7 @@ async def lineage(follower: ProjectionFollower, viewer: Viewer, cp: Checkpoint) 
         [cp.run_id, cp.run_id, *params],
     )).rows  # fmt: skip
     seen = set()
-    for run_id, status, parent, fork_step, mode, child_of, child_step in rows:
+    for run_id, status, parent, fork_step, mode, _child_of, child_step in rows:
         if parent == cp.run_id:
             this.children.append(LineageNode(run_id, "fork", status, f"forked at step {fork_step} ({mode})"))
         else:
@@ -192,7 +192,9 @@ def step_view(log: RunLog, cp: Checkpoint, number: int, prices: PriceTable) -> S
     for rec in log.records:
         p = rec.event.payload
         mine = p.get("step") == number or (
-            rec.event.type == "approval.resolved" and step.request_id is not None and p.get("request_id") == step.request_id
+            rec.event.type == "approval.resolved"
+            and step.request_id is not None
+            and p.get("request_id") == step.request_id
         )
         if not mine:
             continue

@@ -37,8 +37,9 @@ def serve(config: UIConfig, port: int, *, open_browser: bool = False, announce: 
     sock = bind(config.host, port)
     url = page_url(sock)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(config), log_level="warning", access_log=False, timeout_graceful_shutdown=2,
-                       lifespan="on")  # fmt: skip
+        uvicorn.Config(
+            create_app(config), log_level="warning", access_log=False, timeout_graceful_shutdown=2, lifespan="on"
+        )
     )
 
     async def run() -> None:

@@ -77,7 +77,9 @@ def _label(ms: float) -> str:
     return f"{ms / 60_000:.1f} min"
 
 
-def build_timeline(cp: Checkpoint, records: list[Recorded], prices: PriceTable, *, now_ms: float | None = None) -> Timeline:
+def build_timeline(
+    cp: Checkpoint, records: list[Recorded], prices: PriceTable, *, now_ms: float | None = None
+) -> Timeline:
     """The bars of ``cp``'s steps. A step still waiting (a pending approval) runs to ``now_ms``."""
     times = step_times(records)
     run_start = _parse(cp.started_at) if cp.started_at else None

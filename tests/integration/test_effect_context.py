@@ -14,7 +14,7 @@ from runledger import NOT_FOUND, AgentSpec, EffectContext, FencedError, Run, Scr
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy
 from runledger.log.reader import decode_records, read_raw
-from runledger.log.subjects import effect_subject
+from runledger.log.subjects import effect_filter
 from runledger.protect.runs import load_run
 from runledger.record.events import EffectCommitted, Event
 from runledger.record.fold import fold
@@ -35,7 +35,7 @@ def spec_of(fn: Any) -> AgentSpec:
 
 
 async def key_events(client: LedgerClient, key: str) -> list[tuple[int, Event]]:
-    good, bad = decode_records(await read_raw(client, effect_subject("ctx-agent", key)))
+    good, bad = decode_records(await read_raw(client, effect_filter("ctx-agent", key)))
     assert bad == []
     return [(r.stream_seq, r.event) for r in good]
 

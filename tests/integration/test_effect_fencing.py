@@ -37,7 +37,7 @@ from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import connect
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.server import EmbeddedServer
-from runledger.log.subjects import effect_subject
+from runledger.log.subjects import effect_filter
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run
@@ -59,7 +59,7 @@ def _ts(text: str) -> float:
 async def _resume_and_read(url: str, run_id: str) -> tuple[Any, list[Any], Any]:
     async with await connect(url) as client:
         result = await resume_run(client, spec(), run_id)
-        good, bad = decode_records(await read_raw(client, effect_subject(spec().name, KEY)))
+        good, bad = decode_records(await read_raw(client, effect_filter(spec().name, KEY)))
         assert bad == []
         cp = fold((await load_run(client, run_id)).records)
         return result, [r.event for r in good], cp

@@ -130,11 +130,15 @@ async def test_content_opens_only_with_the_master_key_it_was_wrapped_under(
         await resume_run(client, _spec(), "opens")
 
     _master_env(monkeypatch, None, tmp_path / "empty-home")
+    # Without one (an analyst's process, by design) a read shows the run with its content sealed and
+    # says why; whatever must open content (a strict read, a resume) is refused with what to do.
+    sealed = await load_run(client, "opens")
+    assert sealed.records and SECRET not in json.dumps([r.event.payload for r in sealed.records])
     with pytest.raises(MasterKeyMissingError, match="runledger up") as missing:
-        await load_run(client, "opens")
+        await client_opener(client).key("vault.opens")
     assert str(tmp_path / "empty-home" / "master.key") in str(missing.value)
     with pytest.raises(MasterKeyMissingError):
-        await client_opener(client).key("vault.opens")
+        await resume_run(client, _spec(), "opens")
     # A run cannot start without one either, and leaves no key behind.
     with pytest.raises(MasterKeyMissingError):
         await start_run(client, _spec(), {"q": SECRET}, run_id="never")
@@ -148,7 +152,11 @@ async def test_content_opens_only_with_the_master_key_it_was_wrapped_under(
 
 
 def test_the_cli_says_what_to_do_without_the_master_key(
-    nats_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    nats_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     _master_env(monkeypatch, LocalMasterKey.generate(), tmp_path / "home")
 
@@ -161,10 +169,11 @@ def test_the_cli_says_what_to_do_without_the_master_key(
 
     asyncio.run(record())
     _master_env(monkeypatch, None, tmp_path / "other-home")
-    assert main(["show", "cli-run", "--nats", nats_url]) == 1
-    err = capsys.readouterr().err
-    assert "no master key" in err and "runledger up" in err and "RUNLEDGER_MASTER_KEY" in err
-    assert SECRET not in err
+    assert main(["show", "cli-run", "--nats", nats_url]) == 0  # the run, its content sealed, and why
+    out, err = capsys.readouterr()
+    said = err + caplog.text  # the CLI logs to stderr; under pytest the log is captured here
+    assert "content stays sealed: no master key" in said and "runledger up" in said
+    assert "RUNLEDGER_MASTER_KEY" in said and SECRET not in out + said and "cli-run" in out
 
 
 async def test_keys_stored_before_wrapping_are_read_and_can_be_wrapped(

@@ -37,7 +37,7 @@ from runledger.protect.roles import secure
 from runledger.protect.runs import load_run
 from runledger.record.events import RunForked
 from runledger.sdk.lifecycle import start_run
-from tests.conftest import IN_CI, eventually
+from tests.conftest import IN_CI
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -117,13 +117,15 @@ def ui_server(url: str, tmp_path: Path, *args: str, env: dict[str, str] | None =
     """``runledger ui --port 0 ...`` in a subprocess; yields the URL it prints."""
     log = open(tmp_path / "ui.log", "w")  # noqa: SIM115  (closed below, after the process)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runledger", "ui", "--port", "0", "--nats", url, "--db", str(tmp_path / "ui.duckdb"), *args],
+        [sys.executable, "-m", "runledger", "ui", "--port", "0", "--nats", url, "--db", str(tmp_path / "ui.duckdb"),
+         *args],
         cwd=ROOT, env={**os.environ, "RUNLEDGER_HOME": str(tmp_path / "ui-home"), **(env or {})},
         stdout=subprocess.PIPE, stderr=log, text=True,
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    stdout = proc.stdout
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
     try:
         try:
             first = lines.get(timeout=60)
@@ -142,7 +144,8 @@ def ui_server(url: str, tmp_path: Path, *args: str, env: dict[str, str] | None =
 
 
 def http(url: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> int:
-    request = urllib.request.Request(url, data=data, headers=headers or {}, method="POST" if data is not None else "GET")
+    method = "POST" if data is not None else "GET"
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10) as resp:
             return int(resp.status)
@@ -200,7 +203,11 @@ async def test_runs_timeline_step_approval_and_diff_in_a_browser(
 ) -> None:
     demo = await record_demo(client, tmp_path, payments)
     waiting = demo.runs["T-1004"]
-    with ui_server(nats_url, tmp_path, "--agent", AGENT_REF, env=demo.env) as base, browser() as driver:
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"scripted-support-1": {"input": 3.0, "output": 15.0},
+                                  "scripted-strict-1": [3.0, 15.0]}))  # fmt: skip
+    args = ("--agent", AGENT_REF, "--prices", str(prices))
+    with ui_server(nats_url, tmp_path, *args, env=demo.env) as base, browser() as driver:
         # The run list: every run of the demo, from the projection, with what needs an operator.
         driver.get(base)
         wait_for(driver, "table#runs")
@@ -208,12 +215,14 @@ async def test_runs_timeline_step_approval_and_diff_in_a_browser(
         assert set(demo.runs.values()) <= set(listed)
         assert "suspended" in listed[waiting].text and "1" in listed[waiting].text
         assert "failed" in listed[demo.runs["T-1003"]].text
+        assert all("$0.00" in row.text for row in listed.values())  # priced: a few hundred tokens, under a cent
         assert f"fork of {demo.runs['T-1001']}" in listed[demo.runs["branch"]].text
         shot(driver, "runs")
 
         driver.get(f"{base}?status=failed")
         wait_for(driver, "table#runs")
-        assert [r.get_attribute("data-run") for r in css(driver, "table#runs tbody tr[data-run]")] == [demo.runs["T-1003"]]
+        failed = [r.get_attribute("data-run") for r in css(driver, "table#runs tbody tr[data-run]")]
+        assert failed == [demo.runs["T-1003"]]
         driver.get(f"{base}?q=blender")  # content: T-1001's ticket text and lookup; the branch's too
         wait_for(driver, "table#runs")
         found = {r.get_attribute("data-run") for r in css(driver, "table#runs tbody tr[data-run]")}
@@ -238,6 +247,16 @@ async def test_runs_timeline_step_approval_and_diff_in_a_browser(
         assert "input_tokens" in " ".join(e.text for e in css(driver, "pre.outputs"))
         shot(driver, "step")
 
+        # The fork diff: the decision at the fork first, then the steps aligned from the fork.
+        driver.get(f"{base}runs/{demo.runs['branch']}")
+        wait_for(driver, "#diff-link").click()
+        wait_for(driver, "#fork-decision")
+        decision = driver.find_element("id", "fork-decision").text
+        assert "photo" in decision and "We have refunded" in decision
+        ops = [r.get_attribute("class") for r in css(driver, "#diff tbody tr[class^=op-]")]
+        assert "op-changed" in ops and "op-removed" in ops  # the decision; the refund the branch never made
+        shot(driver, "diff")
+
         # An approval decided in the page: refused without the session's CSRF token and from
         # another host name, then approved; the page resumes the run, live updates show it end.
         assert http(f"{base}runs/{waiting}/approvals/{demo.pending}", b"decision=approve&by=mallory") == 403
@@ -248,30 +267,19 @@ async def test_runs_timeline_step_approval_and_diff_in_a_browser(
         form.find_element("css selector", "input.reason").send_keys("photos checked")
         shot(driver, "approval")
         form.find_element("css selector", "button.approve").click()
-        wait_text(driver, "#run-status", "completed")  # resumed by the page, refreshed over SSE
-        assert "ana-ui" in driver.find_element("css selector", ".decided-by").text
-
-        async def decided() -> Any:
-            rec = (await load_run(client, waiting)).records
-            return [r.event for r in rec if r.event.type == "approval.resolved"] and rec[-1].event.type == "run.completed"
-
-        await eventually(decided, timeout=WAIT_S)
+        wait_text(driver, ".decided-by", "ana-ui")
         events = [r.event for r in (await load_run(client, waiting)).records]
         resolved = [e.payload for e in events if e.type == "approval.resolved"]
         assert len(resolved) == 1 and resolved[0]["by"] == "ana-ui" and resolved[0]["approved"] is True
         assert resolved[0]["reason"] == "photos checked" and resolved[0]["request_id"] == demo.pending
-        assert [c["order"] for c in payments.calls()].count("order-7777") == 1
-        shot(driver, "approved")
 
-        # The fork diff: the decision at the fork first, then the steps aligned from the fork.
-        driver.get(f"{base}runs/{demo.runs['branch']}")
-        wait_for(driver, "#diff-link").click()
-        wait_for(driver, "#fork-decision")
-        decision = driver.find_element("id", "fork-decision").text
-        assert "photo" in decision and "We have refunded" in decision
-        ops = [r.get_attribute("class") for r in css(driver, "#diff tbody tr[class^=op-]")]
-        assert "op-changed" in ops and "op-removed" in ops  # the decision; the refund the branch never made
-        shot(driver, "diff")
+        # The page resumed the run (as `runledger resume` does); live updates show it end.
+        wait_text(driver, "#run-status", "completed")
+        shot(driver, "approved")
+        last = (await load_run(client, waiting)).records[-1].event
+        assert last.type == "run.completed"
+        assert [c["order"] for c in payments.calls()].count("order-7777") == 1
+
 
 
 @pytest.fixture

@@ -189,10 +189,11 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "source": "loop",
         "graph_step": 2,
         "forked": True,
+        "header": {"v": 4, "id": "1f0-a", "channel_versions": {"messages": 3}},
         "new_versions": {"messages": "00000000000000000000000000000002.0", "n": 3},
-        "checkpoint": {"v": 4},
-        "metadata": {"source": "loop"},
-        "values": {"messages": {"type": "msgpack", "value": ["hi"]}},
+        "channels": ["messages"],
+        "values": [{"type": "msgpack", "value": ["hi"]}],
+        "metadata": {"type": "msgpack", "value": {"source": "loop"}},
     },
     "graph.writes_saved": {
         "thread_id": "t-1",
@@ -200,7 +201,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "task_id": "task-1",
         "task_path": "~__pregel_pull, agent",
         "channels": ["messages"],
-        "writes": [["messages", {"type": "null"}]],
+        "writes": [{"type": "null"}],
     },
 }
 # Values of every JSON type, and nested objects with and without an unknown key: for each field.

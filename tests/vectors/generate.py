@@ -29,7 +29,7 @@ from runledger.log.subjects import (
     run_subject,
 )
 from runledger.record import events as events_module
-from runledger.record.canonical import CHAIN_FORMAT, canonical_json, digest, short_digest
+from runledger.record.canonical import JCS_CHAIN_FORMAT, canonical_json, digest, short_digest
 from runledger.record.events import (
     GENESIS,
     ApprovalRequested,
@@ -192,7 +192,7 @@ def run_vectors() -> dict[str, Any]:
     ids = (f"01JEVENT{n:018d}" for n in itertools.count())
     times = (f"2025-01-02T03:04:{n:02d}.000000Z" for n in itertools.count())
     stream = _Stream()
-    fmt = CHAIN_FORMAT
+    fmt = JCS_CHAIN_FORMAT  # the example runs are what another language should write
     with mock.patch.object(events_module, "new_id", lambda: next(ids)), \
          mock.patch.object(events_module, "utc_now", lambda: next(times)):  # fmt: skip
         a = run_subject(AGENT, RUN_A, AGENT_WRITER)

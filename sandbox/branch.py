@@ -65,7 +65,7 @@ from typing import Any, Literal
 from runledger.errors import ChildFailedError, ConfigurationError, NondeterminismError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import decode_records, read_raw
-from runledger.log.subjects import effect_subject
+from runledger.log.subjects import effect_filter
 from runledger.protect.blobs import is_blob_ref
 from runledger.protect.capture import content_values
 from runledger.protect.redaction import SecretResolver
@@ -172,7 +172,7 @@ async def read_key_history(client: LedgerClient, key: str, agent: str) -> KeyHis
     """The key's subject, read and folded (what ``read_key`` does), keeping what ``KeyState`` does not:
     the digest of the committing claim (a key is claimed only while free, so the claim before the
     commit is the committing one) and the run id of every claim."""
-    raws = await read_raw(client, effect_subject(agent, key))
+    raws = await read_raw(client, effect_filter(agent, key))
     good, _bad = decode_records(raws)
     state = KeyState(key, agent)
     claim: str | None = None

@@ -305,7 +305,7 @@ class Rerunner:
                 return RerunResult(branch_id, cp.status, reason=cp.failure_reason,
                                    error=(cp.error or {}).get("message"), nothing_to_do=True,
                                    fork_step=(cp.parent or {}).get("fork_step", 0), **common)  # fmt: skip
-            protector = await run_protector(self.client, log.agent, branch_id, policy)
+            protector = await run_protector(self.client, log.agent, branch_id, policy, worker=True)
             writer = SubjectWriter(self.client.js, log.subject, run_id=branch_id, agent=log.agent,
                                    msg_id_prefix=branch_id, next_seq=cp.next_seq, prev_hash=cp.last_hash,
                                    last_stream_seq=log.last_stream_seq, policy=self.policy,
@@ -317,7 +317,7 @@ class Rerunner:
                 raise RerunRequestError(f"run {request.parent_run_id} has no run.started event")
             if parent.erased is not None:  # no branch is started from an erased run, not even a failed one
                 raise RunErasedError(parent.run_id, parent.erased)
-            protector = await run_protector(self.client, parent.agent, branch_id, policy)
+            protector = await run_protector(self.client, parent.agent, branch_id, policy, worker=True)
             subject = run_subject(parent.agent, branch_id, WORKER_WRITER)
             writer = SubjectWriter(self.client.js, subject, run_id=branch_id, agent=parent.agent,
                                    msg_id_prefix=branch_id, policy=self.policy,
@@ -350,7 +350,7 @@ class Rerunner:
         first delivery of a request, resumed (fenced) on a redelivery."""
         branch_id = request.branch_run_id
         opener = client_opener(self.client)
-        protector = await run_protector(self.client, spec.name, branch_id, spec.data_policy)
+        protector = await run_protector(self.client, spec.name, branch_id, spec.data_policy, worker=True)
         try:
             log = await load_run(self.client, branch_id, open_content=False)
         except RunNotFoundError:

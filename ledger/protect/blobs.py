@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import re
 import tempfile
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from runledger.log.subjects import BLOB_BUCKET
 if TYPE_CHECKING:
     from runledger.log.client import LedgerClient
 
+logger = logging.getLogger(__name__)
 MEDIA_JSON = "application/json"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -107,7 +109,10 @@ class BlobStore:
             try:
                 await store.get(sha, writeinto=f)
             except (ObjectNotFoundError, NotFoundError) as exc:
-                raise BlobMissingError(sha) from exc
+                behind = await self._behind_a_delete_marker(sha)
+                if behind is None:
+                    raise BlobMissingError(sha) from exc
+                f.write(behind)
             except nats.js.errors.DigestMismatchError as exc:
                 raise BlobCorruptError(sha, "a chunk digest mismatch") from exc
             f.seek(0)
@@ -117,11 +122,55 @@ class BlobStore:
             raise BlobCorruptError(sha, actual)
         return data
 
+    async def _behind_a_delete_marker(self, sha: str) -> bytes | None:
+        """The body of ``sha`` when its metadata says deleted but its chunks are still stored.
+
+        Whoever may store blobs may also write a delete marker (the object store's metadata subject
+        is the same for a put and a delete), but only an erasure (an operator) may purge the chunks:
+        a marker whose chunks remain deletes nothing. The marker keeps the chunks' nuid; the body is
+        read and checked against its name (a blob is named by its sha256), so nothing else passes."""
+        subject = await self._chunks_subject(sha)
+        if subject is None:
+            return None  # no marker, or its chunks were purged: erased
+        stream_info = await self._client.js.stream_info(f"OBJ_{BLOB_BUCKET}", subjects_filter=subject)
+        count = sum((stream_info.state.subjects or {}).values())
+        sub = await self._client.js.subscribe(subject, ordered_consumer=True)
+        try:
+            parts = [(await sub.next_msg(timeout=10)).data for _ in range(count)]
+        finally:
+            await sub.unsubscribe()
+        data = b"".join(parts)
+        if hashlib.sha256(data).hexdigest() != sha:
+            return None
+        logger.warning("blob %s has a delete marker but its chunks were never purged: read anyway", sha)
+        return data
+
     async def delete(self, sha256: str) -> bool:
+        """Delete the blob: its delete marker and the purge of its chunks (an erasure's). A marker
+        already there (anyone who stores blobs may write one) does not stop the purge."""
         from nats.js.errors import NotFoundError, ObjectNotFoundError
 
         store = await self._os()
         with contextlib.suppress(ObjectNotFoundError, NotFoundError):
             await store.delete(sha256)
             return True
-        return False
+        subject = await self._chunks_subject(sha256)
+        if subject is None:
+            return False
+        await self._client.js.purge_stream(f"OBJ_{BLOB_BUCKET}", subject=subject)
+        return True
+
+    async def _chunks_subject(self, sha: str) -> str | None:
+        """The subject of the chunks a delete marker of ``sha`` left unpurged; None when there are none."""
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+        store = await self._os()
+        try:
+            info = await store.get_info(sha, show_deleted=True)
+        except (ObjectNotFoundError, NotFoundError):
+            return None
+        if not getattr(info, "deleted", False) or not info.nuid:
+            return None
+        subject = f"$O.{BLOB_BUCKET}.C.{info.nuid}"
+        stream_info = await self._client.js.stream_info(f"OBJ_{BLOB_BUCKET}", subjects_filter=subject)
+        return subject if sum((stream_info.state.subjects or {}).values()) else None

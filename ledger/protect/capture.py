@@ -339,14 +339,16 @@ async def run_protector(
     *,
     resolver: SecretResolver | None = None,
     keystore: KeyStore | None = None,
+    worker: bool = False,
 ) -> PayloadProtector:
-    """The protector of one run, with its keys created (first start) or fetched (resume).
+    """The protector of one run, with its keys created (first start) or fetched (resume); ``worker``:
+    a run a worker writes (a branch), whose keys live under the workers' prefix.
 
     Raises KeyStoreError for a run whose keys were destroyed (erased runs are not continued)."""
     keys: RunKeys | None = None
     if policy.encrypt or policy.capture != "full":
         store = keystore or KVKeyStore(client.js)
-        keys = await store.create(run_kid(agent, run_id))
+        keys = await store.create(run_kid(agent, run_id, worker=worker))
     return PayloadProtector(policy, keys, BlobStore(client), resolver)
 
 

@@ -61,7 +61,14 @@ from runledger.errors import ConfigurationError, EventDecodeError, LedgerError, 
 from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient
 from runledger.log.reader import RunLog, read_run, subject_counts
-from runledger.log.subjects import LEDGER_STREAM, OPERATOR_WRITER, RUN_PREFIX, parse_run_subject, writer_of
+from runledger.log.subjects import (
+    LEDGER_STREAM,
+    OPERATOR_WRITER,
+    RUN_PREFIX,
+    WORKER_WRITER,
+    parse_run_subject,
+    writer_of,
+)
 from runledger.protect.blobs import BlobStore, is_blob_ref
 from runledger.protect.capture import content_values, is_marker, is_sealed, is_sealed_text
 from runledger.protect.keystore import KVKeyStore, run_kid
@@ -163,7 +170,7 @@ async def _erase_one(
     client: LedgerClient, log: RunLog, *, reason: str, by: str, cause: dict[str, Any] | None = None
 ) -> ErasureResult:
     cp = fold(log.records, check_chain=False)
-    kid = run_kid(log.agent, log.run_id)
+    kid = run_kid(log.agent, log.run_id, worker=writer_of(log.subject) == WORKER_WRITER)
     shas: set[str] = set()
     plaintext = 0
     for rec in log.records:

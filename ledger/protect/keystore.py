@@ -103,9 +103,15 @@ _MAKE_ONE = (
 )
 
 
-def run_kid(agent: str, run_id: str) -> str:
-    """The key id of a run: also its KV key, so permissions can scope an agent to its own."""
-    return f"{agent}.{run_id}"
+# The KV keys of runs a worker writes (re-runs' branches) start with a token no agent name can be
+# ("=" is not in a name: runledger.record.ids), so a worker may create and erase only those.
+WORKER_KID_PREFIX = "=w"
+
+
+def run_kid(agent: str, run_id: str, *, worker: bool = False) -> str:
+    """The key id of a run: also its KV key, so permissions can scope an agent to its own (and a
+    worker to the branches it writes: ``=w.<agent>.<run_id>``)."""
+    return f"{WORKER_KID_PREFIX}.{agent}.{run_id}" if worker else f"{agent}.{run_id}"
 
 
 @dataclass(frozen=True)

@@ -538,6 +538,21 @@ _B64_BLOCK_LINE = re.compile(
     rb"(?=[A-Za-z0-9+/])"
 )
 _URLSAFE_BYTES = bytes.maketrans(b"-_", b"+/")
+# The last character of a run of 4k+r characters (standard alphabet), for a decoding of many runs
+# in one call (``Redactor._base64_suspects``): the bits past the run's last whole byte cleared
+# (r = 2: all but the top 2 of 6; r = 3: all but the top 4), so padding with "A" ends the run's
+# decoding with NULs instead of a junk byte a detector could read as a letter ("AKIA..." then
+# "P" is no key id); r = 1: the lone character dropped, as it decodes to nothing.
+_B64_STD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_B64_LAST_KEPT = {
+    r: bytes.maketrans(_B64_STD, bytes(_B64_STD[v & mask] for v in range(64)))
+    for r, mask in ((0, 0b111111), (1, 0b111111), (2, 0b110000), (3, 0b111100))
+}
+_B64_LAST_TABLE = [_B64_LAST_KEPT[r] for r in range(4)]
+_B64_LAST_DROP = [b"", bytes(range(256)), b"", b""]
+# Above this many candidate runs, the exact path (every run at its offset) runs over the whole text.
+_B64_MAX_SUSPECTS = 64
+_B64_BARE = bytes.maketrans(b"\r\n", b"  ")  # (for _B64_KEEP's output: base64 characters or blanks)
 # Lines of MIME, PEM and GNU ``base64`` output (64 or 76 characters, a multiple of 4) decode as one.
 _B64_LINE = (64, 76)
 _URLSAFE = str.maketrans("-_", "+/")
@@ -1355,9 +1370,11 @@ class Redactor:
         return text
 
     def _open_base64(self, text: str, depth: int, mint: _Mint) -> str:
-        if not self._base64_may_hold(text, depth):
-            return text
-        spans = _b64_runs(text)
+        suspects = self._base64_suspects(text, depth)
+        if suspects is None:
+            spans = _b64_runs(text)
+        else:  # only the stretches that may hold a secret: the runs there are those of the whole text
+            spans = [(s + a, e + a) for a, b in suspects for s, e in _b64_runs(text[a:b])]
         if not spans:
             return text
         runs = list(map(text.__getitem__, itertools.starmap(slice, spans)))
@@ -1394,46 +1411,132 @@ class Redactor:
         return "".join(out)
 
     def _base64_may_hold(self, text: str, depth: int) -> bool:
-        """Whether some base64 run of ``text`` may hold a secret: all runs decoded and probed at once,
-        without their offsets (C passes: split, filter, pad, join, one ``a2b_base64``). A run whose
-        decoding holds a secret makes the probe find something (a probe finds at least what it would
-        in the run alone: the runs are apart, ``_SEP`` between them), so False is a safe no; True
-        sends the text to the exact path (``_open_base64``), which looks run by run."""
+        """Whether some base64 run of ``text`` may hold a secret (``_base64_suspects`` finds some)."""
+        return self._base64_suspects(text, depth) != []
+
+    def _base64_suspects(self, text: str, depth: int) -> list[tuple[int, int]] | None:
+        """The stretches of ``text`` whose base64 runs may hold a secret, sorted and apart ([]: none;
+        None: any run may, the exact path looks at every one).
+
+        All runs are decoded and probed at once, without their offsets (C passes: split, filter, pad,
+        join, one ``a2b_base64``). A run whose decoding holds a secret makes the probe find something
+        (a probe finds at least what it would in the run alone: the runs are apart, NULs between
+        them, which end what a detector can match as ``_SEP`` does: every class that leaves out one
+        leaves out both), so [] is a safe no. Of more than 16 runs (distinct), what the probe found
+        is mapped back to the runs it lies in (their decodings' offsets in the probe: a bisect) and
+        each such run to the stretches of ``text`` holding it (a ``find``: the whole run of base64
+        characters around it, and its padding), which the exact path (``_open_base64``) looks at
+        alone: the runs there are the runs of the whole text, as the stretch is cut where no run
+        goes on. One secret among 60,000 runs no longer sends every run down the exact path (which
+        slices, decodes and probes each at its offset: 300 ms a MiB). None, the whole text, when a
+        stretch may be a line of a block (a newline at either end: ``_b64_blocks`` joins lines),
+        when the probe changed a length (an extra detector), or past ``_B64_MAX_SUSPECTS`` stretches
+        (dense secrets: a token each, the exact path's cost either way).
+
+        Rejected: the offsets of every run kept through the probe (``finditer``, slices: what the
+        exact path costs); a second probe per run (a Python call each)."""
         encoded = text.encode("latin-1", "replace")
         if _B64_RUN.search(encoded.translate(_B64_MAP)) is None:
-            return False
+            return []
         if len(text) <= GATE_MAX_CHARS:  # a few runs: find them in place, and let one-case ones go
             short_runs = _B64_SHORT.findall(text)
             if all(r.islower() or r.isupper() or r.isdigit() for r in short_runs):
-                return False
+                return []
         raw = encoded.translate(_B64_KEEP)
+        lines_joined = False
         if b"\n" in raw:  # the lines of a block are one run
-            raw = _B64_BLOCK_LINE.sub(b"", raw)
+            joined = _B64_BLOCK_LINE.sub(b"", raw)
+            lines_joined, raw = len(joined) != len(raw), joined
         parts = list(set(raw.split()))  # a run repeated is probed once
         runs = list(itertools.compress(parts, map(operator.le, itertools.repeat(16), map(len, parts))))
         runs = list(itertools.compress(runs, _mixed_case(runs)))  # as in _open_base64
         if not runs:
-            return False
+            return []
         sizes = list(map(len, runs))
         if max(sizes) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
             tails = _b64_tails(runs)
             runs += tails
             sizes += map(len, tails)
+        found_in = runs  # each run as ``text`` holds it
         if b"-" in raw or b"_" in raw:  # URL-safe runs (a run with both alphabets decodes to junk either way)
             runs = list(map(bytes.translate, runs, itertools.repeat(_URLSAFE_BYTES)))
+        if len(runs) > 16:
+            return self._base64_suspects_of_many(text, encoded, raw, runs, found_in, lines_joined, depth)
         # Each run padded with "A" to whole quanta (zero bits: at most two bytes of junk at its end).
         lengths = map(operator.and_, map(operator.add, sizes, itertools.repeat(3)), itertools.repeat(-4))
         padded = map(bytes.ljust, runs, lengths, itertools.repeat(b"A"))
-        if len(runs) <= 16:  # a document, an image: each decoded, binary ones left out (as in _b64_decode_all)
-            decodings = list(map(binascii.a2b_base64, padded))
-            decoded = b"\x00".join(itertools.compress(decodings, _texty(decodings)))
-        else:  # all decoded in one call, a quantum of "/" between runs (whole quanta: 3 bytes of 0xff)
-            decoded = binascii.a2b_base64(b"////".join(padded))
-        # Control bytes (binary, and the 0xff between runs) become NULs, which end what a detector can
-        # match as _SEP does (every class that leaves out one leaves out both), and keep the probe
-        # Latin-1: one byte a character for the scans, where _SEP would make it two.
+        # A document, an image: each decoded, binary ones left out (as in _b64_decode_all).
+        decodings = list(map(binascii.a2b_base64, padded))
+        decoded = b"\x00".join(itertools.compress(decodings, _texty(decodings)))
+        # Control bytes (binary) become NULs, which end what a detector can match as _SEP does, and
+        # keep the probe Latin-1: one byte a character for the scans, where _SEP would make it two.
         probe = decoded.translate(_CONTROL_TO_NUL).decode("latin-1")
-        return bool(probe) and self._scan_with(probe, depth + 1, _Mint(probe=True)) != probe
+        return None if probe and self._scan_with(probe, depth + 1, _Mint(probe=True)) != probe else []
+
+    def _base64_suspects_of_many(
+        self,
+        text: str,
+        encoded: bytes,
+        raw: bytes,
+        runs: list[bytes],
+        found_in: list[bytes],
+        lines_joined: bool,
+        depth: int,
+    ) -> list[tuple[int, int]] | None:
+        """``_base64_suspects`` of more than 16 distinct runs (standard alphabet; ``found_in``: as the
+        text holds them), decoded in one call: binary ones too (they only add to what is probed)."""
+        # Each run's last character cut to its bits of whole bytes and the run padded with "A": its
+        # decoding ends in NULs, no junk byte (``_B64_LAST_KEPT``); "AAAA" between runs, three NULs.
+        rests = list(map(operator.and_, map(len, runs), itertools.repeat(3)))
+        cut_at = cast("Callable[[bytes, slice], bytes]", operator.getitem)
+        heads = map(cut_at, runs, itertools.repeat(slice(None, -1)))
+        lasts = map(
+            bytes.translate,
+            map(cut_at, runs, itertools.repeat(slice(-1, None))),
+            map(_B64_LAST_TABLE.__getitem__, rests),
+            map(_B64_LAST_DROP.__getitem__, rests),
+        )
+        runs = list(map(operator.add, heads, lasts))
+        lengths = list(map(operator.and_, map(operator.add, map(len, runs), itertools.repeat(3)), itertools.repeat(-4)))
+        probe = binascii.a2b_base64(b"AAAA".join(map(bytes.ljust, runs, lengths, itertools.repeat(b"A"))))
+        text_probe = probe.decode("latin-1")
+        probed = self._scan_with(text_probe, depth + 1, _Mint(probe=True))
+        if probed == text_probe:
+            return []
+        if lines_joined or len(probed) != len(text_probe):
+            return None
+        # Where each run's decoding (and the NULs after it) starts in the probe: 3 bytes a quantum.
+        quanta = map(operator.add, map(operator.rshift, lengths, itertools.repeat(2)), itertools.repeat(1))
+        decoded_sizes = map(operator.mul, quanta, itertools.repeat(3))
+        starts = [0, *itertools.accumulate(decoded_sizes)]
+        held: set[bytes] = set()
+        for m in _MASKED.finditer(probed):
+            first = bisect.bisect_right(starts, m.start()) - 1
+            held.update(found_in[first : bisect.bisect_right(starts, m.end() - 1)])
+            if len(held) > _B64_MAX_SUSPECTS:
+                return None
+        # The stretch around each place a held run is in: the run of base64 characters, its padding.
+        bare = raw.translate(_B64_BARE)
+        n = len(encoded)
+        stretches: dict[int, int] = {}
+        for run in held:
+            at = encoded.find(run)
+            if at < 0:
+                return None  # (a run is text of ``text``; not a case that occurs)
+            while at >= 0:
+                start = bare.rfind(b" ", 0, at) + 1
+                end = bare.find(b" ", at + len(run))
+                end = n if end < 0 else end
+                stop = end
+                while stop < n and stop - end < 2 and encoded[stop] == 0x3D:  # "="
+                    stop += 1
+                if (start > 0 and encoded[start - 1] in b"\r\n") or (stop < n and encoded[stop] in b"\r\n"):
+                    return None  # maybe a line of a block, which the whole text decides
+                stretches[start] = stop
+                if len(stretches) > _B64_MAX_SUSPECTS:
+                    return None
+                at = encoded.find(run, stop)
+        return sorted(stretches.items())
 
     def _open_urlencoded(self, text: str, depth: int, mint: _Mint) -> str:
         if _PERCENT.search(text) is None:

@@ -16,7 +16,8 @@ operator          what an analyst may, plus publish re-run commands (``ledger.cm
                   (delete a run's key, purge its blobs)
 worker            consume re-run commands (the only role with consumers on ``LEDGER_CMD``), read
                   parents, write branch runs and their effects (as ``w``: never an agent's run,
-                  never a decision), create branch runs' keys
+                  never a decision), create branch runs' keys (``=w.<agent>.<run_id>``: never an
+                  agent's run's key)
 admin             everything (creates and updates the streams: ``runledger up``)
 ================  ==========================================================================
 
@@ -56,6 +57,7 @@ from runledger.errors import ConfigurationError
 from runledger.log.credentials import RoleCredentials
 from runledger.log.private import private_dir, write_private
 from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, KEY_BUCKET, KEY_STREAM, LEDGER_STREAM
+from runledger.protect.keystore import WORKER_KID_PREFIX
 from runledger.record.ids import is_token
 
 API = "$JS.API"
@@ -74,8 +76,6 @@ _CONSUMER_ACTIONS = (
     ("CONSUMER.DELETE", ".*"),
     ("CONSUMER.MSG.NEXT", ".*"),
 )
-
-
 
 
 def _reads() -> list[str]:
@@ -149,7 +149,7 @@ def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
             "ledger.run.*.*.w",  # branch runs, as their writer: never an agent's run, never a decision
             "ledger.effect.*.*.w",
             f"$O.{BLOB_BUCKET}.>",
-            f"$KV.{KEY_BUCKET}.>",
+            f"$KV.{KEY_BUCKET}.{WORKER_KID_PREFIX}.>",  # its branches' keys only: never purge an agent's run's key
             f"$JS.ACK.{CMD_STREAM}.>",
             *(f"{API}.{action}.{CMD_STREAM}{suffix}" for action, suffix in _CONSUMER_ACTIONS),
         ]

@@ -39,7 +39,7 @@ from runledger.errors import (
 from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
-from runledger.log.subjects import AGENT_WRITER, Writer, parse_run_subject, run_subject
+from runledger.log.subjects import AGENT_WRITER, WORKER_WRITER, Writer, parse_run_subject, run_subject, writer_of
 from runledger.protect.capture import (
     DataPolicy,
     PayloadOpener,
@@ -134,7 +134,7 @@ async def start_run(
     run_id = run_id or new_id()
     cp = Checkpoint(chain_format=CHAIN_FORMAT)
     data = data_policy or spec.data_policy
-    protector = await run_protector(client, spec.name, run_id, data)
+    protector = await run_protector(client, spec.name, run_id, data, worker=writer == WORKER_WRITER)
     appender = _writer(client, run_subject(spec.name, run_id, writer), cp, policy, protector)
     run = RecordedRun(client, spec, appender, cp, policy=policy, protector=protector)
     run._child_driver = _drive_child
@@ -244,7 +244,8 @@ async def resume_run(
         pause_point("resume:loaded")
         # The run keeps the capture mode it was started with, whatever the code now says.
         data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
-        protector = await run_protector(client, log.agent or spec.name, run_id, data)
+        worker = writer_of(log.subject) == WORKER_WRITER
+        protector = await run_protector(client, log.agent or spec.name, run_id, data, worker=worker)
         writer = _writer(client, log.subject, cp, policy, protector)
         run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
         run._child_driver = _drive_child

@@ -37,7 +37,8 @@ from runledger.log.subjects import (
 )
 from runledger.ops.decisions import accept_version, approve, grant_budget
 from runledger.ops.verify import verify_runs
-from runledger.protect.capture import DataPolicy
+from runledger.protect.blobs import BlobStore
+from runledger.protect.capture import DataPolicy, client_opener
 from runledger.protect.erasure import erase_run
 from runledger.protect.roles import secure
 from runledger.protect.runs import load_run
@@ -248,6 +249,11 @@ async def test_operator_and_worker(admin: LedgerClient, secure_server: ServerSta
         short = worker.nc.jetstream(timeout=1.0)
         await refused(secure_server, short.publish("ledger.cmd.rerun", b"{}", timeout=1.0), "ledger.cmd.rerun")
         await refused(secure_server, short.purge_stream(LEDGER_STREAM), "$JS.API.STREAM.PURGE.LEDGER")
+        # Its branches' keys are its own (=w.<agent>.<run>); an agent's run's key is not, to purge or to write.
+        worker_kv = await short.key_value(KEY_BUCKET)
+        assert await worker_kv.get("=w.alpha.branch-1")
+        await refused(secure_server, worker_kv.purge("alpha.some-run"), f"$KV.{KEY_BUCKET}.alpha.some-run")
+        await refused(secure_server, worker_kv.put("alpha.some-run", b"k"), f"$KV.{KEY_BUCKET}.alpha.some-run")
         # Erasure is the operator's: the key is destroyed, a blob deleted, the fact recorded.
         erased = await erase_run(operator, "branch-1", reason="test", by="op")
         assert erased.keys_destroyed and erased.blobs_deleted == 1 and erased.recorded
@@ -337,4 +343,31 @@ async def test_decisions_are_made_only_by_operators(admin: LedgerClient, secure_
         assert all(r.ok for r in await verify_runs(operator, "decide-ok"))
     finally:
         for c in (alpha, worker, operator):
+            await c.close()
+
+
+async def test_a_delete_marker_from_an_agent_deletes_nothing(admin: LedgerClient, secure_server: ServerState) -> None:
+    """Storing blobs lets an agent write any blob's delete marker (one subject for put and delete),
+    but not purge its chunks: the body stays readable to its run; an operator's erasure removes it."""
+    alpha = await login(secure_server, "agent-alpha")
+    beta = await login(secure_server, "agent-beta")
+    operator = await login(secure_server, "operator")
+    try:
+        await start_run(alpha, agent_spec("alpha"), None, run_id="blob-run")
+        log = await load_run(alpha, "blob-run", agent="alpha", open_content=False)
+        tool = next(r.event.payload for r in log.records if r.event.type == "tool.called")
+        ref = tool["output"]
+        assert ref["$ref"] == "blob"
+        store = await beta.nc.jetstream(timeout=1.0).object_store("LEDGER_BLOBS")
+        start = len(Path(secure_server.log).read_bytes())
+        with pytest.raises((TimeoutError, nats.errors.Error)):
+            await store.delete(ref["sha256"])  # the marker is stored; the purge of the chunks is refused
+        await logged_after(secure_server, start, "Violation", "$JS.API.STREAM.PURGE.OBJ_LEDGER_BLOBS")
+        assert await client_opener(alpha).open_value(ref) == "z" * 5000
+        erased = await erase_run(operator, "blob-run", reason="test", by="op")
+        assert erased.keys_destroyed
+        with pytest.raises(LedgerError):
+            await BlobStore(operator).fetch(ref)
+    finally:
+        for c in (alpha, beta, operator):
             await c.close()

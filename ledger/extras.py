@@ -20,6 +20,7 @@ MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
     # Namespace packages: the dotted module each distribution installs.
     "langgraph": ("langgraph", "langgraph.checkpoint", "langchain_core"),
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http", "opentelemetry.proto"),
+    "openai": ("openai",),
 }
 
 # The sub-commands of a package that cannot even be imported without its extra, so that calling

@@ -180,7 +180,9 @@ async def handle(client: LedgerClient, thread: str, order: str, approve: bool | 
     state = await graph.aget_state(config)
     if not state.values:
         await graph.ainvoke({"messages": [HumanMessage(content=f"Please refund {order}, it arrived broken.")]}, config)
-    while (state := await graph.aget_state(config)).next:
+    # Not `state.next`: a task whose writes were saved before a crash is no longer "next", yet the
+    # graph goes on from it. Any task at all means the thread has not reached its end.
+    while (state := await graph.aget_state(config)).tasks:
         if state.interrupts:
             if approve is None:
                 return {"status": "waiting", "thread": thread, "approval": state.interrupts[0].value}

@@ -538,18 +538,6 @@ _B64_BLOCK_LINE = re.compile(
     rb"(?=[A-Za-z0-9+/])"
 )
 _URLSAFE_BYTES = bytes.maketrans(b"-_", b"+/")
-# The last character of a run of 4k+r characters (standard alphabet), for a decoding of many runs
-# in one call (``Redactor._base64_suspects``): the bits past the run's last whole byte cleared
-# (r = 2: all but the top 2 of 6; r = 3: all but the top 4), so padding with "A" ends the run's
-# decoding with NULs instead of a junk byte a detector could read as a letter ("AKIA..." then
-# "P" is no key id); r = 1: the lone character dropped, as it decodes to nothing.
-_B64_STD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-_B64_LAST_KEPT = {
-    r: bytes.maketrans(_B64_STD, bytes(_B64_STD[v & mask] for v in range(64)))
-    for r, mask in ((0, 0b111111), (1, 0b111111), (2, 0b110000), (3, 0b111100))
-}
-_B64_LAST_TABLE = [_B64_LAST_KEPT[r] for r in range(4)]
-_B64_LAST_DROP = [b"", bytes(range(256)), b"", b""]
 # Above this many candidate runs, the exact path (every run at its offset) runs over the whole text.
 _B64_MAX_SUSPECTS = 64
 _B64_BARE = bytes.maketrans(b"\r\n", b"  ")  # (for _B64_KEEP's output: base64 characters or blanks)
@@ -1178,7 +1166,10 @@ class Redactor:
                         hints = _Hints(_lower(text))
                     if all(hints.find(h, 0) < 0 for h in det.hints):
                         continue
-            elif det.lower and hints is None:
+            if det.lower and hints is None:
+                # (Also after an earlier detector's tokens reset the hints: a short text's hints are not
+                # looked up again, and ``_find`` would match the lower-cased pattern on the text as is,
+                # missing "Bearer ..." after an AWS key id.)
                 hints = _Hints(_lower(text))
             if det.gate is not None and short and not det.hints and det.gate.search(text) is None:
                 continue
@@ -1447,21 +1438,22 @@ class Redactor:
         if b"\n" in raw:  # the lines of a block are one run
             joined = _B64_BLOCK_LINE.sub(b"", raw)
             lines_joined, raw = len(joined) != len(raw), joined
-        parts = list(set(raw.split()))  # a run repeated is probed once
-        runs = list(itertools.compress(parts, map(operator.le, itertools.repeat(16), map(len, parts))))
-        runs = list(itertools.compress(runs, _mixed_case(runs)))  # as in _open_base64
+        runs = sorted(set(raw.split()), key=len)  # a run repeated is probed once
+        runs = runs[bisect.bisect_left(runs, 16, key=len) :]
+        # Mixed case only, as in _open_base64 (what ``_mixed_case`` keeps; filters: fewer C passes).
+        filters = (bytes.islower, bytes.isupper, bytes.isdigit)
+        runs = list(functools.reduce(lambda kept, one_case: itertools.filterfalse(one_case, kept), filters, iter(runs)))
         if not runs:
             return []
-        sizes = list(map(len, runs))
-        if max(sizes) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
-            tails = _b64_tails(runs)
-            runs += tails
-            sizes += map(len, tails)
-        found_in = runs  # each run as ``text`` holds it
-        if b"-" in raw or b"_" in raw:  # URL-safe runs (a run with both alphabets decodes to junk either way)
-            runs = list(map(bytes.translate, runs, itertools.repeat(_URLSAFE_BYTES)))
+        if len(runs[-1]) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
+            runs += _b64_tails(runs[bisect.bisect_right(runs, _B64_PREFIX, key=len) :])
+        # URL-safe runs (a run with both alphabets decodes to junk either way)
+        urlsafe = b"-" in raw or b"_" in raw
         if len(runs) > 16:
-            return self._base64_suspects_of_many(text, encoded, raw, runs, found_in, lines_joined, depth)
+            return self._base64_suspects_of_many(text, encoded, raw, runs, urlsafe, lines_joined, depth)
+        if urlsafe:
+            runs = list(map(bytes.translate, runs, itertools.repeat(_URLSAFE_BYTES)))
+        sizes = list(map(len, runs))
         # Each run padded with "A" to whole quanta (zero bits: at most two bytes of junk at its end).
         lengths = map(operator.and_, map(operator.add, sizes, itertools.repeat(3)), itertools.repeat(-4))
         padded = map(bytes.ljust, runs, lengths, itertools.repeat(b"A"))
@@ -1479,40 +1471,51 @@ class Redactor:
         encoded: bytes,
         raw: bytes,
         runs: list[bytes],
-        found_in: list[bytes],
+        urlsafe: bool,
         lines_joined: bool,
         depth: int,
     ) -> list[tuple[int, int]] | None:
-        """``_base64_suspects`` of more than 16 distinct runs (standard alphabet; ``found_in``: as the
-        text holds them), decoded in one call: binary ones too (they only add to what is probed)."""
-        # Each run's last character cut to its bits of whole bytes and the run padded with "A": its
-        # decoding ends in NULs, no junk byte (``_B64_LAST_KEPT``); "AAAA" between runs, three NULs.
-        rests = list(map(operator.and_, map(len, runs), itertools.repeat(3)))
-        cut_at = cast("Callable[[bytes, slice], bytes]", operator.getitem)
-        heads = map(cut_at, runs, itertools.repeat(slice(None, -1)))
-        lasts = map(
-            bytes.translate,
-            map(cut_at, runs, itertools.repeat(slice(-1, None))),
-            map(_B64_LAST_TABLE.__getitem__, rests),
-            map(_B64_LAST_DROP.__getitem__, rests),
-        )
-        runs = list(map(operator.add, heads, lasts))
-        lengths = list(map(operator.and_, map(operator.add, map(len, runs), itertools.repeat(3)), itertools.repeat(-4)))
-        probe = binascii.a2b_base64(b"AAAA".join(map(bytes.ljust, runs, lengths, itertools.repeat(b"A"))))
-        text_probe = probe.decode("latin-1")
+        """``_base64_suspects`` of more than 16 distinct runs (as ``text`` holds them), decoded in one
+        call: binary ones too (they only add to what is probed)."""
+        # The runs of one length are joined by one separator, their padding with "A" and "AAAA" (three
+        # NULs): no C pass a run. In a run's decoding, the byte past its last whole one (from the
+        # padding and its last character's low bits) is set to NUL, as a junk letter there could hide
+        # a secret a detector bounds ("AKIA..." then "P" is no key id).
+        runs.sort(key=len)
+        sizes = list(map(len, runs))
+        pieces: list[bytes] = []
+        groups: list[tuple[int, int, int, int, int]] = []  # (offset in the probe, bytes a run, first run, size, runs)
+        first = offset = 0
+        while first < len(runs):
+            size = sizes[first]
+            end = bisect.bisect_right(sizes, size, first)
+            padded = (size + 3) & -4
+            gap = b"A" * (padded - size + 4)
+            pieces.append(gap.join(runs[first:end]) + gap)
+            slot = (padded // 4 + 1) * 3
+            groups.append((offset, slot, first, size, end - first))
+            offset += slot * (end - first)
+            first = end
+        joined = b"".join(pieces)
+        decoded = bytearray(binascii.a2b_base64(joined.translate(_URLSAFE_BYTES) if urlsafe else joined))
+        for offset, slot, _, size, count in groups:
+            if size & 3:  # 4k + r characters: 3k + r - 1 bytes (r = 1: 3k, and 4k decode as extra text)
+                junk = offset + size // 4 * 3 + (size & 3) - 1
+                decoded[junk : junk + slot * count : slot] = bytes(count)
+        text_probe = decoded.decode("latin-1")
         probed = self._scan_with(text_probe, depth + 1, _Mint(probe=True))
         if probed == text_probe:
             return []
         if lines_joined or len(probed) != len(text_probe):
             return None
-        # Where each run's decoding (and the NULs after it) starts in the probe: 3 bytes a quantum.
-        quanta = map(operator.add, map(operator.rshift, lengths, itertools.repeat(2)), itertools.repeat(1))
-        decoded_sizes = map(operator.mul, quanta, itertools.repeat(3))
-        starts = [0, *itertools.accumulate(decoded_sizes)]
+        group_starts = [g[0] for g in groups]
         held: set[bytes] = set()
         for m in _MASKED.finditer(probed):
-            first = bisect.bisect_right(starts, m.start()) - 1
-            held.update(found_in[first : bisect.bisect_right(starts, m.end() - 1)])
+            ends = []  # the runs holding its first and its last character
+            for pos in (m.start(), m.end() - 1):
+                offset, slot, first, _, _ = groups[bisect.bisect_right(group_starts, pos) - 1]
+                ends.append(first + (pos - offset) // slot)
+            held.update(runs[ends[0] : ends[1] + 1])
             if len(held) > _B64_MAX_SUSPECTS:
                 return None
         # The stretch around each place a held run is in: the run of base64 characters, its padding.

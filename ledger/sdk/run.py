@@ -298,7 +298,8 @@ class RecordedRun:
             if rec.status != "retrying":
                 if rec.error:
                     raise await self._recorded_failure(name, step, rec.error, "model")
-                return _response_from_record(await self._open_model_output(rec.output))
+                response_type = getattr(self._spec.model, "response_type", ModelResponse)
+                return _response_from_record(await self._open_model_output(rec.output), response_type)
         # Live, or the next attempt of a step whose last recorded attempt failed and was to be retried.
         retry: Retry = getattr(self._spec.model, "retry", None) or NO_RETRY
         attempt = 1 if rec is None else rec.attempts + 1
@@ -340,11 +341,9 @@ class RecordedRun:
                 model=name,
                 request={"messages": messages, "params": params},
                 args_digest=args_digest,
-                response={
-                    "content": response.content,
-                    "tool_calls": response.tool_calls,
-                    "finish_reason": response.finish_reason,
-                },
+                # An adapter's ModelResponse subclass adds fields (the SDK's own response, for
+                # runledger.integrations.openai): recorded with the rest, returned on replay.
+                response=response.model_dump(exclude={"input_tokens", "output_tokens"}),
                 usage=Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens),
                 duration_ms=(time.perf_counter() - started) * 1000,
                 attempt=attempt,
@@ -840,15 +839,18 @@ def child_run_id(parent_run_id: str, step: int) -> str:
     return f"{parent_run_id}-c{step}"
 
 
-def _response_from_record(output: Any) -> ModelResponse:
+def _response_from_record(output: Any, response_type: type[ModelResponse] = ModelResponse) -> ModelResponse:
     data = dict(output or {})
     usage = data.pop("usage", {}) or {}
-    return ModelResponse(
-        content=data.get("content", ""),
-        tool_calls=data.get("tool_calls", []),
-        finish_reason=data.get("finish_reason", "stop"),
-        input_tokens=usage.get("input_tokens", 0),
-        output_tokens=usage.get("output_tokens", 0),
+    return response_type.model_validate(
+        {
+            **data,
+            "content": data.get("content", ""),
+            "tool_calls": data.get("tool_calls", []),
+            "finish_reason": data.get("finish_reason", "stop"),
+            "input_tokens": usage.get("input_tokens", 0),
+            "output_tokens": usage.get("output_tokens", 0),
+        }
     )
 
 

@@ -1,0 +1,58 @@
+"""An agent that uses the official OpenAI SDK, its calls recorded as model steps of a runledger run.
+
+    export OPENAI_API_KEY=...                  # read by the SDK; never recorded
+    python -m runledger.examples.openai_sdk.agent --nats URL --run R-1 "What is an idempotency key?"
+    python -m runledger.examples.openai_sdk.agent --nats URL --run R-1 --resume   # answered from the record
+
+``--base-url`` points the SDK at any OpenAI-compatible server. The second command resumes the run:
+the recorded answer comes back as a ``ChatCompletion`` without calling the API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+import openai
+
+from runledger import AgentSpec, Run, connect
+from runledger.integrations.openai import OpenAIModel, recorded
+from runledger.sdk.lifecycle import resume_run, start_run
+
+
+def spec(base_url: str | None, model: str) -> AgentSpec:
+    async def agent(run: Run) -> Any:
+        async with openai.AsyncOpenAI(base_url=base_url) as sdk:
+            client = recorded(sdk, run)  # the one line that makes the calls below steps of the run
+            answer = await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": str(run.input)}]
+            )
+            return answer.choices[0].message.content
+
+    return AgentSpec("openai-sdk-example", agent, OpenAIModel(model=model), agent_version="v1")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    agent_spec = spec(args.base_url, args.model)
+    async with await connect(args.nats) as client:
+        if args.resume:
+            result = await resume_run(client, agent_spec, args.run)
+        else:
+            result = await start_run(client, agent_spec, args.question, run_id=args.run)
+    print(result.status, result.output if result.status == "completed" else result.error)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("question", nargs="?", default="Say hello.")
+    parser.add_argument("--nats", required=True, help="the ledger's NATS URL")
+    parser.add_argument("--run", required=True, help="the run id")
+    parser.add_argument("--resume", action="store_true", help="resume the run instead of starting it")
+    parser.add_argument("--model", default="gpt-4o-mini")
+    parser.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint (default: OpenAI's)")
+    asyncio.run(main_async(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -38,7 +38,7 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from runledger.errors import FencedError, PublishError
 from runledger.log.subjects import FENCE_HEADER, FENCE_SUBJECT_HEADER, LEDGER_STREAM, fence_filter
-from runledger.record.canonical import LEGACY_CHAIN_FORMAT
+from runledger.record.canonical import CONTENT_FORMAT, LEGACY_CHAIN_FORMAT
 from runledger.record.events import GENESIS, Event, Payload, RunStarted, make_event
 
 T = TypeVar("T")
@@ -268,10 +268,16 @@ class SubjectWriter:
 
         With a ``transform``, what is published (and returned) is the transformed payload:
         every event of the subject passes through it, whoever builds the payload."""
-        if self.transform is not None:
-            body = await self.transform(body)
         if isinstance(body, RunStarted) and body.chain_format is not None:
             self.chain_format = body.chain_format  # a run's first event says the format of its chain
+        if self.transform is not None:
+            # The content the transform seals or stores by reference is serialized in the chain's
+            # format too: what a replay opens must equal what the agent received live.
+            token = CONTENT_FORMAT.set(self.chain_format)
+            try:
+                body = await self.transform(body)
+            finally:
+                CONTENT_FORMAT.reset(token)
         event, data = make_event(
             body,
             run_id=self.run_id,

@@ -55,7 +55,7 @@ from runledger.errors import KeyStoreError, LedgerError, MasterKeyMissingError, 
 from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
 from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
 from runledger.protect.redaction import RedactionPolicy, Redactor, SecretResolver, off_loop
-from runledger.record.canonical import canonical_json
+from runledger.record.canonical import CONTENT_FORMAT, canonical_json
 from runledger.record.events import Event, Payload
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ class PayloadProtector:
         value = await off_loop(value, self._clean, name, value)  # a large value: in a worker thread
         if is_marker(value):
             return value
-        raw = canonical_json(value)
+        raw = canonical_json(value, CONTENT_FORMAT.get())  # the format of the chain it is recorded in
         if self.policy.capture == "hash-only":
             return {"$hash": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
         if self.policy.encrypt:

@@ -1446,7 +1446,10 @@ class Redactor:
         if not runs:
             return []
         if len(runs[-1]) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
-            runs += _b64_tails(runs[bisect.bisect_right(runs, _B64_PREFIX, key=len) :])
+            tails = _b64_tails(runs[bisect.bisect_right(runs, _B64_PREFIX, key=len) :])
+            if tails:
+                runs += tails
+                runs.sort(key=len)  # (by length still: _base64_suspects_of_many takes them so)
         # URL-safe runs (a run with both alphabets decodes to junk either way)
         urlsafe = b"-" in raw or b"_" in raw
         if len(runs) > 16:
@@ -1475,20 +1478,18 @@ class Redactor:
         lines_joined: bool,
         depth: int,
     ) -> list[tuple[int, int]] | None:
-        """``_base64_suspects`` of more than 16 distinct runs (as ``text`` holds them), decoded in one
-        call: binary ones too (they only add to what is probed)."""
+        """``_base64_suspects`` of more than 16 distinct runs (as ``text`` holds them, by length),
+        decoded in one call: binary ones too (they only add to what is probed)."""
         # The runs of one length are joined by one separator, their padding with "A" and "AAAA" (three
         # NULs): no C pass a run. In a run's decoding, the byte past its last whole one (from the
         # padding and its last character's low bits) is set to NUL, as a junk letter there could hide
         # a secret a detector bounds ("AKIA..." then "P" is no key id).
-        runs.sort(key=len)
-        sizes = list(map(len, runs))
         pieces: list[bytes] = []
         groups: list[tuple[int, int, int, int, int]] = []  # (offset in the probe, bytes a run, first run, size, runs)
         first = offset = 0
         while first < len(runs):
-            size = sizes[first]
-            end = bisect.bisect_right(sizes, size, first)
+            size = len(runs[first])
+            end = bisect.bisect_right(runs, size, first, key=len)
             padded = (size + 3) & -4
             gap = b"A" * (padded - size + 4)
             pieces.append(gap.join(runs[first:end]) + gap)

@@ -27,6 +27,7 @@ cannot be told from digits inside a string without tokenizing it again).
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import math
@@ -37,12 +38,13 @@ from pydantic_core import to_jsonable_python
 ChainFormat = Literal[1, 2]
 LEGACY_CHAIN_FORMAT: ChainFormat = 1
 JCS_CHAIN_FORMAT: ChainFormat = 2
-# What the Python SDK's new runs record (run.started's chain_format). Every reader verifies both.
-# Format 1 still, because a value an agent receives live must equal its replay: sealed content is
-# serialized in format 1 (runledger.protect.capture), so in a format-2 run a float like 950.0 came
-# back live as 950 and on replay as 950.0 (a false divergence). Format 2 becomes the default when
-# the protect layer serializes in the run's format.
-CHAIN_FORMAT: ChainFormat = LEGACY_CHAIN_FORMAT
+# What new runs record (run.started's chain_format). Every reader verifies both. Content a run seals
+# or stores by reference is serialized in the run's format too (CONTENT_FORMAT, below),
+# so a value the agent receives live equals its replay (a float 950.0 is 950 in both).
+CHAIN_FORMAT: ChainFormat = JCS_CHAIN_FORMAT
+# The chain format of the subject whose content is being sealed or stored by reference, while it is
+# (set by runledger.log.publish.SubjectWriter around its transform; read by runledger.protect.capture).
+CONTENT_FORMAT: contextvars.ContextVar[int] = contextvars.ContextVar("runledger_content_format", default=1)
 CHAIN_FORMATS: dict[int, str] = {1: "legacy (Python json, sorted keys)", 2: "RFC 8785 (JCS)"}
 
 _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

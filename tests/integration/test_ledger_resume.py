@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from runledger import (
 )
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import accept_version, approve
+from runledger.protect.capture import DataPolicy
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import VersionAcceptance, resume_run, start_run
@@ -210,3 +212,25 @@ async def test_an_accepted_version_still_stops_at_its_first_divergent_step(clien
     with pytest.raises(NondeterminismError) as info:
         await resume_run(client, spec, "hf-2", accept_version=VersionAcceptance("2", by="alice"))
     assert info.value.step == 0
+
+
+@pytest.mark.parametrize("policy", ["sealed", "blob", "full"])
+async def test_a_float_reads_back_the_same_live_and_on_resume(client: LedgerClient, policy: str) -> None:
+    """A value the agent got live equals its replay in every way content is recorded (sealed,
+    by reference, in the clear): ``950.0`` is written ``950`` by the chain's canonical JSON."""
+    seen: list[str] = []
+
+    async def agent(run: Run) -> str:
+        order = await run.tool("lookup", {"id": 7}, fn=lambda a: {"amount": 950.0, "pad": "p" * pad})
+        text = json.dumps(order["amount"])
+        seen.append(text)
+        await run.approval("refund", {"amount": order["amount"]})
+        return text
+
+    pad = 70_000 if policy == "blob" else 1
+    data = DataPolicy("full", encrypt=False) if policy == "full" else DataPolicy()
+    spec = AgentSpec("floats", agent, ScriptedModel([]), agent_version="1", data_policy=data)
+    first = await start_run(client, spec, run_id=f"float-{policy}")
+    await approve(client, f"float-{policy}", first.pending[0], by="op")
+    resumed = await resume_run(client, spec, f"float-{policy}")
+    assert resumed.status == "completed" and seen[0] == seen[1] == resumed.output

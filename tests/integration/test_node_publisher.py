@@ -100,4 +100,4 @@ async def test_a_node_run_verifies_projects_and_its_effect_is_never_repeated(
     assert calls == []  # the Node run's committed claim answered it
     assert py.status == "completed" and py.output == {"refund_id": f"rf-{out['fencing_token']}", "amount": 12.5}
     (py_result,) = await verify_runs(client, "pyrun1")
-    assert py_result.ok and py_result.chain_format == 1  # the Python SDK still writes format 1 (CHAIN_FORMAT)
+    assert py_result.ok and py_result.chain_format == 2

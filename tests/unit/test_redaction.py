@@ -439,6 +439,46 @@ def test_the_one_probe_for_all_base64_runs_says_yes_whenever_a_run_holds_a_secre
     assert not r._base64_may_hold("plain " + _b64("nothing here at all, really"), 0)
 
 
+def _many_runs(n: int = 40) -> list[str]:
+    return [_b64(f"ordinary note number {i:04d}, nothing in it") for i in range(n)]
+
+
+def test_of_many_base64_runs_only_those_holding_a_secret_go_down_the_exact_path() -> None:
+    r = Redactor(KEY)
+    runs = _many_runs()
+    key_id = _b64("AKIAIOSFODNN7EXAMPLE").rstrip("=")
+    text = " ".join(runs[:20]) + f" x={key_id}== " + " ".join(runs[20:])
+    start = text.index(key_id)
+    assert r._base64_suspects(text, 0) == [(start, start + len(key_id) + 2)]
+    assert r._base64_suspects(" ".join(runs), 0) == []
+    out = r.redact_text(text)
+    assert key_id not in out and "«redacted:base64:aws_access_key_id:" in out
+    assert all(run in out for run in runs)
+    # The same as the exact path over every run.
+    exact = Redactor(KEY)
+    exact._base64_suspects = lambda text, depth: None  # type: ignore[method-assign]
+    assert exact.redact_text(text) == out
+    # A held run that may be a line of a block (a newline at an end): the whole text decides.
+    assert r._base64_suspects(text.replace(f" x={key_id}== ", f"\n{key_id}\n"), 0) is None
+
+
+def test_a_run_of_many_whose_decoding_ends_in_a_secret_is_found_whatever_its_last_bits() -> None:
+    # 4k+2 and 4k+3 characters: padded to whole quanta, the bits past the last byte would decode to a
+    # junk byte ("P", "0", "p"...) that keeps a key id at the very end from matching.
+    runs = _many_runs()
+    for secret in ("AKIAIOSFODNN7EXAMPLE", "x AKIAIOSFODNN7EXAMPLE", "xx AKIAIOSFODNN7EXAMPLE", "4111 1111 1111 1111"):
+        for cut in ("", "=", "=="):
+            wrapped = _b64(secret).rstrip("=") + cut
+            out = Redactor(KEY).redact_text(" ".join([*runs, wrapped]))
+            assert wrapped.rstrip("=") not in out, (secret, cut)
+
+
+def test_a_lower_cased_detector_still_matches_after_another_detector_placed_tokens() -> None:
+    text = "key AKIAIOSFODNN7EXAMPLE and header Authorization: Bearer abcdefghijklmnop"
+    out = Redactor(KEY).redact_text(text)
+    assert "abcdefghijklmnop" not in out and "«redacted:bearer_token:" in out
+
+
 def test_url_offsets_map_decoded_characters_back() -> None:
     texts = ["a%20b", "%41%42%43", "100% and %3D%3d, %zz%2", "x" * 50 + "%25" * 30 + "tail%0A", "%%41%4"]
     for text in texts:

@@ -134,8 +134,8 @@ def test_digests_and_constants_are_the_codes() -> None:
     assert GENESIS == "0" * 64 and "64 zeros" in text
     assert short_digest("k") == __import__("hashlib").sha256(b"k").hexdigest()[:32]
     assert "first 32 hex digits of sha256" in text
-    assert f"`chain_format: {JCS_CHAIN_FORMAT}`" in text and "The Python SDK still writes format 1" in text
-    assert CHAIN_FORMAT == LEGACY_CHAIN_FORMAT
+    assert f"`chain_format: {JCS_CHAIN_FORMAT}`" in text and "New runs are written in format 2" in text
+    assert CHAIN_FORMAT == JCS_CHAIN_FORMAT != LEGACY_CHAIN_FORMAT
     for number in CHAIN_FORMATS:
         assert f"format {number}" in text
     assert ALG in text and run_kid("ag", "r1") == "ag.r1" and "`<agent>.<run_id>`" in text

@@ -56,7 +56,9 @@ probed; a masked span is mapped back by counting escapes, and its encoded form g
 (``«redacted:urlencoded:<kind>:...»``). Base64: runs of 16 or more (a block of 64- or
 76-column lines is one run; a run is also tried after a short ``key-`` or ``/v1/`` prefix)
 are decoded and probed together, their decodings joined by a character no detector matches
-across; a run whose part changed goes whole (``«redacted:base64:<kind>:...»``). Decodings
+across; a run whose part changed goes whole (``«redacted:base64:<kind>:...»``). Of many runs,
+one decoding of them all (no offsets kept) is probed first, and only the stretches of text
+holding a run it flagged are looked at run by run (``Redactor._base64_suspects``). Decodings
 with more than one control character in sixteen are binary and not looked into. Two wrappers
 deep at most (``WRAPPER_DEPTH``: base64 of URL-encoded text).
 

@@ -84,7 +84,7 @@ ERROR_TYPES = frozenset({"run.failed", "model.called", "tool.called", "effect.fa
 ERROR_TEXT_FIELDS = ("message", "traceback")
 MAX_TRACEBACK = 16 * 1024
 
-_SEALED_TEXT = re.compile(r"^«sealed:A256GCM:([A-Za-z0-9_.-]+):([A-Za-z0-9+/=]+)»$")
+_SEALED_TEXT = re.compile(r"^«sealed:A256GCM:([A-Za-z0-9_.=-]+):([A-Za-z0-9+/=]+)»$")
 
 logger = logging.getLogger(__name__)
 

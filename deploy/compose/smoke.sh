@@ -53,6 +53,9 @@ teardown() {
 
 step "$limit" "install docker-compose" bash deploy/compose/ensure-compose.sh
 step 600 "build the images" bash deploy/compose/build-images.sh
+# One master key for this deployment: the host's commands and the containers open the same content.
+RUNLEDGER_MASTER_KEY=$(python3 -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')
+export RUNLEDGER_MASTER_KEY
 # A smoke killed before its teardown leaves containers and volumes behind: start from nothing.
 step "$limit" "remove leftovers" "${compose[@]}" down -v --timeout 10
 mkdir -p /var/run/runledger-sbx

@@ -93,7 +93,7 @@ from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.sandbox.containers import SandboxPolicy
 from runledger.sandbox.errors import SandboxViolation, SecretNotAllowedError
 from runledger.sdk.agent import AgentSpec
-from runledger.sdk.effects import KeyState, apply_key, read_key
+from runledger.sdk.effects import KeyState, apply_key, key_agent
 from runledger.sdk.models import ModelResponse
 from runledger.sdk.run import RecordedRun
 from runledger.sdk.tools import Tool, ToolFn
@@ -196,7 +196,7 @@ async def read_committed_claim(
     """The key's state and, when it is committed, the args digest of the claim that committed it
     (``agent``'s key; found by the key alone when None)."""
     if agent is None:
-        agent = (await read_key(client, key)).agent
+        agent = await key_agent(client, key)
     if not agent:
         return KeyState(key), None
     history = await read_key_history(client, key, agent)

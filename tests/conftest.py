@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import nats
 import pytest
@@ -20,6 +20,14 @@ from runledger.log.subjects import LEDGER_STREAM
 
 T = TypeVar("T")
 IN_CI = os.environ.get("CI") == "true"
+
+
+def unavailable(why: str) -> NoReturn:
+    """A test whose real part (a browser, node) is missing: it skips on a developer's machine and
+    fails under CI=true, where .ci/run installs everything."""
+    if IN_CI:
+        pytest.fail(why)
+    pytest.skip(why)
 # Run keys are wrapped under a master key kept outside NATS (runledger.protect.keystore): one for the
 # session, inherited by every process a test starts. Tests of the master key itself take it away.
 os.environ.setdefault("RUNLEDGER_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())

@@ -13,6 +13,7 @@ can never interleave.
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 from runledger.errors import ConfigurationError
@@ -93,6 +94,7 @@ def any_agent_effect_subject(key: str) -> str:
     return f"{EFFECT_PREFIX}.*.{short_digest(key)}.*"
 
 
+@functools.lru_cache(maxsize=4096)  # asked at every publish; a run's subjects repeat
 def fence_filter(subject: str) -> str | None:
     """The subjects an append to ``subject`` is fenced on: the whole run or key (its writer token
     made a wildcard); None for a subject of no run or key."""

@@ -129,11 +129,10 @@ class BlobStore:
         is the same for a put and a delete), but only an erasure (an operator) may purge the chunks:
         a marker whose chunks remain deletes nothing. The marker keeps the chunks' nuid; the body is
         read and checked against its name (a blob is named by its sha256), so nothing else passes."""
-        subject = await self._chunks_subject(sha)
-        if subject is None:
+        chunks = await self._unpurged_chunks(sha)
+        if chunks is None:
             return None  # no marker, or its chunks were purged: erased
-        stream_info = await self._client.js.stream_info(f"OBJ_{BLOB_BUCKET}", subjects_filter=subject)
-        count = sum((stream_info.state.subjects or {}).values())
+        subject, count = chunks
         sub = await self._client.js.subscribe(subject, ordered_consumer=True)
         try:
             parts = [(await sub.next_msg(timeout=10)).data for _ in range(count)]
@@ -154,14 +153,14 @@ class BlobStore:
         with contextlib.suppress(ObjectNotFoundError, NotFoundError):
             await store.delete(sha256)
             return True
-        subject = await self._chunks_subject(sha256)
-        if subject is None:
+        chunks = await self._unpurged_chunks(sha256)
+        if chunks is None:
             return False
-        await self._client.js.purge_stream(f"OBJ_{BLOB_BUCKET}", subject=subject)
+        await self._client.js.purge_stream(f"OBJ_{BLOB_BUCKET}", subject=chunks[0])
         return True
 
-    async def _chunks_subject(self, sha: str) -> str | None:
-        """The subject of the chunks a delete marker of ``sha`` left unpurged; None when there are none."""
+    async def _unpurged_chunks(self, sha: str) -> tuple[str, int] | None:
+        """The subject and count of the chunks a delete marker of ``sha`` left unpurged; None when there are none."""
         from nats.js.errors import NotFoundError, ObjectNotFoundError
 
         store = await self._os()
@@ -173,4 +172,5 @@ class BlobStore:
             return None
         subject = f"$O.{BLOB_BUCKET}.C.{info.nuid}"
         stream_info = await self._client.js.stream_info(f"OBJ_{BLOB_BUCKET}", subjects_filter=subject)
-        return subject if sum((stream_info.state.subjects or {}).values()) else None
+        count = sum((stream_info.state.subjects or {}).values())
+        return (subject, count) if count else None

@@ -118,17 +118,23 @@ def apply_key(st: KeyState, rec: Recorded) -> None:
             st.status = "free"
 
 
+async def key_agent(client: LedgerClient, key: str) -> str:
+    """The agent whose subject holds ``key`` ("" when no agent ever claimed it), found from the
+    stream's subject counts (nothing is read). ConfigurationError when two agents use the key."""
+    agents = sorted({parsed[0] for subject in await subject_counts(client, any_agent_effect_subject(key))
+                     if (parsed := parse_effect_subject(subject)) is not None})  # fmt: skip
+    if len(agents) > 1:
+        raise ConfigurationError(f"effect key {key!r} is used by agents {', '.join(agents)}: say which (--agent)")
+    return agents[0] if agents else ""
+
+
 async def read_key(client: LedgerClient, key: str, agent: str | None = None) -> KeyState:
     """Read and fold ``agent``'s key subject. Garbage on the subject is skipped but still fences.
 
     Without ``agent`` (an operator who knows only the key), the key is looked up among every agent's:
     found under two agents, it is ambiguous and ConfigurationError says which to name."""
     if agent is None:
-        agents = sorted({parsed[0] for subject in await subject_counts(client, any_agent_effect_subject(key))
-                         if (parsed := parse_effect_subject(subject)) is not None})  # fmt: skip
-        if len(agents) > 1:
-            raise ConfigurationError(f"effect key {key!r} is used by agents {', '.join(agents)}: say which (--agent)")
-        agent = agents[0] if agents else ""
+        agent = await key_agent(client, key)
     if not agent:
         return KeyState(key)
     raws = await read_raw(client, effect_filter(agent, key))

@@ -37,7 +37,7 @@ from runledger.protect.roles import secure
 from runledger.protect.runs import load_run
 from runledger.record.events import RunForked
 from runledger.sdk.lifecycle import start_run
-from tests.conftest import IN_CI
+from tests.conftest import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -55,10 +55,7 @@ def chrome() -> Any:
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if binary is None or driver is None:
-        why = "chromium and chromedriver are needed: apt-get install -y chromium chromium-driver"
-        if IN_CI:
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable("chromium and chromedriver are needed: apt-get install -y chromium chromium-driver")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

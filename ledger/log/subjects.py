@@ -14,21 +14,22 @@ can never interleave.
 from __future__ import annotations
 
 import functools
-from typing import Literal
 
 from runledger.errors import ConfigurationError
 from runledger.record.canonical import short_digest
 from runledger.record.ids import is_token
 
+# Re-exported: code that builds subjects asks this module for the writer tokens too.
+from runledger.record.writers import AGENT_WRITER as AGENT_WRITER
+from runledger.record.writers import OPERATOR_WRITER as OPERATOR_WRITER
+from runledger.record.writers import WORKER_WRITER as WORKER_WRITER
+from runledger.record.writers import WRITERS as WRITERS
+from runledger.record.writers import Writer as Writer
+
 RUN_PREFIX = "ledger.run"
 EFFECT_PREFIX = "ledger.effect"
 CMD_PREFIX = "ledger.cmd"
 
-Writer = Literal["a", "w", "o"]
-AGENT_WRITER: Writer = "a"
-WORKER_WRITER: Writer = "w"
-OPERATOR_WRITER: Writer = "o"
-WRITERS: frozenset[str] = frozenset({AGENT_WRITER, WORKER_WRITER, OPERATOR_WRITER})
 # The headers of a fenced append: the last stream sequence the writer saw, and the subjects it covers.
 FENCE_HEADER = "Nats-Expected-Last-Subject-Sequence"
 FENCE_SUBJECT_HEADER = "Nats-Expected-Last-Subject-Sequence-Subject"

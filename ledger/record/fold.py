@@ -23,6 +23,7 @@ from typing import Any
 from runledger.errors import ChainError
 from runledger.record.events import GENESIS, Event
 from runledger.record.records import Recorded
+from runledger.record.writers import OPERATOR_WRITER, WORKER_WRITER
 
 
 @dataclass
@@ -183,7 +184,6 @@ def fold_until_refused(events: Iterable[Recorded]) -> tuple[Checkpoint, str | No
 # Who may say what (runledger.log.subjects): an operator's decisions travel only on a run's operator
 # subject (``...<run_id>.o``), which only operators may publish to, and nothing else travels there.
 OPERATOR_TYPES = frozenset({"approval.resolved", "budget.granted", "version.accepted", "run.erased"})
-OPERATOR_WRITER, WORKER_WRITER = "o", "w"
 _RUN_SUBJECT_PREFIX = "ledger.run."
 
 

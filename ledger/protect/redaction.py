@@ -58,20 +58,30 @@ probed; a masked span is mapped back by counting escapes, and its encoded form g
 are decoded and probed together, their decodings joined by a character no detector matches
 across; a run whose part changed goes whole (``«redacted:base64:<kind>:...»``). Of many runs,
 one decoding of them all (no offsets kept) is probed first, and only the stretches of text
-holding a run it flagged are looked at run by run (``Redactor._base64_suspects``). Decodings
-with more than one control character in sixteen are binary and not looked into. Two wrappers
-deep at most (``WRAPPER_DEPTH``: base64 of URL-encoded text).
+holding a run it flagged are looked at run by run (``Redactor._base64_suspects``). That probe is
+cut in bands of run length (``Redactor._probe_bands``): a decoding shorter than a built-in
+detector's shortest match (``_MIN_CHARS``; NULs between decodings, which no built-in detector
+matches across) is not scanned for it (16-character runs, 12 bytes, hold no card number, key or
+base64), and its masks are one Latin-1 character the decodings lack (the probe stays one byte a
+character). Decodings with more than one control character in sixteen are binary and not looked
+into. Two wrappers deep at most (``WRAPPER_DEPTH``: base64 of URL-encoded text).
 
 Cost. Most strings hold no secret: each detector names literal *hints* one of which every
 match contains (or a cheap *gate* pattern), and a string up to ``GATE_MAX_CHARS`` is first
-searched once for all hints (one trie-shaped regex); in longer ones each hint is looked for
-once (``str.find``; not at all when one of its characters is absent, a memchr), and a
-detector scans only the windows around its hits (CPython's re tries an alternation at every
-position, which on long text is slower than the finds: a single combined regex was measured
-and not kept). Long strings are remembered per run (``redact_text``): the message history
-re-sent at every model call is scanned once. Tokens are an HMAC from pre-keyed SHA-256 states
-(half the cost of ``hmac.new``), remembered per short value. ``bench/protect.py`` measures the
-normal path and 1 MiB of adversarial input per detector.
+searched once for all hints (one trie-shaped regex); in one of up to a window, each hint is
+looked for once (a C ``in`` each); in longer ones each hint's first place is found once
+(``str.find``; not at all when one of its characters is absent, a memchr), and a detector scans
+only the windows around its hits (CPython's re tries an alternation at every position, which on
+long text is slower than the finds: a single combined regex was measured and not kept). A text
+of one window holding no hint is then decided in a few more C calls (``Redactor._plain``: the
+card number's pattern, a ``%XX``, a mixed-case base64 run), which are the scan's own first
+tests: no detector or wrapper is entered for a role, a key, a status, an id or a sentence. Short
+texts found so are remembered per run, as long strings are with what they became
+(``redact_text``): the message history re-sent at every model call is scanned once. Rejected for
+the gate: one case-insensitive regex over the text as is (``re.I`` loses the literal searches:
+3-10x slower than lower-casing first). Tokens are an HMAC from pre-keyed SHA-256 states (half
+the cost of ``hmac.new``), remembered per short value. ``bench/protect.py`` measures the normal
+path and 1 MiB of adversarial input per detector.
 
 A ``Redactor`` is safe to share between threads: the scans share nothing mutable, and the
 stats, the caches and the registered secrets change under a lock.
@@ -85,6 +95,7 @@ import bisect
 import fnmatch
 import functools
 import hashlib
+import importlib
 import itertools
 import operator
 import os
@@ -110,6 +121,8 @@ CACHE_MIN_CHARS = 64
 CACHE_MAX_TEXT = 256 * 1024
 CACHE_MAX_ENTRIES = 4096
 CACHE_MAX_CHARS = 2 * 1024 * 1024  # keys and values: 2-8 MiB of str per run, a worker may hold many runs
+# Short texts remembered as holding nothing to redact (Redactor.redact_text): at most ~250 KiB a run.
+PLAIN_MAX_ENTRIES = 4096
 # Up to this length one scan for every detector's hints at once (Redactor._any_hint) decides for
 # all of them; above it the per-detector ``str.find`` scans are as fast as that one regex scan
 # (CPython's re tries the alternation at each position: 2 KiB took 26-180 us, against 50-65 us for
@@ -472,6 +485,22 @@ DETECTORS: tuple[Detector, ...] = (
     ),
 )
 
+
+def _min_chars(pattern: re.Pattern[str]) -> int:
+    """The fewest characters a match of ``pattern`` spans (look-arounds read more, and count nothing);
+    0 where CPython's regex parser (private, ``re._parser`` since 3.11) cannot say: nothing is left out."""
+    try:
+        width = importlib.import_module("re._parser").parse(pattern.pattern, pattern.flags).getwidth()
+    except (ImportError, AttributeError):
+        return 0
+    return int(width[0])
+
+
+# The shortest match of each built-in detector, by id: a probe of pieces shorter than that (the decodings
+# of short base64 runs, NULs between them) leaves the detector out. Built-in only: none of them matches
+# across a NUL (an extra detector might, over pieces: it always runs).
+_MIN_CHARS: dict[int, int] = {id(det): _min_chars(det.pattern) for det in DETECTORS}
+
 # Dict keys whose value is a credential whatever it looks like: fnmatch patterns over the key
 # lower-cased, without ``-``, ``_``, ``.`` and blanks (``X-Api-Key`` is ``xapikey``).
 SENSITIVE_KEYS: frozenset[str] = frozenset(
@@ -569,14 +598,38 @@ def _b64_runs(text: str) -> list[tuple[int, int]]:
     return sorted([*spans, *tails]) if tails else spans
 
 
+def _b64_candidates(text: str) -> tuple[bytes, bytes, bool, list[bytes]] | None:
+    """The runs of ``text`` that may be base64 of text: of 16 characters or more, of mixed case (as
+    ``_mixed_case`` keeps), the lines of a block joined, each once, by length; with the text as Latin-1
+    bytes, its base64 characters (blanks elsewhere, block lines joined) and whether lines were joined.
+    None: no such run (most texts: C passes, a few Python calls)."""
+    encoded = text.encode("latin-1", "replace")
+    if _B64_RUN.search(encoded.translate(_B64_MAP)) is None:
+        return None
+    if len(text) <= GATE_MAX_CHARS:  # a few runs: find them in place, and let one-case ones go
+        short_runs = _B64_SHORT.findall(text)
+        if all(r.islower() or r.isupper() or r.isdigit() for r in short_runs):
+            return None
+    raw = encoded.translate(_B64_KEEP)
+    lines_joined = False
+    if b"\n" in raw:  # the lines of a block are one run
+        joined = _B64_BLOCK_LINE.sub(b"", raw)
+        lines_joined, raw = len(joined) != len(raw), joined
+    runs = sorted(set(raw.split()), key=len)  # a run repeated is probed once
+    runs = runs[bisect.bisect_left(runs, 16, key=len) :]
+    # Mixed case only, as in _open_base64 (what ``_mixed_case`` keeps; filters: fewer C passes).
+    filters = (bytes.islower, bytes.isupper, bytes.isdigit)
+    runs = list(functools.reduce(lambda kept, one_case: itertools.filterfalse(one_case, kept), filters, iter(runs)))
+    return (encoded, raw, lines_joined, runs) if runs else None
+
+
 def _b64_blocks(text: str, mapped: bytes) -> list[tuple[int, int]]:
     spans = list(map(re.Match.span, _B64_RUN.finditer(mapped)))
     if b"\n" not in mapped or not spans:
         return spans
     merged: list[tuple[int, int]] = []
     for s, e in spans:
-        if merged and merged[-1][1] == s:  # already taken as the short last line of a block
-            continue
+        # (A run may start where the last one ended, after its padding: ``...==QUJD...`` is two runs.)
         if merged:
             ps, pe = merged[-1]
             if s - pe <= 2 and mapped[pe:s] in (b"\n", b"\r\n") and _full_line(text, ps, pe):
@@ -814,12 +867,15 @@ class RedactionStats:
 class _Mint:
     """Where the tokens of one scan go: their kinds (for the stats and the cache); or, for a probe (a
     look inside a wrapper), nowhere: a probe's "token" is a mask as long as the secret, of one
-    private-use character per kind, so the probed text keeps its offsets (no HMAC, nothing counted)."""
+    private-use character per kind, so the probed text keeps its offsets (no HMAC, nothing counted);
+    or of ``mask`` whatever the kind, a character the probed text does not hold (a Latin-1 text stays
+    Latin-1: one byte a character for the detectors that run after the first mask, not four)."""
 
-    __slots__ = ("kinds", "probe")
+    __slots__ = ("kinds", "mask", "probe")
 
-    def __init__(self, probe: bool = False) -> None:
+    def __init__(self, probe: bool = False, mask: str = "") -> None:
         self.probe = probe
+        self.mask = mask
         self.kinds: list[str] = []
 
 
@@ -828,6 +884,10 @@ _MASK_BASE = 0xF0000
 _MASK_KINDS: dict[str, str] = {}
 _KIND_OF_MASK: dict[str, str] = {}
 _MASKED = re.compile("[\U000f0000-\U000ffffd]+")
+# Kind-less masks of a probe that only asks where its secrets are: control characters, the first one
+# the probed text does not hold.
+# (A literal first, which the regex engine searches for: ``x+`` alone is tried at every position.)
+_FLAT_MASKS = {chr(c): re.compile(re.escape(chr(c)) * 2 + "*+") for c in (0x7F, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06)}
 
 
 _MASK_LOCK = threading.Lock()
@@ -951,6 +1011,17 @@ class Redactor:
         self._unhinted = tuple(det for det in self._detectors if not det.hints)
         self._hint_list = tuple(sorted({h for det in self._detectors for h in det.hints}))
         self._hint_sets = {id(det): frozenset(det.hints) for det in self._detectors}
+        # What else decides that a text holds nothing (``_plain``): each unhinted detector's pattern
+        # (the card number's, not its gate: ``[3456]\d{3}`` is in most ids and dates, 13 digits are not).
+        self._unhinted_patterns = tuple((det.pattern, det.lower) for det in self._unhinted)
+        self._opens_base64 = "base64" in self._unwrap
+        self._opens_urlencoded = "urlencoded" in self._unwrap
+        # Where a probe of decoded runs is cut in bands (``_probe_bands``): the shortest match of each
+        # built-in detector, and what a wrapper inside needs (a %XX escape; a base64 run).
+        widths = {_MIN_CHARS[id(det)] for det in self._detectors if id(det) in _MIN_CHARS}
+        widths |= {3} if self._opens_urlencoded else set()
+        widths |= {16} if self._opens_base64 else set()
+        self._piece_widths = tuple(sorted(widths))
         self._lock = threading.Lock()
         # Registered secrets (replaced, never mutated: a scan reads one consistent pair).
         self._known: dict[str, str] = {}  # secret value -> kind
@@ -960,6 +1031,8 @@ class Redactor:
         self._cache: OrderedDict[str, tuple[str, tuple[str, ...]]] = OrderedDict()
         self._cached_chars = 0
         self._tokens: dict[tuple[str, str], str] = {}  # (kind, value) -> token, for short values
+        # Short texts a scan leaves as they are (role names, keys, statuses, ids come back at every step).
+        self._plain_texts: set[str] = set()
 
     # -- tokens -----------------------------------------------------------------------------------------
 
@@ -972,7 +1045,7 @@ class Redactor:
 
     def _token(self, kind: str, value: str, mint: _Mint) -> str:
         if mint.probe:
-            return _mask_char(kind) * len(value)
+            return (mint.mask or _mask_char(kind)) * len(value)
         mint.kinds.append(kind)
         key = (kind, value)
         tok = self._tokens.get(key)
@@ -1009,6 +1082,7 @@ class Redactor:
             self._known = known
             self._cache.clear()  # a text redacted before may hold the new secret
             self._cached_chars = 0
+            self._plain_texts = set()
 
     # -- values -----------------------------------------------------------------------------------------
 
@@ -1096,12 +1170,28 @@ class Redactor:
         an agent re-sends its whole message history at every model call, so the same long
         strings come back step after step. A hit returns exactly what a scan would (the
         detectors are fixed, tokens are a pure function of the run's key and the value) and
-        counts the same stats; registering a secret empties the cache."""
-        if len(text) < 8 and not self._known_order:  # too short for any detector to find anything
-            with self._lock:
-                self.stats.strings_scanned += 1
-            return text
-        if len(text) < CACHE_MIN_CHARS or len(text) > CACHE_MAX_TEXT:
+        counts the same stats; registering a secret empties the cache.
+
+        Shorter texts that hold nothing a detector or a wrapper could take (most of them: roles,
+        keys, statuses, ids, short sentences) are decided by a few C calls (``_untouched``) and
+        remembered as such (a bounded set of this run's, emptied too by a registered secret)."""
+        n = len(text)
+        if n < CACHE_MIN_CHARS:
+            plain = self._plain_texts
+            if text in plain:
+                with self._lock:
+                    self.stats.strings_scanned += 1
+                return text
+            known = self._known
+            if self._untouched(text):
+                with self._lock:
+                    self.stats.strings_scanned += 1
+                    if known is self._known and plain is self._plain_texts:  # no secret registered meanwhile
+                        if len(plain) >= PLAIN_MAX_ENTRIES:
+                            plain.clear()
+                        plain.add(text)
+                return text
+        if n < CACHE_MIN_CHARS or n > CACHE_MAX_TEXT:
             mint = _Mint()
             out = self._scan_with(text, 0, mint)
             self._count(mint.kinds, 1)
@@ -1131,6 +1221,17 @@ class Redactor:
                     self._cached_chars -= len(old) + len(old_out)
         return out
 
+    def _untouched(self, text: str) -> bool:
+        """Whether ``text`` (short) would come out of a scan as it is: no registered secret in it, and too
+        short for any detector or with nothing a detector or a wrapper could take (``_plain``)."""
+        known = self._known_order
+        if known and any(map(text.__contains__, known)):
+            return False
+        if len(text) < 8:
+            return True
+        low = text.lower() if text.isascii() else _lower(text)
+        return self._any_hint.search(low) is None and self._plain(text, low, 0)
+
     def _scan(self, text: str) -> str:
         """``text`` redacted, not cached (counts its tokens, not a string scanned)."""
         mint = _Mint()
@@ -1141,26 +1242,41 @@ class Redactor:
 
     # -- the scan ---------------------------------------------------------------------------------------
 
-    def _scan_with(self, text: str, depth: int, mint: _Mint) -> str:
-        text = self._replace_known(text, mint)
+    def _scan_with(self, text: str, depth: int, mint: _Mint, piece_max: int | None = None) -> str:
+        """``text`` with its secrets replaced (tokens, or a probe's masks), looking ``depth`` wrappers deep
+        already. ``piece_max``: ``text`` is pieces of at most that many characters, NULs or ``_SEP``
+        between them (a probe of decoded runs), so a built-in detector whose shortest match is longer,
+        and a wrapper that needs more, is left out."""
+        if self._known_order:
+            text = self._replace_known(text, mint)
         if len(text) < 8:
             return text
         hints: _Hints | None = None
         protected: _Protected | None = None
-        short = len(text) <= GATE_MAX_CHARS
         detectors = self._detectors
-        present: frozenset[str] = frozenset()
-        if short:  # one scan for every hint at once decides for all the hinted detectors
-            low = _lower(text)
-            if self._any_hint.search(low) is None:
-                detectors = self._unhinted
-            else:  # a few C ``in`` checks (the per-hint bookkeeping is for long texts)
+        # The hints the text holds, found at once (None: a text of several windows, whose detectors look
+        # their hints up one by one and skip to them, ``_Hints``). Up to GATE_MAX_CHARS one scan for all
+        # of them decides first; in a longer text a C ``in`` each (a ``filter``, no Python call a hint).
+        present: frozenset[str] | None = None
+        if len(text) <= WINDOW_CHARS:
+            low = text.lower() if text.isascii() else _lower(text)
+            if len(text) > GATE_MAX_CHARS:
+                present = frozenset(filter(low.__contains__, self._hint_list))
+            elif self._any_hint.search(low) is None:
+                present = frozenset()
+            else:
                 present = frozenset([h for h in self._hint_list if h in low])
-                hints = _Hints(low)
+            if not present:
+                if self._plain(text, low, depth):
+                    return text  # the common case: nothing any detector or wrapper could take
+                detectors = self._unhinted
+            hints = _Hints(low)
         hint_sets = self._hint_sets
         for det in detectors:
+            if piece_max is not None and _MIN_CHARS.get(id(det), 0) > piece_max:
+                continue
             if det.hints:
-                if short:
+                if present is not None:
                     if hint_sets[id(det)].isdisjoint(present):
                         continue
                 elif det.gate is None:  # (a long text is searched for a detector's gate, if it has one)
@@ -1173,7 +1289,7 @@ class Redactor:
                 # looked up again, and ``_find`` would match the lower-cased pattern on the text as is,
                 # missing "Bearer ..." after an AWS key id.)
                 hints = _Hints(_lower(text))
-            if det.gate is not None and short and not det.hints and det.gate.search(text) is None:
+            if det.gate is not None and present is not None and not det.hints and det.gate.search(text) is None:
                 continue
             if protected is None:
                 protected = _Protected(text)
@@ -1181,7 +1297,23 @@ class Redactor:
             if spans:
                 text = self._apply(det.kind, text, spans, protected if det.extent is not None else None, mint)
                 hints, protected = None, None
-        return self._open_wrappers(text, depth, mint)
+        return self._open_wrappers(text, depth, mint, piece_max)
+
+    def _plain(self, text: str, low: str, depth: int) -> bool:
+        """Whether a scan at ``depth`` leaves ``text``, of one window and holding no detector's hint
+        (``low``: it lower-cased), as it is: no detector without hints matches (its pattern finds
+        nothing) and no wrapper has anything to open (no ``%XX``; no base64-looking run but of one
+        case, which ``_base64_suspects`` lets go). A few C calls instead of the detectors' and the
+        wrappers' Python work: most strings (a role, a key, a status, an id, a sentence) are decided
+        here. Exact, not a heuristic: each test is the one the scan itself makes first."""
+        for pattern, lower in self._unhinted_patterns:
+            if pattern.search(low if lower else text) is not None:
+                return False
+        if depth >= WRAPPER_DEPTH:
+            return True
+        if self._opens_urlencoded and "%" in text and _PERCENT.search(text) is not None:
+            return False
+        return not (self._opens_base64 and len(text) >= 16 and _b64_candidates(text) is not None)
 
     def _find(self, det: Detector, text: str, hints: _Hints | None, protected: _Protected) -> list[tuple[int, int]]:
         """The spans of ``det``'s secrets in ``text`` (sorted, not overlapping), window by window.
@@ -1343,7 +1475,7 @@ class Redactor:
         out.append(text[prev:])
         return "".join(out)
 
-    def _open_wrappers(self, text: str, depth: int, mint: _Mint) -> str:
+    def _open_wrappers(self, text: str, depth: int, mint: _Mint, piece_max: int | None = None) -> str:
         """Secrets inside base64 and URL-encoded text (``WRAPPER_DEPTH`` wrappers deep).
 
         A probe is a scan whose tokens are same-length masks (``_Mint``): what it finds keeps its
@@ -1356,9 +1488,9 @@ class Redactor:
         if depth >= WRAPPER_DEPTH:
             return text
         for name in self._unwrap:
-            if name == "base64" and len(text) >= 16:
+            if name == "base64" and len(text) >= 16 and (piece_max is None or piece_max >= 16):
                 text = self._open_base64(text, depth, mint)
-            elif name == "urlencoded" and "%" in text:
+            elif name == "urlencoded" and "%" in text and (piece_max is None or piece_max >= 3):
                 text = self._open_urlencoded(text, depth, mint)
         return text
 
@@ -1378,7 +1510,7 @@ class Redactor:
         if not any(decoded):
             return text
         joined = _SEP.join(decoded)
-        probed = self._scan_with(joined, depth + 1, _Mint(probe=True))
+        probed = self._scan_with(joined, depth + 1, _Mint(probe=True), max(map(len, decoded)))
         if probed == joined:
             return text
         parts = probed.split(_SEP)
@@ -1428,25 +1560,10 @@ class Redactor:
 
         Rejected: the offsets of every run kept through the probe (``finditer``, slices: what the
         exact path costs); a second probe per run (a Python call each)."""
-        encoded = text.encode("latin-1", "replace")
-        if _B64_RUN.search(encoded.translate(_B64_MAP)) is None:
+        found = _b64_candidates(text)
+        if found is None:
             return []
-        if len(text) <= GATE_MAX_CHARS:  # a few runs: find them in place, and let one-case ones go
-            short_runs = _B64_SHORT.findall(text)
-            if all(r.islower() or r.isupper() or r.isdigit() for r in short_runs):
-                return []
-        raw = encoded.translate(_B64_KEEP)
-        lines_joined = False
-        if b"\n" in raw:  # the lines of a block are one run
-            joined = _B64_BLOCK_LINE.sub(b"", raw)
-            lines_joined, raw = len(joined) != len(raw), joined
-        runs = sorted(set(raw.split()), key=len)  # a run repeated is probed once
-        runs = runs[bisect.bisect_left(runs, 16, key=len) :]
-        # Mixed case only, as in _open_base64 (what ``_mixed_case`` keeps; filters: fewer C passes).
-        filters = (bytes.islower, bytes.isupper, bytes.isdigit)
-        runs = list(functools.reduce(lambda kept, one_case: itertools.filterfalse(one_case, kept), filters, iter(runs)))
-        if not runs:
-            return []
+        encoded, raw, lines_joined, runs = found
         if len(runs[-1]) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
             tails = _b64_tails(runs[bisect.bisect_right(runs, _B64_PREFIX, key=len) :])
             if tails:
@@ -1468,7 +1585,8 @@ class Redactor:
         # Control bytes (binary) become NULs, which end what a detector can match as _SEP does, and
         # keep the probe Latin-1: one byte a character for the scans, where _SEP would make it two.
         probe = decoded.translate(_CONTROL_TO_NUL).decode("latin-1")
-        return None if probe and self._scan_with(probe, depth + 1, _Mint(probe=True)) != probe else []
+        piece_max = max(map(len, decodings))
+        return None if probe and self._scan_with(probe, depth + 1, _Mint(probe=True), piece_max) != probe else []
 
     def _base64_suspects_of_many(
         self,
@@ -1506,16 +1624,26 @@ class Redactor:
                 junk = offset + size // 4 * 3 + (size & 3) - 1
                 decoded[junk : junk + slot * count : slot] = bytes(count)
         text_probe = decoded.decode("latin-1")
-        probed = self._scan_with(text_probe, depth + 1, _Mint(probe=True))
-        if probed == text_probe:
+        # Only where the secrets are matters here, not their kinds: masked with a character the decodings
+        # do not hold, if there is one (binary runs may hold every byte).
+        mask = next((ch for ch in _FLAT_MASKS if ord(ch) not in decoded), "")
+        masked: list[tuple[int, int]] = []
+        for start, end, piece_max in self._probe_bands(groups):
+            part = text_probe[start:end]
+            probed = self._scan_with(part, depth + 1, _Mint(probe=True, mask=mask), piece_max)
+            if probed == part:
+                continue
+            if lines_joined or len(probed) != len(part):
+                return None
+            finder = _FLAT_MASKS[mask] if mask else _MASKED
+            masked += [(start + m.start(), start + m.end()) for m in finder.finditer(probed)]
+        if not masked:
             return []
-        if lines_joined or len(probed) != len(text_probe):
-            return None
         group_starts = [g[0] for g in groups]
         held: set[bytes] = set()
-        for m in _MASKED.finditer(probed):
+        for m_start, m_end in masked:
             ends = []  # the runs holding its first and its last character
-            for pos in (m.start(), m.end() - 1):
+            for pos in (m_start, m_end - 1):
                 offset, slot, first, _, _ = groups[bisect.bisect_right(group_starts, pos) - 1]
                 ends.append(first + (pos - offset) // slot)
             held.update(runs[ends[0] : ends[1] + 1])
@@ -1543,6 +1671,25 @@ class Redactor:
                     return None
                 at = encoded.find(run, stop)
         return sorted(stretches.items())
+
+    def _probe_bands(self, groups: list[tuple[int, int, int, int, int]]) -> list[tuple[int, int, int]]:
+        """The probe of ``_base64_suspects_of_many`` cut where its runs' decodings grow long enough for
+        another built-in detector (or a wrapper) to fit: (start, end, longest decoding) each, scanned
+        apart with that bound (``_scan_with``'s ``piece_max``). 16-character runs decode to 12 bytes,
+        too short for a card number, most keys and base64 inside: the many of them that an input can
+        hold are not scanned for those. At most one band per distinct width (~20), whatever the input."""
+        bands: list[tuple[int, int, int]] = []
+        level = -1
+        for offset, slot, _, size, count in groups:  # (by size: the bands by their bound)
+            piece = (size + 3) // 4 * 3  # the most bytes a run of ``size`` decodes to
+            end = offset + slot * count
+            fits = bisect.bisect_right(self._piece_widths, piece)
+            if fits == level:
+                bands[-1] = (bands[-1][0], end, piece)
+            else:
+                bands.append((offset, end, piece))
+                level = fits
+        return bands
 
     def _open_urlencoded(self, text: str, depth: int, mint: _Mint) -> str:
         if _PERCENT.search(text) is None:

@@ -473,6 +473,18 @@ def test_a_run_of_many_whose_decoding_ends_in_a_secret_is_found_whatever_its_las
             assert wrapped.rstrip("=") not in out, (secret, cut)
 
 
+def test_a_run_right_after_another_runs_padding_is_found_in_text_with_newlines() -> None:
+    # ``...ISE=cGFz...``: two runs, the second starting where the first one's "=" ends. In a text with
+    # line ends (where runs are joined into blocks) the second one was taken for part of the first.
+    first, second = _b64("hello world, ok!!"), _b64("password: hunter2")
+    assert first.endswith("=") and second.endswith("=")
+    for text in (f"line one\n{first}{second}\nend", f"{first}{second}\n", f"a\r\n{first}{second} b"):
+        out = Redactor(KEY).redact_text(text)
+        assert second not in out and f"{first}«redacted:base64:credential:" in out, repr(text)
+    end = 2 + len(first)
+    assert redaction._b64_runs(f"x\n{first}{second}\n") == [(2, end), (end, end + len(second))]
+
+
 def test_a_lower_cased_detector_still_matches_after_another_detector_placed_tokens() -> None:
     text = "key AKIAIOSFODNN7EXAMPLE and header Authorization: Bearer abcdefghijklmnop"
     out = Redactor(KEY).redact_text(text)

@@ -5,7 +5,8 @@
     python -m runledger.examples.openai_sdk.agent --nats URL --run R-1 --resume   # answered from the record
 
 ``--base-url`` points the SDK at any OpenAI-compatible server. The second command resumes the run:
-the recorded answer comes back as a ``ChatCompletion`` without calling the API.
+the recorded answer comes back as a ``ChatCompletion`` without calling the API. ``--sync`` runs the
+same agent written as blocking code (``sync_agent``) with the blocking client, ``openai.OpenAI``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import Any
 
 import openai
 
-from runledger import AgentSpec, Run, connect
+from runledger import AgentSpec, Run, SyncRun, connect, sync_agent
 from runledger.integrations.openai import OpenAIModel, recorded
 from runledger.sdk.lifecycle import resume_run, start_run
+
+NAME = "openai-sdk-example"
 
 
 def spec(base_url: str | None, model: str) -> AgentSpec:
@@ -30,11 +33,21 @@ def spec(base_url: str | None, model: str) -> AgentSpec:
             )
             return answer.choices[0].message.content
 
-    return AgentSpec("openai-sdk-example", agent, OpenAIModel(model=model), agent_version="v1")
+    return AgentSpec(NAME, agent, OpenAIModel(model=model), agent_version="v1")
+
+
+def sync_spec(base_url: str | None, model: str) -> AgentSpec:
+    def agent(run: SyncRun) -> Any:
+        with openai.OpenAI(base_url=base_url) as sdk:
+            client = recorded(sdk, run)  # the blocking client, recorded through the SyncRun
+            answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": str(run.input)}])
+            return answer.choices[0].message.content
+
+    return AgentSpec(NAME, sync_agent(agent), OpenAIModel(model=model), agent_version="v1")
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    agent_spec = spec(args.base_url, args.model)
+    agent_spec = (sync_spec if args.sync else spec)(args.base_url, args.model)
     async with await connect(args.nats) as client:
         if args.resume:
             result = await resume_run(client, agent_spec, args.run)
@@ -49,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nats", required=True, help="the ledger's NATS URL")
     parser.add_argument("--run", required=True, help="the run id")
     parser.add_argument("--resume", action="store_true", help="resume the run instead of starting it")
+    parser.add_argument("--sync", action="store_true", help="the blocking agent and client (openai.OpenAI)")
     parser.add_argument("--model", default="gpt-4o-mini")
     parser.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint (default: OpenAI's)")
     asyncio.run(main_async(parser.parse_args(argv)))

@@ -1,20 +1,26 @@
 """The official OpenAI SDK's calls recorded as the model steps of a run.
 
-``recorded(client, run)`` wraps an ``openai.AsyncOpenAI``: its ``chat.completions.create`` and
-``responses.create`` go through ``run.model``, so each is a ``model.called`` step of the run, with
-the SDK's budgets, retries, journal and divergence checks. The run's model adapter must be
-``OpenAIModel`` (``AgentSpec(model=OpenAIModel(client))``): ``run.model`` calls it, and it makes
-the SDK call the wrapper set up for this task. What is recorded: the messages (or ``input``) and
-every other argument except ``extra_headers`` and ``timeout`` as the request; the SDK's response as
-JSON (content, tool calls, finish reason, usage, ids) and its token usage. Headers are never part
-of the record, and the client's API key lives only in the client.
+``recorded(client, run)`` wraps an ``openai.AsyncOpenAI`` (async agent code, ``run`` a ``Run``) or
+an ``openai.OpenAI`` (blocking agent code under ``sync_agent``, ``run`` its ``SyncRun``): its
+``chat.completions.create`` and ``responses.create`` go through ``run.model``, so each is a
+``model.called`` step of the run, with the SDK's budgets, retries, journal and divergence checks.
+The run's model adapter must be ``OpenAIModel`` (``AgentSpec(model=OpenAIModel(client))``):
+``run.model`` calls it, and it makes the SDK call the wrapper set up for this task. What is
+recorded: the messages (or ``input``) and every other argument except ``extra_headers`` and
+``timeout`` as the request; the SDK's response as JSON (content, tool calls, finish reason, usage,
+ids) and its token usage. Headers are never part of the record, and the client's API key lives only
+in the client.
 
 Live, a call returns what the SDK returned (a ``ChatCompletion``, a ``Response``). On resume, the
 recorded step is answered from the record, the API is not called, and the same SDK type is rebuilt
-from the recorded JSON (equal to the live object). ``stream=True`` returns a ``RecordedStream``:
-live, the SDK's chunks (or events) pass through as they arrive and the assembled response is
-recorded; on resume, a stream is synthesised from the record (whole texts and tool calls in one
-chunk each, then the finish reason and usage), so code that accumulates a stream gets the same result.
+from the recorded JSON (equal to the live object). ``stream=True`` returns a ``RecordedStream``
+(an async iterator; ``SyncRecordedStream``, a plain one, for the blocking client): live, the SDK's
+chunks (or events) pass through as they arrive and the assembled response is recorded; on resume, a
+stream is synthesised from the record (whole texts and tool calls in one chunk each, then the finish
+reason and usage), so code that accumulates a stream gets the same result. The blocking client's
+calls are made in a worker thread while the run's event loop goes on. Its streaming ``create``
+returns once the first chunk is in (or the step is answered from the record), as the SDK's own
+returns once the response has begun, and raises the step's failure if no stream began.
 
 Retries are runledger's, not the SDK's: calls are made with ``max_retries=0`` and the adapter's
 ``Retry`` (``OpenAIModel(retry=...)``) retries HTTP 408/409/429/5xx, timeouts and connection
@@ -25,19 +31,24 @@ breaks after chunks reached the caller is not retried (the caller would see them
 Rejected: recording steps here, beside ``run.model`` (a second copy of the retry loop, the budget
 checks and the journal's divergence checks), and wrapping the client's HTTP transport (the record
 would hold wire bytes, headers included, instead of a model step that the fold, ``runledger show``
-and the projection read). Not covered: the synchronous ``openai.OpenAI`` client (agent code calls
-``run.model`` from the event loop), and endpoints other than the two above.
+and the projection read); for the blocking client, calling the SDK in the agent's thread and handing
+``run.model`` the result (the adapter would not make the call, so the retries and their records
+could not be runledger's). Not covered: endpoints other than the two above.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import functools
+import queue
+import threading
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from runledger.extras import require_extra
 
@@ -48,11 +59,19 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
 from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from runledger import ConfigurationError, ModelResponse, Retry, Run  # noqa: E402
+from runledger import ConfigurationError, ModelResponse, Retry, Run, SyncRun  # noqa: E402
 from runledger.errors import ModelError  # noqa: E402
 from runledger.sdk.models import DEFAULT_RETRY, RETRYABLE_STATUS  # noqa: E402
 
-__all__ = ["OpenAIModel", "OpenAIResponse", "RecordedOpenAI", "RecordedStream", "recorded"]
+__all__ = [
+    "OpenAIModel",
+    "OpenAIResponse",
+    "RecordedOpenAI",
+    "RecordedStream",
+    "SyncRecordedOpenAI",
+    "SyncRecordedStream",
+    "recorded",
+]
 
 CHAT = "/chat/completions"
 RESPONSES = "/responses"
@@ -75,9 +94,10 @@ class _Call:
     """The SDK call ``recorded`` set up for ``OpenAIModel.complete`` to make."""
 
     endpoint: str
-    create: Callable[..., Awaitable[Any]]
+    create: Callable[..., Any]  # a coroutine function, or a blocking one (``blocking``: the openai.OpenAI client)
     kwargs: dict[str, Any]
-    queue: asyncio.Queue[Any] | None = None  # a stream's chunks, for the caller, as they arrive
+    forward: Callable[[Any], None] | None = None  # a stream: hands each chunk to the caller as it arrives
+    blocking: bool = False
     attempts: int = 0
     forwarded: int = 0
 
@@ -90,12 +110,15 @@ class OpenAIModel:
 
     ``name`` (the recorded model name) is the ``model`` argument of the call being made, else
     ``model``. Called by ``run.model`` directly (no wrapper), it makes a chat completion with
-    ``client`` and ``model``, as ``OpenAIChatModel`` does over plain HTTP."""
+    ``client`` (async, or blocking in a worker thread) and ``model``, and records the SDK's response."""
 
     response_type = OpenAIResponse
 
     def __init__(
-        self, client: openai.AsyncOpenAI | None = None, model: str = "openai", retry: Retry | None = DEFAULT_RETRY
+        self,
+        client: openai.AsyncOpenAI | openai.OpenAI | None = None,
+        model: str = "openai",
+        retry: Retry | None = DEFAULT_RETRY,
     ) -> None:
         self._client = client
         self._model = model
@@ -117,13 +140,16 @@ class OpenAIModel:
             if self._client is None:
                 raise ConfigurationError("OpenAIModel() without a client answers only calls made through recorded()")
             client = self._client.with_options(max_retries=0)
-            call = _Call(CHAT, client.chat.completions.create, {"model": self._model, "messages": messages, **params})
+            kwargs = {"model": self._model, "messages": messages, **params}
+            call = _Call(CHAT, client.chat.completions.create, kwargs, blocking=isinstance(client, openai.OpenAI))
         call.attempts += 1
         try:
-            if call.queue is None:
-                result = await call.create(**call.kwargs)
-            else:
+            if call.forward is not None:
                 result = await _stream_through(call)
+            elif call.blocking:
+                result = await asyncio.to_thread(call.create, **call.kwargs)
+            else:
+                result = await call.create(**call.kwargs)
         except openai.APIStatusError as exc:
             raise ModelError(
                 f"OpenAI {call.endpoint} answered HTTP {exc.status_code}: {exc.message}",
@@ -184,13 +210,15 @@ def _normalised(endpoint: str, result: BaseModel) -> OpenAIResponse:
 
 async def _stream_through(call: _Call) -> BaseModel:
     """Make a streaming call, hand each chunk to the caller as it comes, return the assembled response."""
-    assert call.queue is not None
-    stream = await call.create(**call.kwargs)
+    assert call.forward is not None
     chunks: list[Any] = []
-    async for chunk in stream:
-        chunks.append(chunk)
-        call.forwarded += 1
-        call.queue.put_nowait(chunk)
+    if call.blocking:
+        await asyncio.to_thread(_drain_blocking, call, chunks)
+    else:
+        async for chunk in await call.create(**call.kwargs):
+            chunks.append(chunk)
+            call.forwarded += 1
+            call.forward(chunk)
     if call.endpoint == CHAT:
         return _assembled_chat(chunks)
     for event in reversed(chunks):
@@ -198,6 +226,15 @@ async def _stream_through(call: _Call) -> BaseModel:
             response: Response = event.response
             return response
     raise ModelError("OpenAI /responses stream ended without its response.completed event")
+
+
+def _drain_blocking(call: _Call, chunks: list[Any]) -> None:
+    """The blocking client's stream, read in a worker thread: each chunk to the caller's queue."""
+    assert call.forward is not None
+    for chunk in call.create(**call.kwargs):
+        chunks.append(chunk)
+        call.forwarded += 1
+        call.forward(chunk)
 
 
 def _assembled_chat(chunks: list[ChatCompletionChunk]) -> ChatCompletion:
@@ -316,22 +353,28 @@ def _response_events(sdk: dict[str, Any]) -> list[ResponseStreamEvent]:
     return [_event({**e, "sequence_number": i}) for i, e in enumerate(events)]
 
 
+def _synthesised(response: OpenAIResponse) -> list[Any]:
+    """The stream a resume hands the caller for a recorded streaming step."""
+    assert response.sdk is not None
+    return list(_chat_chunks(response.sdk) if response.endpoint == CHAT else _response_events(response.sdk))
+
+
 class RecordedStream(Generic[T]):
     """What a recorded ``stream=True`` call returns: an async iterator of the SDK's chunks (chat) or
     events (responses), live as they arrive, on resume synthesised from the record. The step is
     recorded when the stream ends; ``close()`` (or leaving ``async with``) waits for that."""
 
-    def __init__(self, task: asyncio.Future[ModelResponse], call: _Call) -> None:
+    def __init__(self, task: asyncio.Future[ModelResponse], call: _Call, queue: asyncio.Queue[Any]) -> None:
         self._task = task
         self._call = call
+        self._queue = queue
         self._replayed: list[Any] | None = None
 
     def __aiter__(self) -> AsyncIterator[T]:
         return self
 
     async def __anext__(self) -> T:
-        queue = self._call.queue
-        assert queue is not None
+        queue = self._queue
         while self._replayed is None:
             if not queue.empty():
                 item: T = queue.get_nowait()
@@ -340,9 +383,7 @@ class RecordedStream(Generic[T]):
                 response = _checked(self._task.result())
                 if self._call.attempts:
                     raise StopAsyncIteration
-                assert response.sdk is not None
-                events = _chat_chunks(response.sdk) if response.endpoint == CHAT else _response_events(response.sdk)
-                self._replayed = list(events)
+                self._replayed = _synthesised(response)
                 break
             getter = asyncio.ensure_future(queue.get())
             done, _ = await asyncio.wait({getter, self._task}, return_when=asyncio.FIRST_COMPLETED)
@@ -364,6 +405,71 @@ class RecordedStream(Generic[T]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+_END = object()  # after a blocking stream's last chunk: the step has ended
+
+
+class SyncRecordedStream(Generic[T]):
+    """What a recorded ``stream=True`` call of the blocking client returns: an iterator of the SDK's
+    chunks (chat) or events (responses), live as they arrive, on resume synthesised from the record.
+    The step is recorded when the stream ends; ``close()`` (or leaving ``with``) waits for that.
+
+    The step runs in a thread of its own (``SyncRun.model`` blocks until the step ends), in a copy of
+    the caller's context; the constructor waits for the first chunk, or the end of the step, so the
+    step has its number before the caller's next call takes one."""
+
+    def __init__(self, run: SyncRun, call: _Call, messages: list[dict[str, Any]], params: dict[str, Any]) -> None:
+        self._call = call
+        self._queue: queue.Queue[Any] = queue.Queue()
+        call.forward = self._queue.put
+        self._done: concurrent.futures.Future[ModelResponse] = concurrent.futures.Future()
+        self._replayed: list[Any] | None = None
+        context = contextvars.copy_context()
+        context.run(_CALL.set, call)
+        thread = threading.Thread(
+            target=context.run, args=(self._step, run, messages, params), name="runledger-openai-stream", daemon=True
+        )
+        thread.start()
+        self._first: Any = self._queue.get()
+        if self._first is _END:  # no stream: the step's failure is the call's, as the SDK raises it from create
+            _checked(self._done.result())
+
+    def _step(self, run: SyncRun, messages: list[dict[str, Any]], params: dict[str, Any]) -> None:
+        try:
+            self._done.set_result(run.model(messages, **params))
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            self._done.set_exception(exc)
+        finally:
+            self._queue.put(_END)
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._replayed is None:
+            item = self._first if self._first is not None else self._queue.get()
+            self._first = None
+            if item is not _END:
+                got: T = item
+                return got
+            self._first = _END  # the end stays the end for every later call
+            response = _checked(self._done.result())
+            self._replayed = [] if self._call.attempts else _synthesised(response)
+        if not self._replayed:
+            raise StopIteration
+        out: T = self._replayed.pop(0)
+        return out
+
+    def close(self) -> None:
+        """Wait until the step is recorded (the rest of a live stream is still read and recorded)."""
+        concurrent.futures.wait([self._done])
+
+    def __enter__(self) -> SyncRecordedStream[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # -- the wrapper -------------------------------------------------------------------------------------
@@ -393,6 +499,17 @@ def _checked(response: ModelResponse) -> OpenAIResponse:
     return response
 
 
+def _request(endpoint: str, kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages and params ``run.model`` records for an SDK call made with ``kwargs``."""
+    recorded_args = {k: v for k, v in kwargs.items() if k not in UNRECORDED and not _absent(v)}
+    if endpoint == CHAT:
+        messages = _plain(recorded_args.pop("messages", []))
+    else:
+        given = _plain(recorded_args.pop("input", []))
+        messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    return messages, {"endpoint": endpoint, **_plain(recorded_args)}
+
+
 class RecordedOpenAI:
     """An ``openai.AsyncOpenAI`` whose ``chat.completions.create`` and ``responses.create`` are
     recorded steps of ``run``; made by ``recorded``."""
@@ -400,31 +517,35 @@ class RecordedOpenAI:
     def __init__(self, client: openai.AsyncOpenAI, run: Run) -> None:
         if not isinstance(client, openai.AsyncOpenAI):
             raise ConfigurationError(
-                f"recorded() wraps an openai.AsyncOpenAI (agent code is async), not {type(client).__name__}"
+                f"recorded(client, run) wraps an openai.AsyncOpenAI (async agent code) or an openai.OpenAI "
+                f"(a sync_agent), not {type(client).__name__}"
+            )
+        if isinstance(run, SyncRun):
+            raise ConfigurationError(
+                "recorded(openai.AsyncOpenAI(), run) needs the async Run; blocking agent code (a sync_agent, "
+                "with its SyncRun) wraps the blocking client: recorded(openai.OpenAI(), run)"
             )
         self._client = client.with_options(max_retries=0)  # runledger retries, each attempt recorded
         self._run = run
         self.chat = _Chat(self)
         self.responses = _Responses(self)
 
-    async def _call(self, endpoint: str, create: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
-        recorded_args = {k: v for k, v in kwargs.items() if k not in UNRECORDED and not _absent(v)}
-        if endpoint == CHAT:
-            messages = _plain(recorded_args.pop("messages", []))
-        else:
-            given = _plain(recorded_args.pop("input", []))
-            messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
-        params = {"endpoint": endpoint, **_plain(recorded_args)}
-        call = _Call(endpoint, create, kwargs, queue=asyncio.Queue() if kwargs.get("stream") else None)
+    async def _call(self, endpoint: str, create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        messages, params = _request(endpoint, kwargs)
+        call = _Call(endpoint, create, kwargs)
+        stream_queue: asyncio.Queue[Any] | None = None
+        if kwargs.get("stream"):
+            stream_queue = asyncio.Queue()
+            call.forward = stream_queue.put_nowait
 
         async def step() -> ModelResponse:
             _CALL.set(call)  # this task's own context: concurrent calls each see their own
             return await self._run.model(messages, **params)
 
         task = asyncio.ensure_future(step())
-        if call.queue is not None:
+        if stream_queue is not None:
             await asyncio.sleep(0)  # let the task take its step number now, in call order
-            return RecordedStream(task, call)
+            return RecordedStream(task, call, stream_queue)
         response = _checked(await task)
         assert response.sdk is not None
         return _sdk_object(response)
@@ -455,7 +576,76 @@ class _Responses:
         return await self._owner._call(RESPONSES, self._owner._client.responses.create, kwargs)
 
 
-def recorded(client: openai.AsyncOpenAI, run: Run) -> RecordedOpenAI:
+class SyncRecordedOpenAI:
+    """An ``openai.OpenAI`` (the blocking client) whose ``chat.completions.create`` and
+    ``responses.create`` are recorded steps of ``run``, the ``SyncRun`` of a ``sync_agent``; made by
+    ``recorded``. Calls block the agent's thread, as the SDK's do; the SDK call itself is made by
+    ``OpenAIModel`` in a worker thread, with runledger's retries."""
+
+    def __init__(self, client: openai.OpenAI, run: SyncRun) -> None:
+        if not isinstance(client, openai.OpenAI):
+            raise ConfigurationError(f"SyncRecordedOpenAI wraps an openai.OpenAI, not {type(client).__name__}")
+        if not isinstance(run, SyncRun):
+            raise ConfigurationError(
+                "recorded(openai.OpenAI(), run) needs the SyncRun of a sync_agent (blocking agent code); "
+                f"got {type(run).__name__}: async agent code wraps openai.AsyncOpenAI()"
+            )
+        self._client = client.with_options(max_retries=0)  # runledger retries, each attempt recorded
+        self._run = run
+        self.chat = _SyncChat(self)
+        self.responses = _SyncResponses(self)
+
+    def _call(self, endpoint: str, create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        messages, params = _request(endpoint, kwargs)
+        call = _Call(endpoint, create, kwargs, blocking=True)
+        if kwargs.get("stream"):
+            return SyncRecordedStream(self._run, call, messages, params)
+        # SyncRun.model runs the step on the run's event loop in a copy of this thread's context
+        # (asyncio.run_coroutine_threadsafe), so the adapter there sees this call.
+        token = _CALL.set(call)
+        try:
+            response = _checked(self._run.model(messages, **params))
+        finally:
+            _CALL.reset(token)
+        assert response.sdk is not None
+        return _sdk_object(response)
+
+
+class _SyncCompletions:
+    def __init__(self, owner: SyncRecordedOpenAI) -> None:
+        self._owner = owner
+
+    def create(self, **kwargs: Any) -> Any:
+        """``OpenAI.chat.completions.create``, recorded: a ``ChatCompletion``, or with ``stream=True``
+        a ``SyncRecordedStream`` of ``ChatCompletionChunk``."""
+        return self._owner._call(CHAT, self._owner._client.chat.completions.create, kwargs)
+
+
+class _SyncChat:
+    def __init__(self, owner: SyncRecordedOpenAI) -> None:
+        self.completions = _SyncCompletions(owner)
+
+
+class _SyncResponses:
+    def __init__(self, owner: SyncRecordedOpenAI) -> None:
+        self._owner = owner
+
+    def create(self, **kwargs: Any) -> Any:
+        """``OpenAI.responses.create``, recorded: a ``Response``, or with ``stream=True`` a
+        ``SyncRecordedStream`` of the response's stream events."""
+        return self._owner._call(RESPONSES, self._owner._client.responses.create, kwargs)
+
+
+@overload
+def recorded(client: openai.AsyncOpenAI, run: Run) -> RecordedOpenAI: ...
+@overload
+def recorded(client: openai.OpenAI, run: SyncRun) -> SyncRecordedOpenAI: ...
+def recorded(client: openai.AsyncOpenAI | openai.OpenAI, run: Run | SyncRun) -> RecordedOpenAI | SyncRecordedOpenAI:
     """``client`` with its ``chat.completions.create`` and ``responses.create`` recorded as model
-    steps of ``run`` (whose model adapter must be ``OpenAIModel``)."""
-    return RecordedOpenAI(client, run)
+    steps of ``run`` (whose model adapter must be ``OpenAIModel``): an ``openai.AsyncOpenAI`` with
+    the ``Run`` of async agent code, an ``openai.OpenAI`` with the ``SyncRun`` of a ``sync_agent``.
+
+    Raises ``ConfigurationError`` for another client, or a client and run that do not go together."""
+    if isinstance(client, openai.OpenAI):
+        return SyncRecordedOpenAI(client, run)  # type: ignore[arg-type]  # checked there, with the fix in the message
+    return RecordedOpenAI(client, run)  # type: ignore[arg-type]

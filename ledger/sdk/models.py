@@ -4,23 +4,38 @@
 ``OpenAIChatModel`` (any OpenAI-compatible /chat/completions endpoint, what users
 point at their provider) and ``ScriptedModel`` (deterministic, for tests, examples
 and this machine, where no model service is reachable).
+
+``OpenAIChatModel`` speaks through the ``openai`` package, imported only when one is made, so the
+core installs without it. Rejected for it:
+
+- ``chat.completions.create``: its keyword signature refuses the provider-specific parameters this
+  adapter has always passed through (vLLM's ``top_k``, Ollama's ``options``), and its lenient
+  parsing turns a body that is not a chat completion into an object of ``None`` fields instead of an
+  error. The SDK's own generic ``post`` sends the body as given (with the SDK's transport, timeouts
+  and error types) and returns the raw reply, which ``parse`` checks.
+- ``openai.AsyncOpenAI``: its connection pool belongs to the event loop that opened it, while an
+  adapter outlives loops (``run_sync`` starts one per run); a client per call would pay the SSL
+  setup every time (~55 ms measured here) and lose keep-alive. One blocking client, called from a
+  worker thread, serves every loop and keeps its connections.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import os
-import urllib.error
-import urllib.request
+import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runledger.errors import ModelError
+from runledger.extras import require_extra
 from runledger.sdk.retry import Retry
+
+if TYPE_CHECKING:
+    import openai
 
 # Rate limits and server-side failures: a later attempt may succeed. 4xx otherwise will not.
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -85,10 +100,21 @@ class ScriptedModel:
 
 
 class OpenAIChatModel:
-    """An OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LiteLLM, ...).
+    """An OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LiteLLM, ...), through
+    the ``openai`` package (``pip install 'runledger[openai]'``; without it the constructor raises
+    ``MissingExtraError`` naming the extra).
 
-    The API key is read from the environment variable named by ``api_key_env`` where
-    the call runs, so it is never part of the record.
+    The request is the model, the messages and every parameter as given (provider-specific ones
+    included), posted to ``{base_url}/chat/completions``. The API key is read from the environment
+    variable named by ``api_key_env`` at each call, where the call runs, and sent as that request's
+    ``Authorization`` header (none when the variable is unset): it is never part of the record, nor
+    of the adapter. The SDK's own environment (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
+    ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``) is not used: the arguments alone say where the call goes
+    and what it carries. Retries are ``retry``'s (HTTP 408/409/429/5xx, timeouts, broken connections;
+    each attempt recorded, runledger.sdk.retry); the SDK's own are off, so there is one policy.
+
+    Raises ``ModelError``: ``retryable`` for those failures, final for another status or a reply
+    that is not a chat completion.
     """
 
     def __init__(
@@ -99,11 +125,14 @@ class OpenAIChatModel:
         timeout_s: float = 60.0,
         retry: Retry | None = DEFAULT_RETRY,
     ) -> None:
+        require_extra("openai", "OpenAIChatModel")
         self.name = model
         self.retry = retry
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
+        self._sdk: openai.OpenAI | None = None
+        self._sdk_lock = threading.Lock()
 
     def request_body(self, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
         return {"model": self.name, "messages": messages, **params}
@@ -124,37 +153,57 @@ class OpenAIChatModel:
             output_tokens=int(usage.get("completion_tokens", 0)),
         )
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
+    def _client(self) -> openai.OpenAI:
+        with self._sdk_lock:  # calls run in worker threads: one client for all of them
+            if self._sdk is None:
+                import openai
+
+                # The key travels per request (read at call time), so the client holds a placeholder:
+                # it must hold something, or the SDK refuses to start without OPENAI_API_KEY set.
+                self._sdk = openai.OpenAI(
+                    api_key="unused", base_url=self.base_url, timeout=self.timeout_s, max_retries=0
+                )
+            return self._sdk
+
+    def _post(self, body: dict[str, Any]) -> Any:
+        import httpx
+        import openai
+        from openai._types import Omit  # exported as openai.Omit only by later releases than the 1.50 allowed
+
         key = os.environ.get(self.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        req = urllib.request.Request(
-            f"{self.base_url}/chat/completions",
-            data=json.dumps(body).encode(),
-            headers=headers,
-            method="POST",
-        )
+        headers: dict[str, str | Omit] = {
+            # Omit() removes the header the client would send with its placeholder: no key, no header.
+            "Authorization": f"Bearer {key}" if key else Omit(),
+            # The SDK adds these from OPENAI_ORG_ID / OPENAI_PROJECT_ID; this adapter is configured by
+            # its arguments alone, and the endpoint may not be OpenAI's.
+            "OpenAI-Organization": Omit(),
+            "OpenAI-Project": Omit(),
+        }
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                result: dict[str, Any] = json.loads(resp.read())
-                return result
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode(errors="replace")
+            reply = self._client().post(
+                "/chat/completions", cast_to=httpx.Response, body=body, options={"headers": headers}
+            )
+        except openai.APIStatusError as exc:
             raise ModelError(
-                f"{self.base_url} answered HTTP {exc.code}: {detail}",
-                retryable=exc.code in RETRYABLE_STATUS,
-                status=exc.code,
+                f"{self.base_url} answered HTTP {exc.status_code}: {exc.response.text[:300]}",
+                retryable=exc.status_code in RETRYABLE_STATUS,
+                status=exc.status_code,
             ) from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-            raise ModelError(f"{self.base_url} could not be reached: {exc}", retryable=True) from exc
-        except http.client.HTTPException as exc:
-            # A reply cut short (IncompleteRead) or garbled at the HTTP level: the connection broke
-            # mid-answer, as retryable as one that broke before it.
-            raise ModelError(f"{self.base_url} broke off its answer: {exc!r}", retryable=True) from exc
-        except ValueError as exc:  # a body that is not JSON
+        except openai.APITimeoutError as exc:
+            raise ModelError(f"{self.base_url} timed out (timeout_s={self.timeout_s:g})", retryable=True) from exc
+        except openai.APIConnectionError as exc:
+            # Refused, reset, or a reply cut short mid-body (the SDK wraps httpx's error): the connection
+            # broke before or during the answer, and a later attempt may get through.
+            cause = exc.__cause__ or exc
+            raise ModelError(f"{self.base_url} could not be reached or broke off: {cause!r}", retryable=True) from exc
+        except openai.OpenAIError as exc:
+            raise ModelError(f"{self.base_url}: the openai SDK refused the call: {exc}") from exc
+        try:
+            return json.loads(reply.content)
+        except ValueError as exc:
             raise ModelError(f"{self.base_url} answered with a body that is not JSON: {exc}") from exc
 
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        # The blocking client in a worker thread: see the module's note for the async one rejected.
         body = await asyncio.to_thread(self._post, self.request_body(messages, **params))
         return self.parse(body)

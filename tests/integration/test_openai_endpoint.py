@@ -1,7 +1,8 @@
-"""``OpenAIChatModel`` against a real HTTP server on loopback that misbehaves on purpose: what the
-README promises ("retries HTTP 429, 5xx and timeouts by default ... each attempt is recorded"),
-a reply that is not JSON or not a chat completion (a clear, final failure), a body cut short,
-and a reply with ``tool_calls`` that drives real tool steps and replays identically.
+"""``OpenAIChatModel`` (the ``openai`` package underneath) against a real HTTP server on loopback
+that misbehaves on purpose: what the README promises ("retries HTTP 429, 5xx and timeouts by default
+... each attempt is recorded"), a reply that is not JSON or not a chat completion (a clear, final
+failure), a body cut short, a reply with ``tool_calls`` that drives real tool steps and replays
+identically, and the key: read where and when each call is made, sent, never recorded.
 
 The server's own request log is the witness for how many calls were made.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from runledger import AgentSpec, OpenAIChatModel, Run
+from runledger import AgentSpec, ModelResponse, OpenAIChatModel, Run
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import approve
 from runledger.protect.runs import load_run
@@ -53,6 +54,7 @@ class Endpoint:
     def __init__(self) -> None:
         self.script: list[Answer] = []
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.closing = threading.Event()
 
 
@@ -66,6 +68,7 @@ def endpoint() -> Iterator[tuple[str, Endpoint]]:
 
         def do_POST(self) -> None:
             state.requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            state.headers.append(dict(self.headers))
             answer = state.script.pop(0) if state.script else Answer()
             if answer.delay_s:
                 state.closing.wait(answer.delay_s)
@@ -249,3 +252,53 @@ async def test_tool_calls_drive_tool_steps_and_replay_as_they_were_live(
     assert len(server.requests) == 2 and len(looked_up) == 1, "a resume called the model or the tool again"
     tool_steps = [e.payload for e in (await load_run(client, "oa-tools")).events if e.type == "tool.called"]
     assert [(p["name"], p["args"]) for p in tool_steps] == [("lookup_order", looked_up[0])]
+
+
+async def test_the_key_is_read_at_each_call_sent_and_never_recorded(
+    client: LedgerClient, endpoint: tuple[str, Endpoint], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key in the environment: no Authorization header at all (a local server needs none, and the
+    SDK's own OPENAI_API_KEY is not a fallback, nor are its organization and project variables sent
+    to an endpoint that may not be OpenAI's). A key set, then rotated, while the run goes on: each
+    call sends the key of its moment. None of them reaches the record."""
+    url, server = endpoint
+    monkeypatch.delenv("RL_TEST_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-sdk-default-must-not-be-sent")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-not-for-this-endpoint")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-not-for-this-endpoint")
+    keys = ["sk-first-0f3a9c2e", "sk-rotated-77d1b4a0"]
+
+    async def agent(run: Run) -> list[str]:
+        replies = [await run.model([{"role": "user", "content": "no key"}])]
+        for key in keys:
+            monkeypatch.setenv("RL_TEST_KEY", key)
+            replies.append(await run.model([{"role": "user", "content": "keyed"}]))
+        return [r.content for r in replies]
+
+    model = OpenAIChatModel("gpt-test", base_url=url, api_key_env="RL_TEST_KEY", retry=QUICK)
+    result = await start_run(client, AgentSpec("keys", agent, model, agent_version="v1"), run_id="oa-keys")
+    assert result.status == "completed" and result.output == ["done"] * 3
+    assert [h.get("Authorization") for h in server.headers] == [None, f"Bearer {keys[0]}", f"Bearer {keys[1]}"]
+    assert not [h for h in server.headers if "not-for-this-endpoint" in json.dumps(h)]
+    stored = b"".join(e.to_bytes() for e in (await load_run(client, "oa-keys")).events)
+    assert b'"keyed"' in stored, "the record is not readable here: the check below would prove nothing"
+    assert b"sk-" not in stored and b"Bearer" not in stored
+
+
+async def test_parameters_reach_the_endpoint_as_given_provider_specific_ones_included(
+    client: LedgerClient, endpoint: tuple[str, Endpoint]
+) -> None:
+    """The body is the model, the messages and the parameters as the agent passed them, including
+    ones the OpenAI API does not define (vLLM's ``top_k``, Ollama's ``options``), and nothing else."""
+    url, server = endpoint
+    params = {"temperature": 0, "top_k": 40, "options": {"num_ctx": 4096}, "tools": [{"type": "function"}]}
+
+    async def agent(run: Run) -> ModelResponse:
+        return await run.model([{"role": "user", "content": "hi"}], **params)
+
+    model = OpenAIChatModel("local-llm", base_url=url, retry=QUICK)
+    result = await start_run(client, AgentSpec("params", agent, model, agent_version="v1"), run_id="oa-params")
+    assert result.status == "completed"
+    assert server.requests == [{"model": "local-llm", "messages": [{"role": "user", "content": "hi"}], **params}]
+    (step,) = await model_attempts(client, "oa-params")
+    assert step["request"] == {"messages": [{"role": "user", "content": "hi"}], "params": params}

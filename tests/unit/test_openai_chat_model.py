@@ -1,0 +1,63 @@
+"""``OpenAIChatModel`` without a server: the core imports and builds it without loading ``openai``,
+and without the ``openai`` extra it says what to install (the calls themselves:
+tests/integration/test_openai_endpoint.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import runledger.extras
+from runledger import MissingExtraError, OpenAIChatModel
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    """``_missing`` is functools.cache'd: ask find_spec afresh and leave no answer behind."""
+    runledger.extras._missing.cache_clear()
+    yield
+    runledger.extras._missing.cache_clear()
+
+
+def test_without_the_extra_the_constructor_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> object:
+        return None if name == "openai" else real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(MissingExtraError) as info:
+        OpenAIChatModel("gpt-test")
+    assert info.value.extra == "openai" and info.value.feature == "OpenAIChatModel"
+    assert "pip install 'runledger[openai]'" in str(info.value)
+
+
+def test_importing_and_building_the_adapter_leaves_openai_unloaded() -> None:
+    """The SDK (and httpx under it) loads at the first call, not with the core."""
+    code = (
+        "import sys\n"
+        "from runledger import OpenAIChatModel\n"
+        "model = OpenAIChatModel('gpt-test', base_url='http://127.0.0.1:9/v1')\n"
+        "print(' '.join(sorted(m for m in ('openai', 'httpx') if m in sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == []
+
+
+def test_the_adapter_keeps_its_public_shape() -> None:
+    model = OpenAIChatModel("gpt-test", base_url="http://localhost:8000/v1/", api_key_env="MY_KEY", timeout_s=5)
+    assert (model.name, model.base_url, model.api_key_env, model.timeout_s) == (
+        "gpt-test", "http://localhost:8000/v1", "MY_KEY", 5
+    )  # fmt: skip
+    assert model.retry is not None and model.retry.attempts == 4
+    assert model.request_body([{"role": "user", "content": "x"}], top_k=3) == {
+        "model": "gpt-test", "messages": [{"role": "user", "content": "x"}], "top_k": 3
+    }  # fmt: skip
+    reply = OpenAIChatModel.parse(
+        {"choices": [{"message": {"content": None, "tool_calls": [{"id": "c"}]}, "finish_reason": "tool_calls"}]}
+    )
+    assert (reply.content, reply.tool_calls, reply.finish_reason) == ("", [{"id": "c"}], "tool_calls")

@@ -233,12 +233,22 @@ def _decision(view: dict[str, Any] | None) -> str:
     if view["error"]:
         return f"{view['name']} error: {_short(view['error'].get('message'), 90)}"
     output = view["output"]
+    calls = ""
     if isinstance(output, dict):
+        # A tool-calling model decides by its calls (often with no text at all): both are the decision.
+        named = [c for c in output.get("tool_calls") or [] if isinstance(c, dict)]
+        calls = ", ".join(f"{c.get('name') or (c.get('function') or {}).get('name')}"
+                          f"({_short(c.get('args', (c.get('function') or {}).get('arguments')), 60)})"
+                          for c in named)  # fmt: skip
         output = output.get("content", {k: v for k, v in output.items() if k != "usage"})
     if isinstance(output, str):  # the model's text as it said it
         text = " ".join(output.split())
-        return f"{view['name']}: {text if len(text) <= 100 else text[:99] + '…'}"
-    return f"{view['name']}: {_short(output, 100)}"
+        text = text if len(text) <= 100 else text[:99] + "…"
+    else:
+        text = _short(output, 100)
+    if calls:
+        text = f"{text} calls {calls}" if text else f"calls {calls}"
+    return f"{view['name']}: {text}"
 
 
 def _brief(view: dict[str, Any] | None, width: int = 110) -> str:

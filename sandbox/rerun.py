@@ -361,6 +361,12 @@ class Rerunner:
                                    agent=spec.name, msg_id_prefix=branch_id, policy=self.policy,
                                    transform=protector.protect)  # fmt: skip
             run_input = await opener.open_value(parent.input, strict=False)
+            gather = getattr(spec, "rerun_input", None)
+            if gather is not None:
+                # A framework's agent re-driven from its record (a LangGraph thread's inputs and resume
+                # values: runledger.integrations.langgraph.GraphAgent): read here, recorded as the
+                # branch's input, so a redelivered request resumes from the branch's own record.
+                run_input = await gather(self.client, parent.run_id, run_input)
             for body in (
                 RunStarted(agent=spec.name, version=spec.version(), input=run_input, capture=spec.data_policy.capture,
                            budgets=dict(parent.limits),  # type: ignore[arg-type]

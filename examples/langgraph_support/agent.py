@@ -20,6 +20,13 @@ Run one ticket (``REFUND_PAYMENTS_URL`` names the payments service)::
 
 The first stops at the approval; the second (or the first with ``--approve``) resumes the thread
 from its last checkpoint, also after a crash anywhere.
+
+Re-run a recorded thread in the sandbox (``spec`` is the graph as an agent: ``graph_agent``), here
+with a stricter model that asks for a photo instead of refunding (a counterfactual)::
+
+    runledger rerun T-1 --agent runledger.examples.langgraph_support.agent:spec --mode counterfactual \
+        --at-step 2 --set model=runledger.examples.langgraph_support.agent:strict_model
+    runledger diff T-1 br-<request id>
 """
 
 from __future__ import annotations
@@ -42,9 +49,10 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
-from runledger import EffectContext, LedgerClient, connect
+from runledger import EffectContext, LedgerClient, Run, connect
 from runledger.examples.refund_agent.agent import ORDERS, _reconcile_refund, payments_url
-from runledger.integrations.langgraph import RunledgerSaver
+from runledger.integrations.langchain import ChatModelAdapter
+from runledger.integrations.langgraph import GraphAgent, RedriveSaver, RunledgerSaver, graph_agent, redrive_thread
 
 # -- tools ---------------------------------------------------------------------------------------------------------
 
@@ -87,6 +95,8 @@ class SupportChatModel(BaseChatModel):
     """A scripted chat model that answers as a competent one would, deterministically: look the
     order up, then refund it, then tell the customer. Token usage is estimated from the text."""
 
+    model_name: str = "scripted-support-1"  # the recorded model (the version tuple's)
+
     @property
     def _llm_type(self) -> str:
         return "scripted-support"
@@ -127,6 +137,26 @@ class SupportChatModel(BaseChatModel):
         return AIMessage(content=f"Refunded: {results['refund'].content}")
 
 
+class StrictSupportChatModel(SupportChatModel):
+    """A stricter model for counterfactual re-runs: it never refunds without a photo of the damage."""
+
+    model_name: str = "scripted-strict-1"
+
+    @staticmethod
+    def _reply(messages: list[BaseMessage]) -> AIMessage:
+        reply = SupportChatModel._reply(messages)
+        refunds = [c for c in reply.tool_calls if c["name"] == "refund"]
+        if not refunds:
+            return reply
+        order = refunds[0]["args"]["order"]
+        return AIMessage(content=f"Please send us a photo of the damage so we can refund {order}.")
+
+
+def strict_model() -> ChatModelAdapter:
+    """The strict model as the model of a re-run (``--set model=...:strict_model``)."""
+    return ChatModelAdapter(StrictSupportChatModel(), tools=[lookup_order, refund])
+
+
 # -- the graph -----------------------------------------------------------------------------------------------------
 
 
@@ -134,7 +164,7 @@ class Support(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
 
 
-def build_graph(saver: RunledgerSaver, chat_model: BaseChatModel | None = None) -> Any:
+def build_graph(saver: RunledgerSaver | RedriveSaver, chat_model: BaseChatModel | None = None) -> Any:
     """The support graph, compiled with ``saver``: its model and tools journaled by it."""
     model = saver.model(chat_model or SupportChatModel())
     tools = [
@@ -170,11 +200,27 @@ def build_graph(saver: RunledgerSaver, chat_model: BaseChatModel | None = None) 
     return g.compile(checkpointer=saver)
 
 
+async def rerun_thread(run: Run) -> dict[str, Any]:
+    """A recorded thread re-driven in the sandbox (``runledger rerun``): the same graph, invoked with
+    the thread's recorded inputs and answers, its model and tool calls served by the re-run."""
+    state = await redrive_thread(run, build_graph)
+    thread = str(run.input["thread_id"])
+    if state.interrupts:
+        return {"status": "waiting", "thread": thread, "approval": state.interrupts[0].value}
+    return {"thread": thread, "answer": str(state.values["messages"][-1].content)}  # what `handle` records
+
+
+def spec() -> GraphAgent:
+    """The support graph as an agent: what `runledger rerun --agent ...:spec` loads, and what its
+    threads record (their version tuple)."""
+    return graph_agent(rerun_thread, build_graph)
+
+
 async def handle(client: LedgerClient, thread: str, order: str, approve: bool | None = None) -> dict[str, Any]:
     """Drive the ticket's thread as far as it goes: start it, continue it after a crash (from its
     last checkpoint), and answer its approval with ``approve`` (None: leave it waiting). Returns
     ``{"status": "waiting" | "completed", ...}``."""
-    saver = RunledgerSaver(client)
+    saver = RunledgerSaver(client, agent=spec())
     graph = build_graph(saver)
     config: RunnableConfig = {"configurable": {"thread_id": thread}}
     state = await graph.aget_state(config)

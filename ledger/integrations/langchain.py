@@ -15,22 +15,35 @@ What a wrapper returns is what the wrapped model or tool returned (an ``AIMessag
 output); what the record keeps is redacted and sealed as any run's content. The recorded model
 name is the wrapped model's (``model_name``, ``model``, else its class). A model's own exception
 is raised as it was (the step records it first), so LangGraph's retry policies see it.
+
+The wrappers only need a journal: something that gives the run of a node's thread
+(``run_for(config)``) and runs a coroutine from a sync node (``call_sync``). ``RunledgerSaver`` is
+one; the sandbox's re-drive of a thread is another (``runledger.integrations.langgraph.RedriveSaver``),
+whose run is the guest's Run API: there a model call is answered by the host (``AIMessage``
+rebuilt from the answer) and a tool's function never runs in the guest. ``ChatModelAdapter`` is
+the other direction: a LangChain chat model as a runledger model adapter, what a re-run calls
+live on the host.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from runledger.extras import require_extra
 
 require_extra("langgraph", "runledger.integrations.langchain")
 
 from langchain_core.language_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages  # noqa: E402
+from langchain_core.messages import (  # noqa: E402
+    AIMessage,
+    BaseMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
@@ -40,8 +53,22 @@ from pydantic import ConfigDict  # noqa: E402
 from runledger import ConfigurationError, ModelResponse, Tool, ToolFailedError  # noqa: E402
 
 if TYPE_CHECKING:
-    from runledger.integrations.langgraph import RunledgerSaver
+    from runledger.sdk.api import Run
     from runledger.sdk.tools import EffectClass
+
+T = TypeVar("T")
+
+
+class ThreadJournal(Protocol):
+    """Where the journaled wrappers record: the run of a node's thread, and a way back to its loop."""
+
+    async def run_for(self, config: RunnableConfig) -> Run:
+        """The run of the thread ``config`` names, ready for steps."""
+        ...
+
+    def call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the journal's event loop from another thread (a sync node) and return its result."""
+        ...
 
 
 @dataclass
@@ -65,31 +92,81 @@ class LangChainModelAdapter:
 
     retry = None  # a LangChain model retries by its own settings; each call is one attempt here
 
+    def __init__(self, default_name: str = "langchain") -> None:
+        self.default_name = default_name  # outside a call: the version tuple's model
+
     @property
     def name(self) -> str:
         call = _CALL.get()
-        return call.name if call is not None else "langchain"
+        return call.name if call is not None else self.default_name
 
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         call = _CALL.get()
         if call is None:
             raise ConfigurationError("a LangGraph thread's run calls models through saver.model(chat_model)")
         reply = await call.model.ainvoke(call.messages, stop=call.stop, **call.kwargs)
-        if not isinstance(reply, AIMessage):
-            raise ConfigurationError(f"model {call.name} answered {type(reply).__name__}, not an AIMessage")
-        call.reply = reply
-        usage: dict[str, Any] = dict(reply.usage_metadata or {})
-        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content, default=str)
-        return ModelResponse(
-            content=content,
-            tool_calls=[dict(tc) for tc in reply.tool_calls],
-            finish_reason=str((reply.response_metadata or {}).get("finish_reason") or "stop"),
-            input_tokens=int(usage.get("input_tokens", 0)),
-            output_tokens=int(usage.get("output_tokens", 0)),
-        )
+        call.reply = _checked(reply, call.name)
+        return model_response(call.reply)
 
 
-def _model_name(model: Any) -> str:
+def _checked(reply: Any, name: str) -> AIMessage:
+    if not isinstance(reply, AIMessage):
+        raise ConfigurationError(f"model {name} answered {type(reply).__name__}, not an AIMessage")
+    return reply
+
+
+def model_response(reply: AIMessage) -> ModelResponse:
+    """What the record keeps of a LangChain model's reply."""
+    usage: dict[str, Any] = dict(reply.usage_metadata or {})
+    content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content, default=str)
+    return ModelResponse(
+        content=content,
+        tool_calls=[dict(tc) for tc in reply.tool_calls],
+        finish_reason=str((reply.response_metadata or {}).get("finish_reason") or "stop"),
+        input_tokens=int(usage.get("input_tokens", 0)),
+        output_tokens=int(usage.get("output_tokens", 0)),
+    )
+
+
+def ai_message(response: ModelResponse) -> AIMessage:
+    """The ``AIMessage`` a recorded (or remotely answered) model response stands for: content, tool
+    calls and token usage, which is all a prompt built from it (``convert_to_openai_messages``) reads."""
+    total = response.input_tokens + response.output_tokens
+    return AIMessage(
+        content=response.content,
+        tool_calls=[
+            {"name": str(c.get("name", "")), "args": dict(c.get("args") or {}), "id": c.get("id"), "type": "tool_call"}
+            for c in response.tool_calls
+        ],
+        usage_metadata={
+            "input_tokens": response.input_tokens, "output_tokens": response.output_tokens, "total_tokens": total,
+        },
+        response_metadata={"finish_reason": response.finish_reason},
+    )  # fmt: skip
+
+
+class ChatModelAdapter:
+    """A LangChain chat model as a runledger model adapter (``runledger.ModelAdapter``): the
+    OpenAI-style messages of a step become LangChain messages, ``tools`` are bound, the reply is
+    recorded as ``model_response`` makes it. ``name`` (the version tuple's model) defaults to the
+    model's (``model_name``, ``model``, else its class). What a re-run of a LangGraph thread calls
+    live on the host (``runledger rerun --set model=module:factory`` names a factory of one)."""
+
+    retry = None  # the LangChain model retries by its own settings
+
+    def __init__(self, chat_model: Any, *, tools: Sequence[Any] = (), name: str | None = None) -> None:
+        self.chat_model = chat_model
+        self.tools = list(tools)
+        self.name = name or chat_model_name(chat_model)
+
+    async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        model = self.chat_model.bind_tools(self.tools) if self.tools else self.chat_model
+        reply = await model.ainvoke(convert_to_messages(messages), **params)
+        return model_response(_checked(reply, self.name))
+
+
+def chat_model_name(model: Any) -> str:
+    """The name a LangChain chat model is recorded under: ``model_name``, ``model``, ``model_id``, else its class."""
     inner = getattr(model, "bound", model)  # a model with tools bound is a RunnableBinding
     for attr in ("model_name", "model", "model_id"):
         value = getattr(inner, attr, None)
@@ -110,27 +187,29 @@ def current_config() -> RunnableConfig:
 
 
 async def journal_model_call(
-    saver: RunledgerSaver,
+    saver: ThreadJournal,
     config: RunnableConfig,
     model: Any,
     messages: list[BaseMessage],
     stop: list[str] | None = None,
     kwargs: dict[str, Any] | None = None,
 ) -> AIMessage:
-    """Call ``model`` with ``messages`` as a ``model.called`` step of the run of ``config``'s thread."""
+    """Call ``model`` with ``messages`` as a ``model.called`` step of the run of ``config``'s thread.
+
+    Returns the model's own reply when it was called here, else (a step answered by the record or
+    by the host of a sandbox) the reply rebuilt from the recorded response (``ai_message``)."""
     run = await saver.run_for(config)
-    call = _Call(model, messages, stop, dict(kwargs or {}), _model_name(model))
+    call = _Call(model, messages, stop, dict(kwargs or {}), chat_model_name(model))
     token = _CALL.set(call)
     try:
-        await run.model(convert_to_openai_messages(messages), **({"stop": stop} if stop else {}))
+        response = await run.model(convert_to_openai_messages(messages), **({"stop": stop} if stop else {}))
     except ToolFailedError as exc:
         if isinstance(exc.__cause__, Exception):
             raise exc.__cause__ from None  # the model's own error, recorded; LangGraph's retry policy sees it
         raise
     finally:
         _CALL.reset(token)
-    assert call.reply is not None
-    return call.reply
+    return call.reply if call.reply is not None else ai_message(response)
 
 
 class JournaledChatModel(BaseChatModel):
@@ -159,30 +238,30 @@ class JournaledChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
         config = current_config()
-        saver = cast("RunledgerSaver", self.saver)
+        saver: ThreadJournal = self.saver
         reply = saver.call_sync(journal_model_call(saver, config, self.model, messages, stop, kwargs))
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
-def journaled_tool(
+def declare_tool(
     lc_tool: BaseTool,
-    saver: RunledgerSaver,
     *,
     effect: EffectClass = "read",
     key: Any = None,
     reconcile: Any = None,
     lease_s: float | None = None,
-) -> StructuredTool:
-    """``lc_tool`` as a LangChain tool whose calls are steps of the thread's run (``RunledgerSaver.tool``).
+) -> Tool[Any, Any]:
+    """``lc_tool`` declared as a runledger tool (runledger.tool): its name, schema (from the tool's
+    arguments) and effect declaration; calling it invokes the LangChain tool.
 
     ``effect`` (``read``, ``write``, ``irreversible``), ``key`` (a function of the arguments: the
     business identity, e.g. ``lambda a: f"refund:{a['order']}"``), ``reconcile`` (``key -> result``
-    or ``runledger.NOT_FOUND``) and ``lease_s`` are runledger's tool declaration (runledger.tool)."""
+    or ``runledger.NOT_FOUND``) and ``lease_s`` are runledger's tool declaration."""
 
     async def call_lc_tool(args: Any) -> Any:
         return await lc_tool.ainvoke(args)
 
-    declared: Tool[Any, Any] = Tool(
+    return Tool(
         lc_tool.name,
         call_lc_tool,
         effect_class=effect,
@@ -192,6 +271,12 @@ def journaled_tool(
         description=lc_tool.description,
         lease_s=lease_s,
     )
+
+
+def journaled_tool(lc_tool: BaseTool, saver: ThreadJournal, declared: Tool[Any, Any]) -> StructuredTool:
+    """``lc_tool`` as a LangChain tool whose calls are steps of the thread's run (``RunledgerSaver.tool``),
+    declared by ``declared`` (``declare_tool``): its function runs where the journal's run calls
+    it (in a recording process; on the host of a sandboxed re-run, never in the guest)."""
 
     async def step(config: RunnableConfig, kwargs: dict[str, Any]) -> Any:
         run = await saver.run_for(config)
@@ -214,4 +299,16 @@ def journaled_tool(
     )
 
 
-__all__ = ["JournaledChatModel", "LangChainModelAdapter", "current_config", "journal_model_call", "journaled_tool"]
+__all__ = [
+    "ChatModelAdapter",
+    "JournaledChatModel",
+    "LangChainModelAdapter",
+    "ThreadJournal",
+    "ai_message",
+    "chat_model_name",
+    "current_config",
+    "declare_tool",
+    "journal_model_call",
+    "journaled_tool",
+    "model_response",
+]

@@ -30,6 +30,21 @@ does for an agent function. LangGraph names checkpoints with time-based ids (uui
 task ids, and with them interrupt ids, from them: a replay from the top would name everything
 anew, and LangGraph's resume-from-a-checkpoint, which its users rely on, would be bypassed.
 
+Re-runs (``runledger rerun``) are another matter: a branch is a new run, so nothing has to keep
+LangGraph's ids. ``graph_agent(fn, build)`` makes the graph an agent function (``GraphAgent``):
+in the sandbox, ``redrive_thread`` builds the same graph on a ``RedriveSaver`` (LangGraph's
+``InMemorySaver``; checkpoints are not steps, so the step numbers of the model, tool and effect
+calls are the recorded run's) and invokes it with the thread's recorded inputs; its journaled
+model and tools call the guest's Run API, so the broker serves them by step number as it serves
+any agent, in every mode. The inputs (each invocation's input and each ``Command(resume=...)``
+value, the human's answer to an interrupt) are read from the parent's checkpoints and writes on
+the host (``GraphAgent.rerun_input``) and recorded in the branch's ``run.started``. A thread is
+re-run from a record of the same graph code: ``RunledgerSaver(client, agent=spec)`` records the
+spec's version tuple (its ``agent_version`` is a hash of the graph's code). Rejected for the
+inputs: serving them as Run API steps (a step kind the fold, the broker and every mode would
+have to learn, and steps a diff would align against) and approvals in place of ``interrupt``
+(LangGraph's human-in-the-loop would no longer be LangGraph's).
+
 Time travel (``get_state_history``, ``update_state`` on a past config, invoking from a past
 ``checkpoint_id``) stays on the thread, as in LangGraph: the checkpoint whose parent is not the
 latest of its namespace is recorded with ``forked: true`` and its parent, which ``runledger show``
@@ -49,7 +64,7 @@ import contextlib
 import hashlib
 import math
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -71,17 +86,27 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
+from langgraph.types import Command, StateSnapshot  # noqa: E402
 
-from runledger import AgentSpec, ConfigurationError, DataPolicy, LedgerClient, ModelAdapter  # noqa: E402
+from runledger import AgentSpec, Budgets, ConfigurationError, DataPolicy, LedgerClient, ModelAdapter  # noqa: E402
 from runledger.errors import RunNotFoundError  # noqa: E402
-from runledger.integrations.langchain import JournaledChatModel, LangChainModelAdapter, journaled_tool  # noqa: E402
+from runledger.integrations.langchain import (  # noqa: E402
+    ChatModelAdapter,
+    JournaledChatModel,
+    LangChainModelAdapter,
+    chat_model_name,
+    declare_tool,
+    journaled_tool,
+)
 from runledger.ops.trace import list_runs  # noqa: E402
 from runledger.protect.erasure import erase_run  # noqa: E402
 from runledger.protect.runs import load_run  # noqa: E402
-from runledger.record.events import GraphCheckpointed, GraphWritesSaved, RunCompleted  # noqa: E402
+from runledger.record.events import Event, GraphCheckpointed, GraphWritesSaved, RunCompleted  # noqa: E402
 from runledger.record.ids import is_token  # noqa: E402
+from runledger.sdk.api import Run  # noqa: E402
 from runledger.sdk.lifecycle import open_run  # noqa: E402
 from runledger.sdk.run import RecordedRun  # noqa: E402
+from runledger.sdk.tools import Tool  # noqa: E402
 
 T = TypeVar("T")
 
@@ -91,6 +116,11 @@ THREAD_LABEL = "langgraph.thread_id"
 # number, and a channel named "token" is a credential-named key to a detector.
 _HEADER = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channels")
 DEFAULT_AGENT = "langgraph"
+# LangGraph's names for a Command's writes (langgraph._internal._constants, not exported): the
+# task id of writes that belong to no task, and the channel of a resume value.
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+RESUME = "__resume__"
+START_CHANNEL = "__start__"
 
 Typed = tuple[str, bytes]
 
@@ -233,15 +263,17 @@ class RunledgerSaver(InMemorySaver):
     ``client``: a connected ``LedgerClient``; the saver's async methods must run on its event loop,
     and its sync methods (``graph.invoke``) are allowed only from other threads (as LangGraph's own
     async savers: they hand the work to that loop). ``agent``: the agent name the threads' runs
-    are recorded under (a subject token). ``data_policy``: what the record keeps of content (the
-    default redacts and seals; ``hash-only`` is refused: a checkpointer must read its values back).
-    ``by``: who ``delete_thread`` names as the eraser."""
+    are recorded under (a subject token), or the graph's agent (``graph_agent``), whose name,
+    version tuple, budgets and data policy the threads' runs record, so that ``runledger rerun``
+    accepts them. ``data_policy``: what the record keeps of content (the default redacts and seals;
+    ``hash-only`` is refused: a checkpointer must read its values back). ``by``: who
+    ``delete_thread`` names as the eraser."""
 
     def __init__(
         self,
         client: LedgerClient,
         *,
-        agent: str = DEFAULT_AGENT,
+        agent: str | AgentSpec = DEFAULT_AGENT,
         data_policy: DataPolicy | None = None,
         agent_version: str | None = None,
         serde: SerializerProtocol | None = None,
@@ -249,21 +281,28 @@ class RunledgerSaver(InMemorySaver):
         by: str = "langgraph",
     ) -> None:
         super().__init__(serde=serde)
-        if not is_token(agent):
-            raise ConfigurationError(f"agent {agent!r} cannot be used in a subject: use 1-128 of A-Z a-z 0-9 _ -")
-        policy = data_policy or DataPolicy()
+        given = agent if isinstance(agent, AgentSpec) else None
+        name = given.name if given is not None else str(agent)
+        if not is_token(name):
+            raise ConfigurationError(f"agent {name!r} cannot be used in a subject: use 1-128 of A-Z a-z 0-9 _ -")
+        policy = data_policy or (given.data_policy if given is not None else DataPolicy())
         if policy.capture == "hash-only":
             raise ConfigurationError("a checkpointer reads its values back: use capture 'redacted' or 'full'")
         self.client = client
-        self.agent = agent
+        self.agent = name
         self.by = by
-        self._adapter = LangChainModelAdapter()
+        # Outside a call the adapter names the version tuple's model: the re-run spec's, when given.
+        self._adapter = LangChainModelAdapter(given.model.name if given is not None else "langchain")
         # The adapter's name is a property (the wrapped model's, per call): cast for the Protocol's attribute.
+        # With a spec (graph_agent), the threads record its version tuple, so `runledger rerun` accepts them.
         self.spec = AgentSpec(
-            agent,
+            name,
             _no_agent_function,
             cast(ModelAdapter, self._adapter),
-            agent_version=agent_version or "langgraph",
+            tools=given.tools if given is not None else (),
+            prompt=given.prompt if given is not None else "",
+            agent_version=agent_version or (given.version().agent_version if given is not None else "langgraph"),
+            budgets=given.budgets if given is not None else Budgets(),
             data_policy=policy,
         )
         self._threads: dict[str, _Thread] = {}
@@ -288,8 +327,8 @@ class RunledgerSaver(InMemorySaver):
 
     def tool(self, lc_tool: BaseTool, **declaration: Any) -> StructuredTool:
         """``lc_tool`` (any LangChain tool) with its calls recorded as steps; ``effect``, ``key``,
-        ``reconcile``, ``lease_s`` declare it an effect (runledger.integrations.langchain.journaled_tool)."""
-        return journaled_tool(lc_tool, self, **declaration)
+        ``reconcile``, ``lease_s`` declare it an effect (runledger.integrations.langchain.declare_tool)."""
+        return journaled_tool(lc_tool, self, declare_tool(lc_tool, **declaration))
 
     async def acomplete(self, config: RunnableConfig, output: Any = None) -> None:
         """Record that the thread's graph ran to its end (``run.completed`` with ``output``):
@@ -564,14 +603,7 @@ class RunledgerSaver(InMemorySaver):
     def call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the saver's event loop from another thread and return its result (what every
         sync method does). Raises InvalidStateError on the loop's own thread, which it would block."""
-        with contextlib.suppress(RuntimeError):
-            if asyncio.get_running_loop() is self.loop:
-                coro.close()
-                raise asyncio.InvalidStateError(
-                    "synchronous calls to RunledgerSaver are only allowed from a thread other than its event "
-                    "loop's; in async code use the async methods (graph.ainvoke, aget_state, ...)"
-                )
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return _call_sync(self.loop, coro, type(self).__name__)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.call_sync(self.aget_tuple(config))
@@ -619,6 +651,174 @@ class RunledgerSaver(InMemorySaver):
         return self.call_sync(self.aget_delta_channel_history(config=config, channels=channels))
 
 
+def _call_sync(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], owner: str) -> T:
+    with contextlib.suppress(RuntimeError):
+        if asyncio.get_running_loop() is loop:
+            coro.close()
+            raise asyncio.InvalidStateError(
+                f"synchronous calls to {owner} are only allowed from a thread other than its event "
+                "loop's; in async code use the async methods (graph.ainvoke, aget_state, ...)"
+            )
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+# -- re-runs: a thread re-driven as an agent function ---------------------------------------------------------
+
+
+class RedriveSaver(InMemorySaver):
+    """LangGraph's ``InMemorySaver`` with the journal of a re-run: ``model`` and ``tool`` wrap as
+    ``RunledgerSaver``'s do, but their steps go to ``run`` (in the sandbox, the guest's Run API,
+    answered by the broker), and nothing of the graph's checkpoints leaves the process.
+
+    Without a run it only collects what a graph declares (``graph_agent`` builds the graph once on
+    one to learn its tools and chat models); a step then raises ConfigurationError."""
+
+    def __init__(self, run: Run | None = None, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__()
+        self.run = run
+        self.loop = loop
+        self.tools: dict[str, Tool[Any, Any]] = {}
+        self.lc_tools: list[BaseTool] = []
+        self.chat_models: list[Any] = []
+
+    async def run_for(self, config: RunnableConfig) -> Run:
+        if self.run is None:
+            raise ConfigurationError("a RedriveSaver without a run only collects a graph's declarations")
+        return self.run
+
+    def model(self, chat_model: Any) -> JournaledChatModel:
+        self.chat_models.append(chat_model)
+        return JournaledChatModel(model=chat_model, saver=self)
+
+    def tool(self, lc_tool: BaseTool, **declaration: Any) -> StructuredTool:
+        declared = declare_tool(lc_tool, **declaration)
+        journaled = journaled_tool(lc_tool, self, declared)
+        if lc_tool.name not in self.tools:
+            self.lc_tools.append(journaled)
+        self.tools[lc_tool.name] = declared
+        return journaled
+
+    def call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self.loop is None:
+            coro.close()
+            raise ConfigurationError("this RedriveSaver has no event loop: create it inside one")
+        return _call_sync(self.loop, coro, "RedriveSaver")
+
+
+GraphBuilder = Callable[[Any], Any]  # saver (RunledgerSaver or RedriveSaver) -> the compiled graph
+
+
+class GraphAgent(AgentSpec):
+    """The ``AgentSpec`` of a LangGraph graph (``graph_agent``): ``runledger rerun --agent
+    module:factory`` loads it. ``rerun_input`` is what the re-runner asks of it before a branch
+    starts: the thread's recorded inputs, for ``redrive_thread``."""
+
+    async def rerun_input(self, client: LedgerClient, parent_run_id: str, input: Any) -> dict[str, Any]:
+        """``input`` (the parent's run input, ``{"thread_id": ...}``) with ``invocations``: the
+        thread's inputs and resume values in order (``thread_invocations``), read from the parent's
+        record with its content opened. Raises ConfigurationError when the parent records none."""
+        log = await load_run(client, parent_run_id, fetch=True)
+        invocations = thread_invocations([r.event for r in log.records])
+        if not invocations:
+            raise ConfigurationError(
+                f"run {parent_run_id} records no input of a LangGraph graph (no root checkpoint with source "
+                "'input'): only a thread recorded by RunledgerSaver can be re-run"
+            )
+        return {**(input if isinstance(input, dict) else {}), "invocations": invocations}
+
+
+def thread_invocations(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """The inputs a thread's graph was invoked with, in order, from its run's events: ``{"input":
+    record}`` for each root checkpoint whose source is ``input`` (the value of ``__start__``), and
+    ``{"resume": record}`` for each ``Command(resume=value)`` (a ``__resume__`` write of no task),
+    values as ``typed_to_record`` makes them. An invocation with ``None`` (a continuation after a
+    crash) has no input to record. A resume by interrupt id (a dict of ids, derived from
+    time-based task ids) and a Command's ``update`` or ``goto`` are not among them."""
+    found: list[dict[str, Any]] = []
+    for ev in events:
+        p = ev.payload
+        if p.get("checkpoint_ns", "") != "":
+            continue  # a subgraph's checkpoints: its input comes from the root graph
+        if ev.type == GraphCheckpointed.TYPE and p.get("source") == "input":
+            values = dict(zip(p.get("channels") or [], p.get("values") or [], strict=False))
+            if START_CHANNEL in values:
+                found.append({"input": values[START_CHANNEL]})
+        elif ev.type == GraphWritesSaved.TYPE and p.get("task_id") == NULL_TASK_ID:
+            for channel, record in zip(p.get("channels") or [], p.get("writes") or [], strict=False):
+                if channel == RESUME:
+                    found.append({"resume": record})
+    return found
+
+
+def graph_agent(
+    fn: Callable[[Run], Coroutine[Any, Any, Any]],
+    build: GraphBuilder,
+    *,
+    name: str = DEFAULT_AGENT,
+    model: ModelAdapter | None = None,
+    prompt: str = "",
+    budgets: Budgets | None = None,
+    data_policy: DataPolicy | None = None,
+    agent_version: str | None = None,
+) -> GraphAgent:
+    """The agent of the graph that ``build(saver)`` compiles, re-run by ``fn`` (an agent function
+    in the graph's own module that calls ``redrive_thread``: its package is what the sandbox
+    mounts, and its code hash is the version tuple's ``agent_version``).
+
+    ``build`` is called once on a ``RedriveSaver`` to learn the graph's declarations: its tools
+    (``saver.tool(...)``, with their effect declarations) become the spec's tools, which a re-run
+    calls on the host, and its chat model (``saver.model(...)``) the spec's model, called live from
+    the fork on (``ChatModelAdapter`` with the tools bound). A graph with chat models of different
+    names needs ``model``. Record the threads with ``RunledgerSaver(client, agent=<this spec>)``."""
+    collect = RedriveSaver()
+    build(collect)
+    if model is None:
+        names = {chat_model_name(m) for m in collect.chat_models}
+        if len(names) != 1:
+            raise ConfigurationError(
+                f"graph_agent({name!r}): the graph wraps {len(names)} chat models with saver.model(...) "
+                f"({', '.join(sorted(names)) or 'none'}): pass model= (a model adapter, e.g. ChatModelAdapter(...))"
+            )
+        model = ChatModelAdapter(collect.chat_models[0], tools=collect.lc_tools)
+    return GraphAgent(
+        name,
+        fn,
+        model,
+        tools=list(collect.tools.values()),
+        prompt=prompt,
+        agent_version=agent_version,
+        budgets=budgets or Budgets(),
+        data_policy=data_policy or DataPolicy(),
+    )
+
+
+async def redrive_thread(run: Run, build: GraphBuilder) -> StateSnapshot:
+    """Re-drive the thread ``run`` stands for (a re-run's guest): build the graph on a
+    ``RedriveSaver`` of ``run`` and invoke it with the recorded inputs (``run.input``, as
+    ``GraphAgent.rerun_input`` gathered them). A recorded resume is given only while the graph
+    waits at an interrupt (a branch that took another path may never ask); one it then needs and
+    the record does not hold leaves it waiting. Returns the thread's last state (``state.interrupts``
+    non-empty when it waits)."""
+    data = run.input if isinstance(run.input, dict) else {}
+    invocations = data.get("invocations")
+    if not isinstance(invocations, list) or not invocations or "thread_id" not in data:
+        raise ConfigurationError(
+            "a re-driven LangGraph thread needs its recorded inputs ({'thread_id', 'invocations'}): re-run it "
+            "with an agent made by graph_agent(...)"
+        )
+    saver = RedriveSaver(run, loop=asyncio.get_running_loop())
+    graph = build(saver)
+    config: RunnableConfig = {"configurable": {"thread_id": str(data["thread_id"])}}
+    for invocation in invocations:
+        if "input" in invocation:
+            await graph.ainvoke(saver.serde.loads_typed(record_to_typed(invocation["input"])), config)
+        elif (await graph.aget_state(config)).interrupts:
+            resume = saver.serde.loads_typed(record_to_typed(invocation["resume"]))
+            await graph.ainvoke(Command(resume=resume), config)
+    state: StateSnapshot = await graph.aget_state(config)
+    return state
+
+
 def _thread_id(config: RunnableConfig) -> str:
     try:
         return str(config["configurable"]["thread_id"])
@@ -628,4 +828,15 @@ def _thread_id(config: RunnableConfig) -> str:
         ) from exc
 
 
-__all__ = ["THREAD_LABEL", "RunledgerSaver", "record_to_typed", "thread_run_id", "typed_to_record"]
+__all__ = [
+    "THREAD_LABEL",
+    "GraphAgent",
+    "RedriveSaver",
+    "RunledgerSaver",
+    "graph_agent",
+    "record_to_typed",
+    "redrive_thread",
+    "thread_invocations",
+    "thread_run_id",
+    "typed_to_record",
+]

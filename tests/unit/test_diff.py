@@ -98,6 +98,18 @@ def test_a_dropped_effect_is_removed_and_a_changed_decision_comes_first() -> Non
     assert "- parent:   3 effect refund committed" in text
 
 
+def test_a_decision_made_by_tool_calls_shows_the_calls() -> None:
+    calling = StepRecord(2, "model", "scripted-1", "m2", "ok", 2, output={
+        "content": "", "usage": {}, "tool_calls": [{"name": "refund", "args": {"order": "order-8891"}, "id": "c1"}],
+    })  # fmt: skip
+    parent = run("P", [model(0, "lookup"), tool(1, "lookup_order", ORDER), calling])
+    branch = run("B", [model(0, "lookup"), tool(1, "lookup_order", ORDER), model(2, "Send a photo, please.")], fork=2)
+    lines = render(diff_runs(parent, branch)).splitlines()
+    at = lines.index("decision at the fork:")
+    assert lines[at + 1] == '  parent step 2: scripted-1: calls refund({"order": "order-8891"})'
+    assert lines[at + 2] == "  branch step 2: scripted-1: Send a photo, please."
+
+
 def test_a_model_call_with_other_token_counts_is_the_same_decision() -> None:
     parent = run("P", [model(0, "x")])
     other = StepRecord(0, "model", "other", "m9", "ok", 0, output={"content": "x", "usage": {"input_tokens": 3}})

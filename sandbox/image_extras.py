@@ -1,0 +1,138 @@
+"""The sandbox image with the packages of runledger extras, for agents that import them.
+
+The sandbox image holds the core's dependencies only (runledger.sandbox.image). An agent built on
+a framework (a LangGraph graph: ``runledger.integrations.langgraph``) imports the framework in the
+guest, so ``runledger sandbox build --extra langgraph`` adds a layer on top of that image: wheels
+of the extra's requirements for the image's Python, downloaded on the host (pip, cached under
+``$RUNLEDGER_HOME/wheels``) and unpacked where the core's are, built with ``--network=none``. The
+extra's own packages are pinned to the versions installed on the host (the guest loads values the
+host recorded), and every package the image already holds keeps its version.
+
+Rejected: a second ``site`` directory for the layer (the containers' ``PYTHONPATH`` names the
+image's one directory) and installing the extras into the base image (one image per set of
+extras would rebuild the core's layer each time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from runledger.log.server import runledger_home
+from runledger.sandbox.errors import ImageError
+from runledger.sandbox.image import IMAGE_REPO, _has_image, _image_python, _wheels, docker_client
+
+DOCKERFILE = """\
+ARG BASE
+FROM ${BASE}
+USER root
+COPY wheels/ /tmp/extra-wheels/
+RUN set -e; \\
+    python3 -c 'import glob, pathlib, shutil, zipfile; S = pathlib.Path("/opt/runledger/site"); \\
+S.mkdir(parents=True, exist_ok=True); \\
+[zipfile.ZipFile(w).extractall(S) for w in sorted(glob.glob("/tmp/extra-wheels/*.whl"))]; \\
+[shutil.copytree(p, S, dirs_exist_ok=True) for p in S.glob("*.data/*lib")]; \\
+[shutil.rmtree(p) for p in S.glob("*.data")]'; \\
+    rm -rf /tmp/extra-wheels; \\
+    python3 -m compileall -q /opt/runledger/site; \\
+    chmod -R a+rX,go-w /opt/runledger
+USER sandbox
+"""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def extra_requirements(extra: str) -> list[str]:
+    """The requirements of runledger's ``extra``, each of the extra's own packages pinned to the
+    version installed here when it is installed. Raises ImageError for an extra runledger lacks."""
+    wanted: list[str] = []
+    pattern = re.compile(r"""extra\s*==\s*["']""" + re.escape(extra) + r"""["']""")
+    for requirement in importlib.metadata.requires("runledger") or []:
+        spec, _, marker = requirement.partition(";")
+        if not pattern.search(marker):
+            continue
+        name = _NAME.match(spec.strip())
+        if name is None or _normalized(name.group(0)) == "runledger":
+            continue  # an extra made of other extras names no package of its own
+        try:
+            wanted.append(f"{name.group(0)}=={importlib.metadata.version(name.group(0))}")
+        except importlib.metadata.PackageNotFoundError:
+            wanted.append(spec.strip())
+    if not wanted:
+        raise ImageError(f"runledger has no extra {extra!r} with packages of its own (see pyproject.toml)")
+    return wanted
+
+
+def _pins(core: Path) -> list[str]:
+    """``name==version`` of every wheel the core image holds (a wheel's file name starts with both)."""
+    pins = []
+    for wheel in sorted(core.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        pins.append(f"{_normalized(name)}=={version}")
+    return pins
+
+
+def _extra_wheels(python_version: str, requirements: Sequence[str], core: Path) -> list[Path]:
+    """Wheels of ``requirements`` for ``python_version`` that the core image does not hold."""
+    key = hashlib.sha256("\n".join([*requirements, *_pins(core)]).encode()).hexdigest()[:12]
+    cache = runledger_home() / "wheels" / f"{python_version}-extras-{key}"
+    if not (cache / ".complete").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        constraints = cache / "constraints.txt"
+        constraints.write_text("\n".join(_pins(core)) + "\n")
+        import platform
+
+        arch = platform.machine()
+        cmd = [
+            sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", python_version,
+            "--platform", f"manylinux2014_{arch}", "--platform", f"manylinux_2_28_{arch}", "--platform", "any",
+            "-c", str(constraints), "-d", str(cache), *requirements,
+        ]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ImageError(f"downloading the extras' wheels failed: {done.stderr[-2000:]}")
+        (cache / ".complete").touch()
+    held = {w.name for w in core.glob("*.whl")}
+    return sorted(w for w in cache.glob("*.whl") if w.name not in held)
+
+
+def build_extras_image(base_tag: str, extras: Sequence[str], log: Callable[[str], None] | None = None) -> str:
+    """``base_tag`` (a sandbox image built by ``build_image``) with the packages of ``extras``; returns
+    its tag (``runledger/sandbox:<digest>``, reused when it exists). Raises ImageError."""
+    log = log or (lambda message: None)
+    client = docker_client()
+    python_version = _image_python(client, base_tag)
+    requirements = sorted({r for extra in extras for r in extra_requirements(extra)})
+    wheels = _extra_wheels(python_version, requirements, _wheels(python_version))
+    base_id = client.images.get(base_tag).id
+    content = "\n".join([base_id, DOCKERFILE, *(w.name for w in wheels)])
+    tag = f"{IMAGE_REPO}:{hashlib.sha256(content.encode()).hexdigest()[:16]}"
+    if _has_image(client, tag):
+        return tag
+    ctx = Path(tempfile.mkdtemp(prefix="runledger-image-extras-"))
+    try:
+        (ctx / "Dockerfile").write_text(DOCKERFILE)
+        (ctx / "wheels").mkdir()
+        for wheel in wheels:
+            shutil.copy(wheel, ctx / "wheels" / wheel.name)
+        log(f"building {tag}: {base_tag} with {', '.join(extras)} ({len(wheels)} wheels)")
+        try:
+            client.images.build(
+                path=str(ctx), tag=tag, buildargs={"BASE": base_tag}, network_mode="none", rm=True, forcerm=True
+            )
+        except Exception as exc:
+            raise ImageError(f"docker build of the extras' layer failed: {exc}") from exc
+        return tag
+    finally:
+        shutil.rmtree(ctx, ignore_errors=True)

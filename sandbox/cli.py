@@ -23,7 +23,8 @@ from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import LABEL, OWNER, SandboxPolicy, SandboxPool
 from runledger.sandbox.diff import diff, render
-from runledger.sandbox.image import build_image, current_image, docker_client
+from runledger.sandbox.image import IMAGE_REPO, build_image, current_image, docker_client
+from runledger.sandbox.image_extras import build_extras_image
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 from runledger.sandbox.worker import run_worker, submit
 
@@ -33,6 +34,9 @@ DEAD_LETTERED = " dead-lettered after "  # in the message of a RerunDeadLettered
 def cmd_build(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger sandbox build`")
     tag = build_image(args.base, log=lambda m: print(m, file=sys.stderr))
+    if args.extra:  # agents that import a framework (a LangGraph graph) need its packages in the guest
+        tag = build_extras_image(tag, args.extra, log=lambda m: print(m, file=sys.stderr))
+        docker_client().images.get(tag).tag(IMAGE_REPO, "latest")
     print(tag)
     return 0
 
@@ -113,6 +117,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return run_async(go())
 
 
+def _plan(args: argparse.Namespace) -> int:
+    """``rerun --plan``: what each step would be in the branch (``runledger.sandbox.plan``); queues nothing."""
+    from runledger.sandbox.plan import plan_branch, render_plan
+
+    async def show(client: LedgerClient) -> int:
+        parent = fold((await load_run(client, args.run, open_content=False)).records, check_chain=False)
+        plan = plan_branch(parent, _request(args))
+        if args.json:
+            print(json.dumps(plan.to_dict(), indent=2, sort_keys=True, ensure_ascii=False))
+        else:
+            print(render_plan(plan))
+        return 0 if plan.ok else 1
+
+    return with_client(args, show)
+
+
 def cmd_rerun(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger rerun`")
     if args.where:
@@ -121,6 +141,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         return cmd_sweep(args)
     if not args.run:
         raise ConfigurationError("name the run to re-run, or select many with --where SQL")
+    if args.plan:
+        return _plan(args)
     if args.mode == "replay":
 
         async def show(client: LedgerClient) -> int:
@@ -274,6 +296,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     sandbox = sub.add_parser("sandbox", help="the sandbox image").add_subparsers(metavar="ACTION")
     p = sandbox.add_parser("build", help="build the sandbox image (offline when no registry is reachable)")
     p.add_argument("--base", help="base image with python3 (default: python:3.11-slim, else built offline)")
+    p.add_argument(
+        "--extra", action="append", metavar="NAME", help="add the packages of an extra the agents import (langgraph)"
+    )
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("rerun", parents=[common], help="re-run a recorded run in a sandbox")
@@ -292,6 +317,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit of the re-run (s)")
     p.add_argument("--local", action="store_true", help="run inline instead of queueing for a worker")
     p.add_argument("--wait", action="store_true", help="queued: wait for the branch to finish")
+    p.add_argument("--plan", action="store_true", help="print what each step would be (record, live, stub, "
+                   "refused) and queue nothing")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="with --plan: the plan as JSON")
     p.set_defaults(func=cmd_rerun)
 
     p = sub.add_parser("reruns", parents=[common], help="list the branch runs of queued re-runs, dead letters marked")

@@ -6,14 +6,16 @@ on the page                 the CLI's code
 approve / deny              ``runledger.ops.decisions.approve`` (``runledger approve``)
 resume after the decision   ``runledger.sdk.lifecycle.resume_run`` (``runledger resume``), for the
                             agents the page was started with (``runledger ui --agent MODULE:ATTR``)
-resolve an in-doubt effect  ``runledger.sdk.effects.resolve_key`` (``runledger effects resolve``)
+resolve an in-doubt effect  ``runledger.sdk.effects.resolve_key`` (``runledger effects resolve``),
+                            then resumed as after a decision
 queue a re-run              ``runledger.sandbox.worker.submit`` of a ``RerunRequest``
                             (``runledger rerun RUN ... `` without ``--local``)
 ==========================  =====================================================================
 
-A re-run is planned before it is queued (``plan_rerun``): what the branch will be called, which
-steps come from the parent's record and which run again under the mode, and whether the agent
-the page would name has the parent's version tuple (a worker would refuse it otherwise,
+A re-run is planned before it is queued (``plan_rerun``): what the branch will be called, and for
+each recorded step whether the branch serves it from the record, runs it live, stubs it or refuses
+it (``runledger.sandbox.plan.plan_branch``, what ``runledger rerun --plan`` prints), and whether
+the agent the page would name has the parent's version tuple (a worker would refuse it otherwise,
 ``VersionMismatchError``) or, for a counterfactual, changes exactly one element
 (``runledger.sandbox.rerun.branch_spec``). The plan's request, with its request id, is what the
 queue button submits: the branch run id shown is the one the worker creates.
@@ -23,14 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from runledger.errors import ConfigurationError, LedgerError
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import approve
 from runledger.record.events import Event
-from runledger.record.fold import Checkpoint, StepRecord
+from runledger.record.fold import Checkpoint
+from runledger.sandbox.plan import BranchPlan, plan_branch
 from runledger.sandbox.rerun import RerunRequest, branch_spec
 from runledger.sandbox.worker import submit
 from runledger.sdk.agent import AgentSpec, load_agent
@@ -105,18 +108,23 @@ async def resolve(
 class RerunPlan:
     request: RerunRequest
     parent: Checkpoint
-    fork_step: int
-    from_record: list[StepRecord] = field(default_factory=list)  # answered from the parent's record
-    from_fork: list[StepRecord] = field(default_factory=list)  # run again under the mode
+    branch: BranchPlan  # each step: from the record, live, stubbed or refused (``runledger rerun --plan``)
     mode_text: str = ""
     changed: str | None = None
     changed_from: Any = None
     changed_to: Any = None
-    problems: list[str] = field(default_factory=list)  # why it cannot be queued as it is
+
+    @property
+    def fork_step(self) -> int:
+        return self.branch.fork_step
+
+    @property
+    def problems(self) -> list[str]:  # why it cannot be queued as it is
+        return self.branch.problems
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return self.branch.ok
 
 
 def rerun_request(parent_run_id: str, form: dict[str, str], request_id: str | None = None) -> RerunRequest:
@@ -140,10 +148,11 @@ def rerun_request(parent_run_id: str, form: dict[str, str], request_id: str | No
     except ValueError as exc:
         raise ConfigurationError(f"not a number: {exc}") from exc
     base = form.get("base_mode", "redrive")
+    live_tools = [t.strip() for t in form.get("live_tools", "").split(",") if t.strip()] or None
     values: dict[str, Any] = {
         "parent_run_id": parent_run_id, "agent": agent, "mode": mode, "fork_step": fork_step,
         "base_mode": base if base in ("redrive", "live") else "redrive", "change": change,
-        "allow_effects": form.get("allow_effects") == "on", "timeout_s": timeout,
+        "allow_effects": form.get("allow_effects") == "on", "live_tools": live_tools, "timeout_s": timeout,
     }  # fmt: skip
     if request_id:
         values["request_id"] = request_id
@@ -154,33 +163,11 @@ def rerun_request(parent_run_id: str, form: dict[str, str], request_id: str | No
 
 
 def plan_rerun(parent: Checkpoint, request: RerunRequest) -> RerunPlan:
-    """What queuing ``request`` will do, and what would stop a worker from doing it."""
-    last = max(parent.last_step, 0)
-    fork_step = last if request.fork_step is None else request.fork_step
-    plan = RerunPlan(request, parent, fork_step, mode_text=MODE_TEXT[request.mode])
-    steps = [parent.steps[s] for s in sorted(parent.steps)]
-    plan.from_record = [s for s in steps if s.step < fork_step]
-    plan.from_fork = [s for s in steps if s.step >= fork_step]
-    if not 0 <= fork_step <= parent.last_step + 1:
-        plan.problems.append(f"the fork step must be within 0..{parent.last_step + 1}")
-    if parent.version is None:
-        plan.problems.append("the run has no run.started event")
-    if parent.erased is not None:
-        plan.problems.append("the run was erased: nothing of its content can be re-run")
-    try:
-        host = load_agent(request.agent)
-    except LedgerError as exc:
-        plan.problems.append(str(exc))
-        return plan
-    if parent.version is not None and host.version().model_dump() != parent.version:
-        plan.problems.append(
-            f"{request.agent} is not the code that recorded the run (its version tuple differs): a worker "
-            "would refuse it. Name the recorded agent; change one element with a counterfactual"
-        )
-    try:
-        _, _, plan.changed, plan.changed_from, plan.changed_to = branch_spec(host, request)
-    except LedgerError as exc:
-        plan.problems.append(str(exc))
+    """What queuing ``request`` will do step by step, and what would stop a worker from doing it: the
+    plan ``runledger rerun --plan`` prints (``runledger.sandbox.plan.plan_branch``)."""
+    plan = RerunPlan(request, parent, plan_branch(parent, request), mode_text=MODE_TEXT[request.mode])
+    if plan.ok:
+        _, _, plan.changed, plan.changed_from, plan.changed_to = branch_spec(load_agent(request.agent), request)
     return plan
 
 

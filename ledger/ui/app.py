@@ -13,7 +13,7 @@ route                                      what
 ``GET /runs/{run}/steps/{step}``           one step in full, its model messages as a conversation
 ``GET /diff/{parent}/{branch}``            a fork against its parent, from the fork
 ``POST /runs/{run}/approvals/{request}``   approve or deny, then resume (``actions``)
-``POST /effects/resolve``                  settle an in-doubt effect
+``POST /effects/resolve``                  settle an in-doubt effect, then resume (``actions``)
 ``POST /runs/{run}/rerun/plan``            the plan of a re-run; ``POST /runs/{run}/rerun`` queues it
 ``GET|POST /prices``                       the price table
 ``GET|POST /signin``, ``POST /signout``    a role's credentials file (secure servers)
@@ -50,11 +50,13 @@ from runledger.errors import ConfigurationError, LedgerError, RunNotFoundError
 from runledger.log.client import LedgerClient, connect
 from runledger.log.reader import subject_counts
 from runledger.log.subjects import any_agent_run_subject, run_filter
+from runledger.sandbox.plan import ACTION_TEXT
 from runledger.ui import actions, render
 from runledger.ui.listing import SORTS, STATUSES, RunFilter, run_page
 from runledger.ui.prices import PriceTable
 from runledger.ui.projection import ProjectionFollower
 from runledger.ui.runview import diff_view, read_run, run_view, step_view
+from runledger.ui.timeline import bar_rows
 from runledger.ui.viewers import COOKIE, Session, SessionStore, Viewer, csrf_ok, sign_in
 
 logger = logging.getLogger(__name__)
@@ -102,7 +104,7 @@ class Page:
         self.resumer = actions.Resumer(list(config.agents))
         self.env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
         self.env.filters.update(render.FILTERS)
-        self.env.globals.update(statuses=STATUSES, sorts=SORTS, quote=quote)
+        self.env.globals.update(statuses=STATUSES, sorts=SORTS, quote=quote, action_text=ACTION_TEXT, bar_rows=bar_rows)
         self.client: LedgerClient | None = None
         self.follower: ProjectionFollower | None = None
 
@@ -320,8 +322,13 @@ class Page:
             ctx.viewer.client, form.get("key", ""), agent=form.get("agent") or None, committed=outcome == "committed",
             by=form.get("by", ""), reason=form.get("reason", ""), result=result, force=form.get("force") == "on",
         )  # fmt: skip
-        ctx.session.flash.append(f"effect {state.key} resolved as {outcome.replace('_', ' ')} (now {state.status})")
+        note = f"effect {state.key} resolved as {outcome.replace('_', ' ')} (now {state.status})"
         run_id = form.get("run_id") or state.run_id
+        if run_id and self.resumer.resume_later(ctx.viewer.client, run_id, form.get("agent") or ""):
+            note += "; resuming the run"
+        elif run_id:
+            note += f"; resume it with `runledger resume {run_id} --agent MODULE:ATTR`"
+        ctx.session.flash.append(note)
         return self.back(f"/runs/{quote(run_id)}" if run_id else "/")
 
     async def rerun_plan(self, ctx: Context) -> Response:

@@ -1,5 +1,10 @@
 """The run list: the projection's ``runs`` with their cost, filtered, sorted and paged in SQL.
 
+Paging is by offset: a page's ids are a top-N over ``runs`` alone (at 100,000 runs, page 100
+costs about what page 1 does), and the total is a plain ``count(*)`` of ``runs``. Rejected:
+keyset paging (``started_at < last seen``), which makes a page's link depend on the page before it
+and cannot jump to a page number, for a saving the top-N does not need at this size.
+
 Search looks at recorded content, so it cannot be SQL: in the projection content stays sealed.
 It reads the newest ``SEARCH_LIMIT`` runs that pass the other filters from the log through the
 viewer's own connection, opened where the viewer's credentials can open them
@@ -165,25 +170,83 @@ def where(f: RunFilter, viewer: Viewer, run_ids: list[str] | None = None) -> tup
 
 
 async def run_page(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -> RunPage:
+    """One page of the list. Unless it is sorted by cost, the page's run ids are chosen on ``runs``
+    alone, then read in full with the cost of those runs only: ``run_costs`` aggregates every model
+    step of the projection, which at 100,000 runs was most of a request's time (``bench/ui.py``)."""
     stale = not await follower.caught_up()
     run_ids: list[str] | None = None
     searched, capped = 0, False
     if f.q:
         run_ids, searched, capped = await search(follower, viewer, f)
     sql_where, params = where(f, viewer, run_ids)
-    base = f"FROM runs r LEFT JOIN run_costs c USING (run_id) WHERE {sql_where}"
-    total = (await follower.query(f"SELECT count(*) {base}", params)).rows[0][0]
+    total = (await follower.query(f"SELECT count(*) FROM runs r WHERE {sql_where}", params)).rows[0][0]
     direction = "DESC" if f.desc else "ASC"
     order = f"{SORTS[f.sort]} {direction} NULLS LAST, r.run_id {direction}"
-    result = await follower.query(
-        f"SELECT {_COLUMNS} {base} ORDER BY {order} LIMIT ? OFFSET ?", [*params, f.per_page, (f.page - 1) * f.per_page]
-    )
-    rows = [RunRow(*row) for row in result.rows]
+    paging = [f.per_page, (f.page - 1) * f.per_page]
+    if f.sort == "cost":
+        rows = await _by_cost(follower, sql_where, params, order, direction, paging)
+    else:
+        chosen = await follower.query(
+            f"SELECT r.run_id FROM runs r WHERE {sql_where} ORDER BY {order} LIMIT ? OFFSET ?", [*params, *paging]
+        )
+        rows = await _rows(follower, [run_id for (run_id,) in chosen.rows])
     scope, scope_params = ("WHERE agent = ?", [viewer.agent]) if viewer.agent else ("", [])
     agents = (await follower.query(f"SELECT DISTINCT agent FROM runs {scope} ORDER BY 1", scope_params)).rows
     versions = (await follower.query(f"SELECT DISTINCT agent_version FROM runs {scope} ORDER BY 1", scope_params)).rows
     return RunPage(f, rows, int(total), [a for (a,) in agents if a], [v for (v,) in versions if v], searched, capped,
                    stale)  # fmt: skip
+
+
+async def _by_cost(
+    follower: ProjectionFollower, sql_where: str, params: list[Any], order: str, direction: str, paging: list[int]
+) -> list[RunRow]:
+    """A page sorted by cost. Every run's cost is needed to sort, but not every run's row: the ids
+    and costs come from ``run_costs`` alone (runs with a cost: NULLs sort last either way, so they
+    are needed only when the page reaches past the priced runs, and then one query over the join
+    answers), then the rows of those ids are read from ``runs``."""
+    if not (await follower.query("SELECT count(*) FROM model_prices")).rows[0][0]:
+        return await _by_cost_joined(follower, sql_where, params, order, paging)  # no prices: every cost is NULL
+    scope = "" if sql_where == "true" else f" AND c.run_id IN (SELECT r.run_id FROM runs r WHERE {sql_where})"
+    chosen = await follower.query(
+        f"SELECT c.run_id, c.cost_usd, c.priced FROM run_costs c WHERE c.cost_usd IS NOT NULL{scope} "
+        f"ORDER BY c.cost_usd {direction}, c.run_id {direction} LIMIT ? OFFSET ?",
+        [*params, *paging] if scope else paging,
+    )
+    if len(chosen.rows) == paging[0]:
+        return await _rows(follower, [run_id for run_id, _, _ in chosen.rows], {r: (c, p) for r, c, p in chosen.rows})
+    return await _by_cost_joined(follower, sql_where, params, order, paging)
+
+
+async def _by_cost_joined(
+    follower: ProjectionFollower, sql_where: str, params: list[Any], order: str, paging: list[int]
+) -> list[RunRow]:
+    result = await follower.query(f"SELECT {_COLUMNS} FROM runs r LEFT JOIN run_costs c USING (run_id) WHERE "
+                                  f"{sql_where} ORDER BY {order} LIMIT ? OFFSET ?", [*params, *paging])  # fmt: skip
+    return [RunRow(*row) for row in result.rows]
+
+
+async def _rows(
+    follower: ProjectionFollower, ids: list[str], costs: dict[str, tuple[float, bool]] | None = None
+) -> list[RunRow]:
+    """The rows of ``ids``, in that order, with the cost of those runs only (or the ``costs`` given)."""
+    if not ids:
+        return []
+    marks = ", ".join("?" * len(ids))
+    if costs is None:
+        result = await follower.query(
+            # The filter reaches the view's scan of steps: only these runs' model steps are summed.
+            f"SELECT {_COLUMNS} FROM runs r LEFT JOIN (SELECT * FROM run_costs WHERE run_id IN ({marks})) c "
+            f"USING (run_id) WHERE r.run_id IN ({marks})",
+            [*ids, *ids],
+        )
+    else:
+        columns = _COLUMNS.replace("c.cost_usd, coalesce(c.priced, true)", "NULL, true")
+        result = await follower.query(f"SELECT {columns} FROM runs r WHERE r.run_id IN ({marks})", ids)
+    by_id = {row[0]: RunRow(*row) for row in result.rows}
+    for run_id, (cost, priced) in (costs or {}).items():
+        if run_id in by_id:
+            by_id[run_id].cost, by_id[run_id].priced = cost, priced
+    return [by_id[run_id] for run_id in ids if run_id in by_id]
 
 
 async def search(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -> tuple[list[str], int, bool]:

@@ -56,7 +56,7 @@ class PriceTable:
                 pair = (None, None)
             if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in pair):
                 raise ConfigurationError(
-                    f"{path}: the price of {model!r} must be {{\"input\": USD, \"output\": USD}} per million tokens "
+                    f'{path}: the price of {model!r} must be {{"input": USD, "output": USD}} per million tokens '
                     f"(non-negative numbers), got {value!r}"
                 )
             prices[str(model)] = Price(float(pair[0]), float(pair[1]))  # type: ignore[arg-type]

@@ -5,7 +5,8 @@ approval; a counterfactual branch of another is forked at its decision); `runled
 from a subprocess, as a user starts it. The tests go through the run list, a run's timeline, a step
 with its inputs and outputs, approving the pending approval in the page (the page resumes the run,
 the log holds the decision with the approver's name), the fork diff, and a secure server where an
-analyst reads but cannot approve. Each page is saved into docs/ui/ (the README shows them).
+analyst reads but cannot approve or resolve. ``test_ui_actions.py`` covers the re-run plan and
+resolving an in-doubt effect. Each page is saved into docs/ui/ (the README shows them).
 
 Without chromium and chromedriver these tests skip on a developer's machine and fail under CI=true.
 """
@@ -95,8 +96,9 @@ def wait_text(driver: Any, css: str, text: str) -> None:
 def shot(driver: Any, name: str, height: int | None = None) -> None:
     """Save the page as docs/ui/<name>.png, as tall as its content (up to 2400 px)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    full = height or int(driver.execute_script("return document.documentElement.scrollHeight"))
-    driver.set_window_size(1440, max(700, min(full + 40, 2400)))
+    for _ in range(2):  # a resized window can lay the page out taller: measure again
+        full = height or int(driver.execute_script("return document.documentElement.scrollHeight"))
+        driver.set_window_size(1440, max(700, min(full + 140, 2400)))
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
 
 
@@ -278,7 +280,6 @@ async def test_runs_timeline_step_approval_and_diff_in_a_browser(
         assert [c["order"] for c in payments.calls()].count("order-7777") == 1
 
 
-
 @pytest.fixture
 def secure_server(tmp_path: Path) -> Iterator[ServerState]:
     server = EmbeddedServer(home=tmp_path / "secure-home")
@@ -323,6 +324,12 @@ async def test_an_analyst_signs_in_reads_and_cannot_approve(
                 f"/runs/{waiting}/approvals/{demo.pending}", f"csrf={token}&decision=approve&by=analyst",
             )  # fmt: skip
             assert status == 403
+            status = driver.execute_script(
+                "return fetch('/effects/resolve', {method: 'POST', headers: {'Content-Type': "
+                "'application/x-www-form-urlencoded'}, body: arguments[0]}).then(r => r.status)",
+                f"csrf={token}&key=refund:order-7777&outcome=not_committed&by=analyst&run_id={waiting}",
+            )  # fmt: skip
+            assert status == 403  # nor resolve an effect
         events = [r.event.type for r in (await load_run(admin, waiting)).records]
         assert "approval.resolved" not in events and events[-1] == "run.suspended"
         assert json.loads((creds / "analyst.json").read_text())["role"] == "analyst"

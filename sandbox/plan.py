@@ -1,0 +1,200 @@
+"""The plan of a re-run: before anything is queued, what each step of the parent will be in the branch.
+
+``plan_branch(parent, request)`` is a pure function of the parent's checkpoint and the request: for
+every recorded step it says whether the branch will serve it from the parent's record, run it
+live, stub it (a dry-run effect, recorded as ``effect.simulated``) or refuse it, and why, by the
+rules ``runledger.sandbox.branch.BranchRun`` applies (its docstring has the table). It predicts
+the branch that repeats the parent's calls: a branch whose live model answers differently makes
+other calls past the first difference, and those are judged when they happen (a re-drive then
+diverges). ``problems`` lists what would stop a worker before the first step, the checks
+``Rerunner.rerun`` makes (version tuple, counterfactual change, fork step, erased run).
+
+``runledger rerun RUN --agent ... --mode ... --plan`` prints it (``render_plan``; ``--json``:
+``BranchPlan.to_dict``) and queues nothing; the page (``runledger ui``) shows the same plan
+before its queue button.
+
+Rejected: asking the ledger for each effect key's state while planning (a live branch judges a key
+by its history when it reaches it). The plan would then depend on the moment it was made and need
+the operator's connection to read every key; a key the parent committed is the parent's lineage's
+own, which is what the record says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from runledger.errors import LedgerError
+from runledger.record.fold import Checkpoint, StepRecord
+from runledger.sandbox.rerun import RerunRequest, branch_spec
+from runledger.sdk.agent import load_agent
+
+Action = Literal["record", "live", "stub", "refused"]
+ACTIONS: tuple[Action, ...] = ("record", "live", "stub", "refused")
+ACTION_TEXT: dict[Action, str] = {
+    "record": "served from the record",
+    "live": "run live",
+    "stub": "stubbed",
+    "refused": "refused",
+}
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What the branch does at one of the parent's recorded steps."""
+
+    step: int
+    kind: str
+    name: str
+    recorded: str  # the step's status in the parent
+    action: Action
+    why: str
+
+
+@dataclass
+class BranchPlan:
+    parent_run_id: str
+    branch_run_id: str
+    mode: str  # as requested
+    base_mode: str  # what runs from the fork: redrive or live (a counterfactual's base mode)
+    fork_step: int
+    allow_effects: bool
+    steps: list[StepPlan] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why a worker would refuse the request
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def counts(self) -> dict[str, int]:
+        """Steps from the fork on, by action."""
+        out: dict[str, int] = dict.fromkeys(ACTIONS, 0)
+        for s in self.steps:
+            if s.step >= self.fork_step:
+                out[s.action] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok, "counts": self.counts()}
+
+
+def _after_fork(rec: StepRecord, mode: str, request: RerunRequest) -> tuple[Action, str]:
+    """The action at a step from the fork on, in ``mode`` (redrive or live)."""
+    kind, status = rec.kind, rec.status
+    if kind == "model":
+        return "live", "the branch's model is called live from the fork on, in every mode"
+    if mode == "redrive":
+        if kind in ("tool", "clock", "random"):
+            return "record", "re-drive: served from the parent's record by position"
+        if kind == "effect":
+            if status in ("committed", "simulated") and rec.key:
+                return "record", f"re-drive: the recorded outcome of key {rec.key!r} ({status}); not acted again"
+            return "refused", (
+                f"re-drive: the record holds no outcome for key {rec.key!r} ({status}): the branch diverges here"
+            )
+        if kind == "approval":
+            if status == "approved":
+                return "record", "re-drive: approved in the parent; the decision is served"
+            return "live", f"asked again ({status} in the parent): the branch suspends for a decision"
+        if kind == "child":
+            if status in ("completed", "failed"):
+                return "record", "re-drive: the child run's recorded outcome is served; it is not started"
+            return "refused", f"the child run has no outcome in the record ({status}): the branch diverges here"
+        return "record", "re-drive: served from the parent's record by position"
+    # live
+    if kind == "tool":
+        if request.live_tools is not None and rec.name not in request.live_tools:
+            return "refused", f"not marked live for this re-run (--live-tool {rec.name})"
+        return "live", "a read tool runs for real, on the host, through the broker"
+    if kind == "effect":
+        if status == "committed":
+            return "record", (
+                f"key {rec.key!r} was committed by this lineage: called with the same arguments, the recorded "
+                "result is served and nothing happens again (other arguments: stubbed, args_differ)"
+            )
+        if request.allow_effects:
+            return "live", f"key {rec.key!r} has no committed outcome ({status}) and effects are allowed: it happens"
+        return "stub", f"key {rec.key!r} has no committed outcome ({status}): a dry-run stub records it simulated"
+    if kind == "approval":
+        return "live", "asked: the branch suspends until an operator decides"
+    if kind in ("clock", "random"):
+        return "live", "read live"
+    if kind == "child":
+        return "refused", "a live re-run does not start child runs (their code would run on the host)"
+    return "live", "runs live"
+
+
+def plan_steps(parent: Checkpoint, request: RerunRequest, fork_step: int) -> list[StepPlan]:
+    """Each recorded step of ``parent`` as the branch of ``request`` forked at ``fork_step`` treats it."""
+    mode = request.base_mode if request.mode == "counterfactual" else request.mode
+    out = []
+    for number in sorted(parent.steps):
+        rec = parent.steps[number]
+        action: Action = "record"
+        if request.mode == "replay":
+            why = "trace replay: nothing runs, the record is read and shown"
+        elif number < fork_step:
+            why = "before the fork: served from the parent's record"
+        else:
+            action, why = _after_fork(rec, mode, request)
+        out.append(StepPlan(number, rec.kind, rec.name, rec.status, action, why))
+    return out
+
+
+def problems(parent: Checkpoint, request: RerunRequest, fork_step: int) -> list[str]:
+    """Why a worker would refuse ``request`` before its first step (``Rerunner.rerun``'s checks)."""
+    found = []
+    if request.mode == "replay":
+        found.append("trace replay executes nothing: `runledger show RUN` reads the record")
+    if not 0 <= fork_step <= parent.last_step + 1:
+        found.append(f"the fork step must be within 0..{parent.last_step + 1} for run {parent.run_id}")
+    if parent.version is None:
+        found.append(f"run {parent.run_id} has no run.started event")
+    if parent.erased is not None:
+        found.append("the run was erased: nothing of its content can be re-run")
+    try:
+        host = load_agent(request.agent)
+    except LedgerError as exc:
+        found.append(str(exc))
+        return found
+    if parent.version is not None and host.version().model_dump() != parent.version:
+        found.append(
+            f"{request.agent} is not the code that recorded the run (its version tuple differs): a worker would "
+            "refuse it. Name the recorded agent; change one element with a counterfactual"
+        )
+    try:
+        branch_spec(host, request)
+    except LedgerError as exc:
+        found.append(str(exc))
+    return found
+
+
+def plan_branch(parent: Checkpoint, request: RerunRequest) -> BranchPlan:
+    """The plan of ``request`` over its parent's checkpoint (loads the named agent to check it)."""
+    fork_step = max(parent.last_step, 0) if request.fork_step is None else request.fork_step
+    base = request.base_mode if request.mode == "counterfactual" else request.mode
+    plan = BranchPlan(parent.run_id, request.branch_run_id, request.mode, base, fork_step, request.allow_effects)
+    plan.steps = plan_steps(parent, request, fork_step)
+    plan.problems = problems(parent, request, fork_step)
+    return plan
+
+
+def render_plan(plan: BranchPlan) -> str:
+    """The plan as ``runledger rerun --plan`` prints it."""
+    lines = [
+        f"re-run plan of {plan.parent_run_id}: {plan.mode}"
+        + (f" on {plan.base_mode}" if plan.mode == "counterfactual" else "")
+        + f" from step {plan.fork_step}; branch {plan.branch_run_id}"
+        + ("; effects allowed" if plan.allow_effects else ""),
+        f"{'step':>5}  {'kind':<9} {'name':<24} {'recorded':<10} plan",
+    ]
+    for s in plan.steps:
+        lines.append(f"{s.step:>5}  {s.kind:<9} {s.name[:24]:<24} {s.recorded:<10} {ACTION_TEXT[s.action]}: {s.why}")
+    counts = plan.counts()
+    lines.append("from the fork: " + ", ".join(f"{counts[a]} {ACTION_TEXT[a]}" for a in ACTIONS))
+    if plan.problems:
+        lines.append("a worker would refuse it:")
+        lines.extend(f"  - {p}" for p in plan.problems)
+    else:
+        lines.append("nothing queued (--plan); run it again without --plan to queue it")
+    return "\n".join(lines)

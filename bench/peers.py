@@ -16,14 +16,30 @@ runledger step is (its embedded server fsyncs before acking). ``pragmas()`` read
 settings from the peers' own connections so the report states what was measured, not what
 was assumed.
 
-Both libraries are imported only here, when a peer is built (the ``bench`` extra).
+On the private PostgreSQL of ``bench.postgres`` (``fsync=on``, ``synchronous_commit=on``: a commit
+returns once its WAL is flushed):
+
+- LangGraph's ``PostgresSaver`` (langgraph-checkpoint-postgres), on a psycopg connection set up as
+  ``PostgresSaver.from_conn_string`` does (autocommit): the same ``put`` per step as the SqliteSaver.
+- DBOS (``dbos``): a ``@DBOS.step()`` per agent step inside one ``@DBOS.workflow()`` per run, on DBOS's
+  system database. DBOS records the step's output (the reply or the tool's result) and replays it on
+  recovery; the workflow is started before the run's first step and is not timed, nor is DBOS's launch.
+
+And LangGraph's saver on runledger (``runledger.integrations.langgraph.RunledgerSaver``), driven by
+the same ``LangGraphThread`` as LangGraph's own savers (through ``aput``, on the ledger client's loop).
+
+The libraries are imported only here, when a peer is built (the ``bench`` extra).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import json
+import queue
 import sqlite3
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +51,11 @@ try:  # eventsourcing's aggregate must be a module-level class (its events are f
 except ImportError:  # pragma: no cover - the bench extra is not installed; build_* says what to do
     Application = Aggregate = None  # type: ignore[assignment,misc]
     event = None  # type: ignore[assignment]
+
+try:  # DBOS's workflow and step must be module-level functions too (registered by name before launch)
+    from dbos import DBOS
+except ImportError:  # pragma: no cover - the bench extra is not installed
+    DBOS = None  # type: ignore[assignment,misc]
 
 MISSING = "the benchmark peers are not installed: pip install -e '.[bench]' (or deploy/dev.sh bench)"
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
@@ -104,6 +125,16 @@ class LangGraphThread:
 
     def record(self, new_messages: list[Any]) -> None:
         """Append ``new_messages`` to the state and put the thread's next checkpoint (durable on return)."""
+        self.config = self.saver.put(self.config, *self._next(new_messages))
+        self.step += 1
+
+    async def arecord(self, new_messages: list[Any]) -> None:
+        """``record`` through the saver's ``aput`` (a saver whose sync methods must not run on its loop)."""
+        self.config = await self.saver.aput(self.config, *self._next(new_messages))
+        self.step += 1
+
+    def _next(self, new_messages: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """The next checkpoint, its metadata and new versions, as a graph's super-step makes them."""
         from langgraph.checkpoint.base import empty_checkpoint
         from langgraph.checkpoint.base.id import uuid6
 
@@ -122,14 +153,18 @@ class LangGraphThread:
         checkpoint["versions_seen"] = {node: {"messages": self.versions["messages"]}}
         checkpoint["updated_channels"] = sorted(new_versions)
         metadata = {"source": "loop", "step": self.step, "parents": {}}
-        self.config = self.saver.put(self.config, checkpoint, metadata, new_versions)
-        self.step += 1
+        return checkpoint, metadata, new_versions
 
     def load_latest(self) -> Any:
         """The latest checkpoint of the thread, deserialized (what resuming a LangGraph thread reads)."""
         config = {"configurable": {"thread_id": self.config["configurable"]["thread_id"], "checkpoint_ns": ""}}
-        found = self.saver.get_tuple(config)
-        assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == len(self.messages)
+        return self._checked(self.saver.get_tuple(config))
+
+    def _checked(self, found: Any) -> Any:
+        if found is None or len(found.checkpoint["channel_values"]["messages"]) != len(self.messages):
+            raise RuntimeError(
+                f"the saver's latest checkpoint does not hold the thread's {len(self.messages)} messages"
+            )
         return found
 
 
@@ -159,6 +194,190 @@ class LangGraphPeer:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class LangGraphPostgresPeer:
+    """A ``PostgresSaver`` on its own database, on a connection set up as ``PostgresSaver.from_conn_string`` does."""
+
+    name = "LangGraph PostgresSaver"
+
+    def __init__(self, url: str) -> None:
+        try:
+            from langgraph.checkpoint.postgres import PostgresSaver
+            from psycopg import Connection
+            from psycopg.rows import dict_row
+        except ImportError as exc:
+            raise RuntimeError(MISSING) from exc
+        self.conn: Any = Connection.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        self.saver = PostgresSaver(self.conn)
+        self.saver.setup()
+
+    def thread(self, thread_id: str) -> LangGraphThread:
+        return LangGraphThread(self.saver, thread_id)
+
+    def settings(self) -> dict[str, str]:
+        """The session's durability settings, as the server reports them."""
+        return {n: str(self.conn.execute(f"SHOW {n}").fetchone()[n]) for n in ("fsync", "synchronous_commit")}
+
+    def set_synchronous_commit(self, value: str) -> None:
+        """Only to build a large thread fast before measuring reads; never around a measured write."""
+        if value not in ("on", "off"):
+            raise ValueError(f"synchronous_commit {value!r}: 'on' or 'off'")
+        self.conn.execute(f"SET synchronous_commit = {value}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RunledgerSaverPeer:
+    """LangGraph's saver on runledger (``RunledgerSaver``) on a connected ``LedgerClient``; build it on the
+    client's event loop, record through ``LangGraphThread.arecord``."""
+
+    name = "LangGraph RunledgerSaver"
+
+    def __init__(self, client: Any, agent: str = "bench-lg") -> None:
+        try:
+            from runledger.integrations.langgraph import RunledgerSaver
+        except ImportError as exc:
+            raise RuntimeError(MISSING) from exc
+        self.saver = RunledgerSaver(client, agent=agent)
+
+    def thread(self, thread_id: str) -> LangGraphThread:
+        return LangGraphThread(self.saver, thread_id)
+
+
+# -- DBOS --------------------------------------------------------------------------------------------------
+
+# A running DBOS workflow takes its steps from here, one at a time, and answers each with the ms the
+# step took (timed in the workflow's thread, around the step call alone): the workflow id's inbox and outbox.
+_CHANNELS: dict[str, tuple[queue.Queue[Step | None], queue.Queue[float | BaseException]]] = {}
+
+if DBOS is not None:
+
+    @DBOS.step(name="runledger_bench_step")
+    def dbos_step(kind: str, name: str, args: Any, result: Any) -> Any:
+        """One agent step as a DBOS step: what it returns (the reply, the tool's result) is its recorded output."""
+        return result
+
+    @DBOS.workflow(name="runledger_bench_driven")
+    def dbos_driven_workflow() -> int:
+        """A run whose steps come one by one through ``_CHANNELS`` until ``None``; returns the number of steps."""
+        workflow_id = DBOS.workflow_id
+        assert workflow_id is not None
+        inbox, outbox = _CHANNELS[workflow_id]
+        done = 0
+        while (step := inbox.get()) is not None:
+            try:
+                t0 = time.perf_counter()
+                dbos_step(step.kind, step.name, step.args, step.result)
+                outbox.put((time.perf_counter() - t0) * 1000)
+            except BaseException as exc:  # the driver must hear of it, not wait forever
+                outbox.put(exc)
+                raise
+            done += 1
+        return done
+
+    @DBOS.workflow(name="runledger_bench_batch")
+    def dbos_batch_workflow(steps: list[Step]) -> int:
+        """A run of ``steps`` recorded in one go (to build a run whose load is measured)."""
+        for step in steps:
+            dbos_step(step.kind, step.name, step.args, step.result)
+        return len(steps)
+
+
+class DBOSRun:
+    """One DBOS workflow driven step by step: ``record(step)`` runs the step in the workflow and returns its ms."""
+
+    def __init__(self, workflow_id: str) -> None:
+        from dbos import SetWorkflowID
+
+        self.workflow_id = workflow_id
+        self.inbox: queue.Queue[Step | None] = queue.Queue()
+        self.outbox: queue.Queue[float | BaseException] = queue.Queue()
+        _CHANNELS[workflow_id] = (self.inbox, self.outbox)
+        with SetWorkflowID(workflow_id):
+            self.handle = DBOS.start_workflow(dbos_driven_workflow)
+        self.steps = 0
+
+    def record(self, step: Step) -> float:
+        """Run ``step`` as the workflow's next DBOS step (durable on return); the ms it took in the workflow."""
+        self.inbox.put(step)
+        try:
+            answer = self.outbox.get(timeout=60)
+        except queue.Empty as exc:
+            raise RuntimeError(f"DBOS workflow {self.workflow_id} did not run step {self.steps} within 60 s") from exc
+        if isinstance(answer, BaseException):
+            raise RuntimeError(f"DBOS step {self.steps} of workflow {self.workflow_id} failed: {answer!r}") from answer
+        self.steps += 1
+        return answer
+
+    def finish(self) -> None:
+        self.inbox.put(None)
+        done = self.handle.get_result()
+        _CHANNELS.pop(self.workflow_id, None)
+        if done != self.steps:
+            raise RuntimeError(f"DBOS workflow {self.workflow_id} ran {done} steps, not {self.steps}")
+
+
+class DBOSPeer:
+    """DBOS launched on a system database of the private PostgreSQL (one per process at a time: DBOS is a
+    singleton). ``run()`` starts a step-by-step workflow; ``build(steps)`` records a whole run at once;
+    ``load(id)`` reads every recorded step's output back (``DBOS.list_workflow_steps``)."""
+
+    name = "DBOS step"
+    _lock = threading.Lock()
+
+    def __init__(self, url: str) -> None:
+        if DBOS is None:
+            raise RuntimeError(MISSING)
+        import logging
+
+        if not DBOSPeer._lock.acquire(blocking=False):
+            raise RuntimeError("a DBOSPeer is already open in this process (DBOS is a singleton)")
+        try:
+            DBOS(config={"name": "runledger-bench", "system_database_url": url, "log_level": "WARNING"})
+            DBOS.launch()
+            logging.getLogger("dbos").setLevel(logging.WARNING)
+        except BaseException:
+            DBOS.destroy()
+            DBOSPeer._lock.release()
+            raise
+
+    def run(self) -> DBOSRun:
+        return DBOSRun(f"bench-{uuid.uuid4()}")
+
+    def build(self, steps: list[Step]) -> str:
+        """A finished workflow of ``steps`` recorded steps; its id."""
+        from dbos import SetWorkflowID
+
+        workflow_id = f"bench-{uuid.uuid4()}"
+        with SetWorkflowID(workflow_id):
+            done = dbos_batch_workflow(steps)
+        if done != len(steps):
+            raise RuntimeError(f"DBOS workflow {workflow_id} ran {done} steps, not {len(steps)}")
+        return workflow_id
+
+    def load(self, workflow_id: str, expected: int) -> float:
+        """Read every step's recorded output back, deserialized (what recovery reads, in one query instead of
+        one a step); the ms it took. DBOS refuses its sync API on a thread that runs an event loop, so the
+        call runs, and is timed, on a thread of its own (the hand-over is not timed)."""
+
+        def timed() -> float:
+            t0 = time.perf_counter()
+            found = DBOS.list_workflow_steps(workflow_id)
+            ms = (time.perf_counter() - t0) * 1000
+            if len(found) != expected:
+                raise RuntimeError(f"DBOS workflow {workflow_id} holds {len(found)} steps, not {expected}")
+            return ms
+
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bench-dbos-load") as pool:
+            return pool.submit(timed).result()
+
+    def close(self) -> None:
+        try:
+            DBOS.destroy()
+        finally:
+            DBOSPeer._lock.release()
 
 
 # -- eventsourcing -----------------------------------------------------------------------------------------

@@ -145,6 +145,8 @@ def machine() -> dict[str, str]:
     """Facts about this machine and the software measured, for the report header."""
     import sqlite3
 
+    from bench.postgres import server_version
+
     cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -165,7 +167,8 @@ def machine() -> dict[str, str]:
         server = nats.stdout.strip() or nats.stderr.strip()
     except Exception as exc:  # the header must not sink the report; say what went wrong instead
         server = f"unknown ({exc})"
-    packages = ["nats-py", "duckdb", "langgraph", "langgraph-checkpoint-sqlite", "eventsourcing", "docker"]
+    packages = ["nats-py", "duckdb", "langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres",
+                "psycopg", "dbos", "eventsourcing", "docker"]  # fmt: skip
     return {
         "cpu": f"{os.cpu_count()} cores, {cpu}",
         "memory": mem,
@@ -173,6 +176,7 @@ def machine() -> dict[str, str]:
         "python": platform.python_version(),
         "nats-server": server,
         "sqlite": sqlite3.sqlite_version,
+        "postgresql": server_version(),
         **{name: _version(name) for name in packages},
     }
 

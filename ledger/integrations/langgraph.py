@@ -4,7 +4,9 @@
 and every checkpoint (``graph.checkpointed``) and every task's pending writes
 (``graph.writes_saved``) of a thread is appended to the thread's run, fenced and acknowledged before
 LangGraph goes on (write-ahead), redacted and sealed like every run's content, and stored by
-reference in the object store when large. Model and tool calls inside the graph's nodes, wrapped
+reference in the object store when large; a list channel that grows (``messages``) is recorded as
+its new elements after the parent checkpoint's list (``tail_record``), so a checkpoint costs what
+its step added, not what the thread holds. Model and tool calls inside the graph's nodes, wrapped
 with ``saver.model(...)`` and ``saver.tool(...)`` (runledger.integrations.langchain), are steps of
 the same run, so ``runledger show``, ``verify`` and the projection's ``steps`` table see one record
 per thread, and a tool declared as an effect is applied at most once across crashes.
@@ -89,7 +91,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 from langgraph.types import Command, StateSnapshot  # noqa: E402
 
 from runledger import AgentSpec, Budgets, ConfigurationError, DataPolicy, LedgerClient, ModelAdapter  # noqa: E402
-from runledger.errors import RunNotFoundError  # noqa: E402
+from runledger.errors import PayloadUnavailableError, RunNotFoundError  # noqa: E402
 from runledger.integrations.langchain import (  # noqa: E402
     ChatModelAdapter,
     JournaledChatModel,
@@ -224,6 +226,76 @@ def record_to_typed(record: Mapping[str, Any]) -> Typed:
     return kind, base64.b64decode(record["b64"])
 
 
+# -- a list channel recorded as its tail ------------------------------------------------------------------------
+#
+# A checkpoint records each channel whose version changed, and ``messages`` changes at every step
+# holding the whole list: recorded whole, each checkpoint costs (redaction, sealing, the JSON tree,
+# canonical JSON) as much as the thread is long. So a value whose msgpack is an array that begins
+# with the exact bytes of the channel's value in the parent checkpoint is recorded as its tail:
+# ``{"type": "msgpack+tail", "at": <the parent's element count>, "value": [the new elements]}``.
+# The reader splices the bytes back: msgpack decodes an array element after element, so n
+# elements with the same bytes are the same elements, and the value read is byte for byte the one
+# written. The base is named by the event's ``parent_checkpoint_id`` and the parent's
+# ``channel_versions``, both in the clear: a base version recorded as content was redacted (its
+# random digits pass for a card number). The base is a value of the same run, so erasing the
+# thread leaves no piece readable; a fork from a past checkpoint extends that checkpoint's list.
+# Rejected: trusting the list objects' identity (a message mutated in place between two
+# checkpoints would be recorded stale), and content-addressing each message (a digest per element
+# to compute, store and look up, for a thread that only ever appends).
+TAIL = "msgpack+tail"
+
+
+def _array_header(count: int) -> bytes:
+    if count < 16:
+        return bytes([0x90 | count])
+    if count < 2**16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
+
+
+def _array(data: bytes) -> tuple[int, int] | None:
+    """(element count, offset of the first element) when ``data`` is a msgpack array, else None."""
+    if not data:
+        return None
+    first = data[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F, 1
+    if first == 0xDC and len(data) >= 3:
+        return int.from_bytes(data[1:3], "big"), 3
+    if first == 0xDD and len(data) >= 5:
+        return int.from_bytes(data[1:5], "big"), 5
+    return None
+
+
+def tail_record(base: Typed, typed: Typed) -> dict[str, Any] | None:
+    """``typed`` as the elements after ``base``'s (``{"type": "msgpack+tail", "at", "value"}``), or
+    None unless both are msgpack arrays and ``typed``'s begins with every byte of ``base``'s."""
+    if base[0] != "msgpack" or typed[0] != "msgpack":
+        return None
+    old, new = _array(base[1]), _array(typed[1])
+    if old is None or new is None or old[0] == 0 or new[0] < old[0]:
+        return None
+    body = memoryview(base[1])[old[1] :]
+    if not typed[1].startswith(body, new[1]):  # a memcmp (comparing memoryviews goes byte by byte)
+        return None
+    end = new[1] + len(body)
+    tail = _array_header(new[0] - old[0]) + typed[1][end:]
+    raw = ormsgpack.unpackb(tail, ext_hook=_ext_hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    return {"type": TAIL, "at": old[0], "value": _to_tree(raw)}
+
+
+def splice_tail(base: Typed, record: Mapping[str, Any]) -> Typed:
+    """The typed bytes a ``tail_record`` stands for, given its base's. Raises ValueError when
+    ``base`` is not the msgpack array of ``record["at"]`` elements it extended."""
+    old = _array(base[1]) if base[0] == "msgpack" else None
+    tail = ormsgpack.packb(_from_tree(record["value"]), option=ormsgpack.OPT_NON_STR_KEYS)
+    new = _array(tail)
+    if old is None or new is None or old[0] != record.get("at"):
+        found = f"has {old[0]} elements" if old is not None else "is not a list"
+        raise ValueError(f"its tail extends a list of {record.get('at')!r} elements, the parent's value {found}")
+    return "msgpack", _array_header(old[0] + new[0]) + base[1][old[1] :] + tail[new[1] :]
+
+
 # -- threads and their runs ---------------------------------------------------------------------------------------
 
 
@@ -306,6 +378,8 @@ class RunledgerSaver(InMemorySaver):
             data_policy=policy,
         )
         self._threads: dict[str, _Thread] = {}
+        # For tail records: the channel versions of each indexed checkpoint, (thread, ns, checkpoint id) -> ...
+        self._versions: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._all_loaded = False
         self._guard = threading.Lock()
         try:
@@ -414,19 +488,52 @@ class RunledgerSaver(InMemorySaver):
 
     # -- the index (InMemorySaver's structures), from events ----------------------------------------------------------
 
-    def _index_checkpoint(self, p: Mapping[str, Any]) -> None:
-        thread_id, ns = p["thread_id"], p.get("checkpoint_ns", "")
+    def _index_checkpoint(self, p: Mapping[str, Any], typed: Mapping[str, Typed] | None = None) -> None:
+        """Index a checkpoint's event; ``typed``: the values as serialized, when this process wrote them."""
+        thread_id, ns, cid = p["thread_id"], p.get("checkpoint_ns", ""), p["checkpoint_id"]
         values = dict(zip(p.get("channels") or [], p.get("values") or [], strict=False))
         for channel, version in (p.get("new_versions") or {}).items():
             record = values.get(channel)
-            typed = ("empty", b"") if record is None else record_to_typed(record)
-            self.blobs[(thread_id, ns, channel, version)] = typed
+            if typed is not None and channel in typed:
+                value = typed[channel]
+            elif record is None:
+                value = ("empty", b"")
+            elif isinstance(record, Mapping) and record.get("type") == TAIL:
+                value = self._spliced(thread_id, ns, cid, p.get("parent_checkpoint_id"), channel, record)
+            else:
+                value = record_to_typed(record)
+            self.blobs[(thread_id, ns, channel, version)] = value
+        self._versions[(thread_id, ns, cid)] = dict((p.get("header") or {}).get("channel_versions") or {})
         rest = self.serde.loads_typed(record_to_typed(p["checkpoint"])) if p.get("checkpoint") else {}
         self.storage[thread_id][ns][p["checkpoint_id"]] = (
             self.serde.dumps_typed({**p.get("header", {}), **rest}),
             record_to_typed(p["metadata"]),
             p.get("parent_checkpoint_id"),
         )
+
+    def _spliced(
+        self, thread_id: str, ns: str, cid: str, parent: str | None, channel: str, record: Mapping[str, Any]
+    ) -> Typed:
+        version = self._versions.get((thread_id, ns, parent or ""), {}).get(channel)
+        base = self.blobs.get((thread_id, ns, channel, version)) if version is not None else None
+        try:
+            if base is None:
+                raise ValueError(f"its parent checkpoint {parent} holds no earlier value of the channel")
+            return splice_tail(base, record)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise PayloadUnavailableError(
+                f"channel {channel!r} of checkpoint {cid} of LangGraph thread {thread_id!r}", str(exc)
+            ) from exc
+
+    def _record_value(self, thread_id: str, ns: str, parent: str | None, channel: str, typed: Typed) -> Any:
+        """``typed`` as a record: its tail when it extends the channel's value in the parent checkpoint."""
+        version = self._versions.get((thread_id, ns, parent or ""), {}).get(channel)
+        base = self.blobs.get((thread_id, ns, channel, version)) if version is not None else None
+        if base is not None and channel != START_CHANNEL:  # an input is read on its own (thread_invocations)
+            found = tail_record(base, typed)
+            if found is not None:
+                return found
+        return typed_to_record(typed)
 
     def _index_writes(self, p: Mapping[str, Any]) -> None:
         outer_key = (p["thread_id"], p.get("checkpoint_ns", ""), p["checkpoint_id"])
@@ -486,6 +593,7 @@ class RunledgerSaver(InMemorySaver):
             stored.pop("pending_sends", None)  # always empty since checkpoint format 4
         merged = get_checkpoint_metadata(config, metadata)
         channels = [k for k in new_versions if k in values]
+        typed = {k: self.serde.dumps_typed(values[k]) for k in channels}
         step = merged.get("step")
         event = GraphCheckpointed(
             thread_id=thread_id,
@@ -498,12 +606,12 @@ class RunledgerSaver(InMemorySaver):
             header=header,
             new_versions=dict(new_versions),
             channels=channels,
-            values=[typed_to_record(self.serde.dumps_typed(values[k])) for k in channels],
+            values=[self._record_value(thread_id, ns, parent, k, typed[k]) for k in channels],
             metadata=typed_to_record(self.serde.dumps_typed(merged)),
             checkpoint=typed_to_record(self.serde.dumps_typed(stored)) if stored else None,
         )
         await run.record(event)  # write-ahead: the index changes only after the ack
-        self._index_checkpoint(event.model_dump())
+        self._index_checkpoint(event.model_dump(), typed)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     async def aput_writes(
@@ -548,6 +656,8 @@ class RunledgerSaver(InMemorySaver):
                 return  # nothing was ever recorded for the thread
             finally:
                 InMemorySaver.delete_thread(self, thread_id)
+                for key in [k for k in self._versions if k[0] == thread_id]:
+                    del self._versions[key]
             thread.run = None
             thread.generation += 1
 

@@ -561,3 +561,126 @@ async def test_copy_thread_reads_back_equal_from_a_fresh_saver(saver: RunledgerS
         assert out["log"] == ["prepared", "answer:copied"]
     finally:
         await other_client.close()
+
+
+# -- a growing message list: each checkpoint records only its tail -------------------------------------------------
+
+
+class Chat2(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def _chat_graph(until: int) -> StateGraph[Any]:
+    """An agent loop that adds one message a step (a reply, then a tool result) until ``until`` messages."""
+
+    def agent(state: Chat2) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(content=f"reply {n}", id=f"ai-{n}")]}
+
+    def tools(state: Chat2) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [ToolMessage(content=f"result {n}", tool_call_id=f"c{n}", id=f"tool-{n}")]}
+
+    def route(state: Chat2) -> str:
+        return "tools" if len(state["messages"]) < until else END
+
+    builder: StateGraph[Any] = StateGraph(Chat2)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder
+
+
+async def _message_records(client: LedgerClient, thread_id: str) -> list[tuple[str, dict[str, Any], bool]]:
+    """(checkpoint id, value record, forked) of each checkpoint that records ``messages``, content opened."""
+    log = await load_run(client, thread_run_id(thread_id), agent="langgraph", fetch=True)
+    found = []
+    for r in log.records:
+        p = r.event.payload
+        if r.event.type == "graph.checkpointed" and "messages" in p["channels"]:
+            found.append((p["checkpoint_id"], p["values"][p["channels"].index("messages")], p["forked"]))
+    return found
+
+
+async def _same_history(live: RunledgerSaver, nats_url: str, thread_id: str) -> None:
+    """Every checkpoint of the thread reads back equal from a fresh saver (what a resumed process reads)."""
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        theirs = [(t.checkpoint, t.metadata, t.parent_config) async for t in other.alist(config)]
+    finally:
+        await other_client.close()
+    mine = [(t.checkpoint, t.metadata, t.parent_config) async for t in live.alist(config)]
+    assert len(mine) > 1 and theirs == mine
+
+
+async def test_a_long_thread_records_each_message_once_and_reads_back_equal(
+    saver: RunledgerSaver, client: LedgerClient, nats_url: str
+) -> None:
+    config: RunnableConfig = {"configurable": {"thread_id": "long"}, "recursion_limit": 500}
+    out = await _chat_graph(120).compile(checkpointer=saver).ainvoke({"messages": [HumanMessage("go", id="h")]}, config)
+    assert len(out["messages"]) == 120
+    records = await _message_records(client, "long")
+    assert records[0][1]["type"] == "msgpack" and all(r["type"] == "msgpack+tail" for _, r, _ in records[1:])
+    assert sum(len(r["value"]) for _, r, _ in records) == 120  # each message recorded once, not once a step
+    await _same_history(saver, nats_url, "long")
+    assert all(r.ok for r in await verify_runs(client))
+
+
+async def test_a_fork_from_a_past_checkpoint_extends_that_checkpoints_list(
+    saver: RunledgerSaver, client: LedgerClient, nats_url: str
+) -> None:
+    graph = _chat_graph(30).compile(checkpointer=saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "fork"}, "recursion_limit": 200}
+    await graph.ainvoke({"messages": [HumanMessage("go", id="h")]}, config)
+    history = [s async for s in graph.aget_state_history(config)]
+    past = next(s for s in history if len(s.values.get("messages", [])) == 10)
+    forked = await graph.aupdate_state(past.config, {"messages": [HumanMessage("a fork", id="fork")]})
+    await graph.ainvoke(None, forked)
+    records = {cid: (record, was_forked) for cid, record, was_forked in await _message_records(client, "fork")}
+    record, was_forked = records[forked["configurable"]["checkpoint_id"]]
+    assert was_forked and record["type"] == "msgpack+tail" and record["at"] == 10 and len(record["value"]) == 1
+    latest = (await graph.aget_state(config)).values["messages"]
+    assert [m.id for m in latest[:11]] == [*(m.id for m in past.values["messages"]), "fork"] and len(latest) >= 30
+    await _same_history(saver, nats_url, "fork")  # both branches
+
+
+async def test_a_thread_recorded_whole_reads_and_continues_with_tails(
+    client: LedgerClient, nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread recorded before tails (every value whole) reads back, and goes on in tails."""
+    from runledger.integrations.langgraph import typed_to_record
+
+    whole = RunledgerSaver(client)
+    monkeypatch.setattr(whole, "_record_value", lambda *a: typed_to_record(a[-1]))
+    config: RunnableConfig = {"configurable": {"thread_id": "old-form"}, "recursion_limit": 200}
+    await _chat_graph(8).compile(checkpointer=whole).ainvoke({"messages": [HumanMessage("go", id="h")]}, config)
+    before = await _message_records(client, "old-form")
+    assert {r["type"] for _, r, _ in before} == {"msgpack"}
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        await _chat_graph(16).compile(checkpointer=other).ainvoke({"messages": [HumanMessage("more", id="h2")]}, config)
+        records = await _message_records(client, "old-form")
+        assert len(records) > len(before) and all(r["type"] == "msgpack+tail" for _, r, _ in records[len(before) :])
+        await _same_history(other, nats_url, "old-form")
+    finally:
+        await other_client.close()
+
+
+async def test_an_erased_long_thread_is_unreadable(saver: RunledgerSaver, client: LedgerClient, nats_url: str) -> None:
+    config: RunnableConfig = {"configurable": {"thread_id": "gone"}, "recursion_limit": 200}
+    await _chat_graph(40).compile(checkpointer=saver).ainvoke({"messages": [HumanMessage("go", id="h")]}, config)
+    await saver.adelete_thread("gone")
+    raw = b"".join(r.data for r in await read_raw(client, run_filter("langgraph", thread_run_id("gone"))))
+    log = await load_run(client, thread_run_id("gone"), agent="langgraph", fetch=True)
+    opened = json.dumps([r.event.payload for r in log.records], default=str)
+    for text in ("reply 5", "result 38"):
+        assert text.encode() not in raw and text not in opened  # no piece, base or tail, opens
+    other_client, other = await fresh_saver(nats_url)
+    try:
+        assert await other.aget_tuple(config) is None and [t async for t in other.alist(config)] == []
+    finally:
+        await other_client.close()
+    assert all(r.ok for r in await verify_runs(client))

@@ -1,12 +1,13 @@
 """runledger.integrations.langgraph's values: LangGraph's typed bytes as JSON and back, losslessly;
-and the fold tolerates a thread's events (it keeps no state of them)."""
+a list recorded as its tail after the parent's value splices back byte for byte; and the fold
+tolerates a thread's events (it keeps no state of them)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -15,7 +16,16 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Interrupt, Send
 
-from runledger.integrations.langgraph import record_to_typed, thread_run_id, typed_to_record
+from runledger.errors import PayloadUnavailableError
+from runledger.integrations.langgraph import (
+    TAIL,
+    RunledgerSaver,
+    record_to_typed,
+    splice_tail,
+    tail_record,
+    thread_run_id,
+    typed_to_record,
+)
 from runledger.record.canonical import canonical_json
 from runledger.record.events import GENESIS, GraphCheckpointed, GraphWritesSaved, RunStarted, VersionTuple, make_event
 from runledger.record.fold import fold
@@ -75,6 +85,73 @@ def _same(a: Any, b: Any) -> bool:
 @given(json_values)
 def test_any_plain_value_reads_back_equal(value: Any) -> None:
     assert _same(_through_the_record(value), value)
+
+
+def _messages(n: int) -> list[Any]:
+    return [
+        HumanMessage(content=f"message {i}", id=str(i)) if i % 2 else AIMessage(content=f"reply {i}") for i in range(n)
+    ]
+
+
+def _recorded(record: dict[str, Any]) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(canonical_json(record))
+    return loaded
+
+
+# Lengths on both sides of msgpack's array headers: fixarray (< 16), array16 (< 65,536), array32.
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (3, 15), (15, 16), (16, 40), (14, 70_000), (65_535, 65_536)])
+def test_a_list_recorded_as_its_tail_splices_back_byte_for_byte(before: int, after: int) -> None:
+    items: list[Any] = _messages(after) if after < 100 else list(range(after))
+    base, full = SERDE.dumps_typed(items[:before]), SERDE.dumps_typed(items)
+    record = tail_record(base, full)
+    assert record is not None and record["type"] == TAIL and record["at"] == before
+    assert len(record["value"]) == after - before  # only the new elements are recorded
+    assert splice_tail(base, _recorded(record)) == full
+    assert SERDE.loads_typed(splice_tail(base, _recorded(record))) == items
+
+
+def test_only_a_list_that_extends_the_base_byte_for_byte_is_a_tail() -> None:
+    items = _messages(6)
+    base = SERDE.dumps_typed(items[:4])
+    changed = [*items[:2], HumanMessage(content="edited", id="2"), *items[3:]]
+    assert tail_record(base, SERDE.dumps_typed(changed)) is None  # an element changed: record it whole
+    items[1].content = "mutated in place"  # the same object, new content: identity would miss it
+    assert tail_record(base, SERDE.dumps_typed(items)) is None
+    assert tail_record(base, SERDE.dumps_typed(items[:3])) is None  # shorter
+    assert tail_record(SERDE.dumps_typed([]), SERDE.dumps_typed(items)) is None  # nothing to extend
+    assert tail_record(SERDE.dumps_typed({"a": 1}), SERDE.dumps_typed({"a": 1, "b": 2})) is None
+    assert tail_record(SERDE.dumps_typed("abc"), SERDE.dumps_typed("abcd")) is None
+    same = tail_record(base, base)
+    assert same is not None and same["value"] == [] and splice_tail(base, same) == base
+
+
+def test_a_tail_on_the_wrong_base_is_an_error() -> None:
+    items = _messages(5)
+    record = tail_record(SERDE.dumps_typed(items[:3]), SERDE.dumps_typed(items))
+    assert record is not None
+    with pytest.raises(ValueError, match="3 elements, the parent's value has 2 elements"):
+        splice_tail(SERDE.dumps_typed(items[:2]), record)
+    with pytest.raises(ValueError, match="the parent's value is not a list"):
+        splice_tail(SERDE.dumps_typed({"x": 1}), record)
+
+
+async def test_a_tail_whose_parent_holds_no_list_is_unavailable() -> None:
+    saver = RunledgerSaver(cast(Any, None))  # indexing only: no client needed
+    record = tail_record(SERDE.dumps_typed([1]), SERDE.dumps_typed([1, 2]))
+    first = {
+        "thread_id": "t",
+        "checkpoint_id": "c1",
+        "header": {"channel_versions": {"m": 1}},
+        "metadata": {"type": "null"},
+    }
+    saver._index_checkpoint(
+        {**first, "new_versions": {"m": 1}, "channels": ["m"], "values": [typed_to_record(SERDE.dumps_typed([1]))]}
+    )
+    second = {**first, "checkpoint_id": "c2", "new_versions": {"m": 2}, "channels": ["m"], "values": [record]}
+    saver._index_checkpoint({**second, "parent_checkpoint_id": "c1"})
+    assert SERDE.loads_typed(saver.blobs[("t", "", "m", 2)]) == [1, 2]
+    with pytest.raises(PayloadUnavailableError, match="parent checkpoint c0 holds no earlier value of the channel"):
+        saver._index_checkpoint({**second, "checkpoint_id": "c3", "parent_checkpoint_id": "c0"})
 
 
 def test_thread_run_ids_are_subject_tokens() -> None:

@@ -135,6 +135,10 @@ def _plan(args: argparse.Namespace) -> int:
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger rerun`")
+    if args.plan and args.where:  # a sweep has no plan: it would queue the re-runs --plan promises not to
+        raise ConfigurationError("--plan shows the plan of one run's re-run: name a RUN instead of --where")
+    if args.json and not args.plan:
+        raise ConfigurationError("--json goes with --plan (the plan as JSON)")
     if args.where:
         if args.run:
             raise ConfigurationError("give either a RUN or --where, not both")

@@ -78,29 +78,33 @@ class BranchPlan:
         return {**asdict(self), "ok": self.ok, "counts": self.counts()}
 
 
+def _from_record(rec: StepRecord, when: str) -> tuple[Action, str]:
+    """The action at a step the parent's record answers (before the fork in every mode, after it in a
+    re-drive; ``when`` says which), by ``BranchRun``'s rules: a step whose record holds no outcome is
+    not served (before the fork a NondeterminismError, after it a divergence)."""
+    kind, status = rec.kind, rec.status
+    if kind == "effect":
+        if status in ("committed", "simulated") and rec.key:
+            return "record", f"{when}: the recorded outcome of key {rec.key!r} ({status}); not acted again"
+        return "refused", f"{when}: the record holds no outcome for key {rec.key!r} ({status}): the branch stops here"
+    if kind == "approval":
+        if status == "approved":
+            return "record", f"{when}: approved in the parent; the decision is served"
+        return "live", f"asked again ({status} in the parent): the branch suspends for a decision"
+    if kind == "child":
+        if status in ("completed", "failed"):
+            return "record", f"{when}: the child run's recorded outcome is served; it is not started"
+        return "refused", f"the child run has no outcome in the record ({status}): the branch stops here"
+    return "record", f"{when}: served from the parent's record" + (" by position" if when == "re-drive" else "")
+
+
 def _after_fork(rec: StepRecord, mode: str, request: RerunRequest) -> tuple[Action, str]:
     """The action at a step from the fork on, in ``mode`` (redrive or live)."""
     kind, status = rec.kind, rec.status
     if kind == "model":
         return "live", "the branch's model is called live from the fork on, in every mode"
     if mode == "redrive":
-        if kind in ("tool", "clock", "random"):
-            return "record", "re-drive: served from the parent's record by position"
-        if kind == "effect":
-            if status in ("committed", "simulated") and rec.key:
-                return "record", f"re-drive: the recorded outcome of key {rec.key!r} ({status}); not acted again"
-            return "refused", (
-                f"re-drive: the record holds no outcome for key {rec.key!r} ({status}): the branch diverges here"
-            )
-        if kind == "approval":
-            if status == "approved":
-                return "record", "re-drive: approved in the parent; the decision is served"
-            return "live", f"asked again ({status} in the parent): the branch suspends for a decision"
-        if kind == "child":
-            if status in ("completed", "failed"):
-                return "record", "re-drive: the child run's recorded outcome is served; it is not started"
-            return "refused", f"the child run has no outcome in the record ({status}): the branch diverges here"
-        return "record", "re-drive: served from the parent's record by position"
+        return _from_record(rec, "re-drive")
     # live
     if kind == "tool":
         if request.live_tools is not None and rec.name not in request.live_tools:
@@ -134,7 +138,7 @@ def plan_steps(parent: Checkpoint, request: RerunRequest, fork_step: int) -> lis
         if request.mode == "replay":
             why = "trace replay: nothing runs, the record is read and shown"
         elif number < fork_step:
-            why = "before the fork: served from the parent's record"
+            action, why = _from_record(rec, "before the fork")
         else:
             action, why = _after_fork(rec, mode, request)
         out.append(StepPlan(number, rec.kind, rec.name, rec.status, action, why))

@@ -101,8 +101,10 @@ class ScriptedModel:
 
 class OpenAIChatModel:
     """An OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LiteLLM, ...), through
-    the ``openai`` package (``pip install 'runledger[openai]'``; without it the constructor raises
-    ``MissingExtraError`` naming the extra).
+    the ``openai`` package (``pip install 'runledger[openai]'``; without it the first call raises
+    ``MissingExtraError`` naming the extra). The constructor needs no extra: a spec naming this
+    adapter is also loaded where the model is never called, as in a re-run's sandbox, whose image
+    holds the core only and whose model calls the host makes.
 
     The request is the model, the messages and every parameter as given (provider-specific ones
     included), posted to ``{base_url}/chat/completions``. The API key is read from the environment
@@ -125,7 +127,6 @@ class OpenAIChatModel:
         timeout_s: float = 60.0,
         retry: Retry | None = DEFAULT_RETRY,
     ) -> None:
-        require_extra("openai", "OpenAIChatModel")
         self.name = model
         self.retry = retry
         self.base_url = base_url.rstrip("/")
@@ -156,6 +157,7 @@ class OpenAIChatModel:
     def _client(self) -> openai.OpenAI:
         with self._sdk_lock:  # calls run in worker threads: one client for all of them
             if self._sdk is None:
+                require_extra("openai", "OpenAIChatModel")
                 import openai
 
                 # The key travels per request (read at call time), so the client holds a placeholder:
@@ -166,6 +168,7 @@ class OpenAIChatModel:
             return self._sdk
 
     def _post(self, body: dict[str, Any]) -> Any:
+        client = self._client()  # first: without the extra, MissingExtraError names it
         import httpx
         import openai
         from openai._types import Omit  # exported as openai.Omit only by later releases than the 1.50 allowed
@@ -180,9 +183,7 @@ class OpenAIChatModel:
             "OpenAI-Project": Omit(),
         }
         try:
-            reply = self._client().post(
-                "/chat/completions", cast_to=httpx.Response, body=body, options={"headers": headers}
-            )
+            reply = client.post("/chat/completions", cast_to=httpx.Response, body=body, options={"headers": headers})
         except openai.APIStatusError as exc:
             raise ModelError(
                 f"{self.base_url} answered HTTP {exc.status_code}: {exc.response.text[:300]}",

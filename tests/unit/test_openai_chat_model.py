@@ -5,9 +5,11 @@ tests/integration/test_openai_endpoint.py)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,17 +25,48 @@ def fresh_cache() -> Iterator[None]:
     runledger.extras._missing.cache_clear()
 
 
-def test_without_the_extra_the_constructor_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_the_extra_it_is_built_and_its_first_call_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Built without the extra: a re-run's sandbox image holds the core only, and its guest loads the
+    # agent's spec (this adapter in it) though the host makes the model calls. The call names the extra.
     real = importlib.util.find_spec
 
     def find_spec(name: str, package: str | None = None) -> object:
         return None if name == "openai" else real(name, package)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    model = OpenAIChatModel("gpt-test", base_url="http://127.0.0.1:9/v1")
     with pytest.raises(MissingExtraError) as info:
-        OpenAIChatModel("gpt-test")
+        await model.complete([{"role": "user", "content": "hi"}])
     assert info.value.extra == "openai" and info.value.feature == "OpenAIChatModel"
     assert "pip install 'runledger[openai]'" in str(info.value)
+
+
+def test_a_spec_with_the_adapter_loads_where_openai_is_not_installed(tmp_path: Path) -> None:
+    """What a sandbox guest does with a recorded agent's spec, in a Python that cannot import openai."""
+    (tmp_path / "openai.py").write_text("raise ImportError('openai is not installed here')\n")
+    (tmp_path / "openai_less_agent.py").write_text(
+        "from runledger import AgentSpec, OpenAIChatModel\n"
+        "async def agent(run):\n    return None\n"
+        "spec = AgentSpec('a', agent, OpenAIChatModel('gpt-test'))\n"
+    )
+    code = (
+        "import importlib.util, sys\n"
+        "importlib.util.find_spec = (lambda real: lambda n, p=None: None if n == 'openai' else real(n, p))"
+        "(importlib.util.find_spec)\n"
+        "from runledger.sdk.agent import load_agent\n"
+        "print(load_agent('openai_less_agent:spec').model.name)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["gpt-test"]
 
 
 def test_importing_and_building_the_adapter_leaves_openai_unloaded() -> None:

@@ -52,7 +52,10 @@ def test_live_runs_tools_stubs_new_effects_and_refuses_children() -> None:
 
 
 def test_steps_before_the_fork_come_from_the_record_and_a_counterfactual_follows_its_base() -> None:
-    assert actions("live", fork=5)[:5] == ["record"] * 5
+    # Step 4, an effect with no outcome (intended), cannot be served before the fork either: BranchRun
+    # raises NondeterminismError there, as it diverges at it after the fork in a re-drive.
+    assert actions("live", fork=5)[:5] == ["record", "record", "record", "record", "refused"]
+    assert actions("live", fork=9) == actions("redrive", fork=9)[:1] + actions("redrive")[1:]
     assert actions("counterfactual", change={"model": "x:y"}, base_mode="live") == actions("live")
     assert set(actions("replay")) == {"record"}
 
@@ -74,3 +77,38 @@ def test_the_rendered_plan_lists_every_step_and_counts_from_the_fork() -> None:
     assert text.count("\n") >= len(STEPS.steps) + 2
     assert "from the fork: 1 served from the record, 3 run live, 2 stubbed, 1 refused" in text
     assert plan.to_dict()["counts"] == {"record": 1, "live": 3, "stub": 2, "refused": 1}
+
+
+def test_before_the_fork_the_plan_applies_the_record_rules_the_branch_applies() -> None:
+    # What BranchRun does below its fork step: a pending approval is asked again (it suspends), a
+    # failed effect and a child run without an outcome are not answered by the record.
+    cp = parent(
+        ("model", "m", "ok", None),
+        ("approval", "refund", "denied", None),
+        ("effect", "refund", "failed", "refund:1"),
+        ("child", "helper", "started", None),
+        ("child", "helper", "failed", None),
+        ("tool", "lookup", "ok", None),
+    )
+    request = RerunRequest(parent_run_id="p", agent=AGENT, mode="live", fork_step=6)
+    steps = plan_steps(cp, request, 6)
+    assert [s.action for s in steps] == ["record", "live", "refused", "refused", "record", "record"]
+    assert all(s.why.startswith(("before the fork", "asked again", "the child run")) for s in steps)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--where", "true", "--plan"], "--plan shows the plan of one run's re-run"),
+        (["RUN", "--json"], "--json goes with --plan"),
+    ],
+)
+def test_rerun_refuses_plan_flags_it_would_otherwise_ignore(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before the fix, --plan with --where ran the sweep (queueing every re-run --plan promises not to).
+    from runledger.cli.app import main
+
+    code = main(["rerun", "--nats", "nats://127.0.0.1:1", "--agent", AGENT, "--mode", "live", *flags])
+    assert code == 1
+    assert message in capsys.readouterr().err

@@ -17,6 +17,11 @@ step, and every step is timed from the call to its return:
   effect step), to a fresh subject of the same stream.
 - **LangGraph SqliteSaver** and **eventsourcing SQLite**: see ``bench.peers`` (one checkpoint
   ``put`` / one event saved per step; the LangGraph checkpoint carries the growing message list).
+- **LangGraph PostgresSaver** and **DBOS step** on a private PostgreSQL (``bench.postgres``,
+  ``fsync=on``, ``synchronous_commit=on``): the same ``put`` per step; one ``@DBOS.step()`` per step
+  inside one ``@DBOS.workflow()`` per run. Without PostgreSQL they are reported as not measured.
+- **LangGraph RunledgerSaver**: LangGraph's saver on runledger (``runledger.integrations.langgraph``)
+  doing the same ``put`` (``aput``) as LangGraph's own two savers, on the same ledger server.
 
 The systems are interleaved step by step: after each SDK step the others record the same
 step, in an order rotated every step, so all see the same machine noise; ratios are computed
@@ -45,16 +50,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import jetstream_sync, server, summary, table
-from bench.peers import MISSING, EventSourcingPeer, LangGraphPeer, Step
+from bench.peers import (
+    MISSING,
+    DBOSPeer,
+    DBOSRun,
+    EventSourcingPeer,
+    LangGraphPeer,
+    LangGraphPostgresPeer,
+    LangGraphThread,
+    RunledgerSaverPeer,
+    Step,
+)
+from bench.postgres import Postgres, optional_postgres
 from bench.report import (
     STAT_COLUMNS,
     Goal,
@@ -70,8 +88,9 @@ from runledger.log.client import LedgerClient, connect
 from runledger.log.reader import read_raw
 from runledger.log.subjects import effect_subject, run_subject
 from runledger.sdk.agent import AgentSpec
-from runledger.sdk.lifecycle import start_run
+from runledger.sdk.lifecycle import open_run, start_run
 from runledger.sdk.models import ModelResponse, ScriptedModel
+from runledger.sdk.run import RecordedRun
 from runledger.sdk.tools import Tool
 
 KINDS = ("model", "tool", "effect")
@@ -87,6 +106,14 @@ AGENT = "bench"
 # every call (``Tool.call``), which is the tool's own cost, not the recording's.
 READ = Tool("read", lambda args: RESULT, inline=True)
 SDK, RAW, LANGGRAPH, EVENTSOURCING = "SDK", "raw js.publish", "LangGraph SqliteSaver", "eventsourcing SQLite"
+LANGGRAPH_PG, DBOS_STEP, RL_SAVER = "LangGraph PostgresSaver", "DBOS step", "LangGraph RunledgerSaver"
+# The same steps on a run in output durability (``AgentSpec(durability="output")``): acknowledged in
+# windows, before each effect's claim; driven by the followers (``open_run``), timed like the others.
+SDK_OUTPUT = "SDK, output durability"
+SYSTEMS = (SDK, SDK_OUTPUT, RAW, RL_SAVER, LANGGRAPH, LANGGRAPH_PG, DBOS_STEP, EVENTSOURCING)  # the tables' order
+OUTPUT_PEERS = (LANGGRAPH, EVENTSOURCING)  # an output-durability step must be 3x faster than each
+PEERS = (LANGGRAPH, LANGGRAPH_PG, DBOS_STEP, EVENTSOURCING)  # the SDK's step must be 2x faster than each
+POSTGRES_PEERS = (LANGGRAPH_PG, DBOS_STEP)
 
 
 def kind_of(i: int) -> str:
@@ -130,6 +157,23 @@ async def sdk_run(
     return timings
 
 
+async def _stepped(run: Run) -> None:
+    raise AssertionError("the output-durability run is driven step by step (Followers), never as a function")
+
+
+async def output_step(run: RecordedRun, step: Step) -> float:
+    """One step of the step mix on a run in output durability; its time in ms."""
+    t0 = time.perf_counter()
+    if step.kind == "model":
+        await run.model(step.args)
+    elif step.kind == "tool":
+        await run.tool(READ, step.args)
+    else:
+        assert step.key is not None
+        await run.effect("refund", step.args, key=step.key, fn=lambda a: EFFECT_RESULT)
+    return (time.perf_counter() - t0) * 1000
+
+
 async def stored_steps(client: LedgerClient, run_id: str, steps: int) -> list[list[bytes]]:
     """The bytes the SDK stored for each step, in publish order (run subject and key subjects)."""
     run_records = [r.data for r in await read_raw(client, run_subject(AGENT, run_id))]
@@ -164,59 +208,133 @@ def run_id_of(r: int | str) -> str:
     return f"bench-record-{r:04d}" if isinstance(r, int) else f"bench-record-{r[:4]:>4}"
 
 
+@dataclass
+class Peers:
+    """The peers one measurement records with (None: not measured)."""
+
+    lg: LangGraphPeer | None = None
+    es: EventSourcingPeer | None = None
+    pg: LangGraphPostgresPeer | None = None
+    dbos: DBOSPeer | None = None
+    rl: RunledgerSaverPeer | None = None
+
+    def close(self) -> None:
+        for peer in (self.lg, self.es, self.pg, self.dbos):
+            if peer is not None:
+                peer.close()
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
+
+
 class Followers:
-    """Record each step again right after the SDK did: the raw publisher and the peers, each timed."""
+    """Record each step again right after the SDK did: the raw publisher and the peers, each timed.
+
+    ``start()`` (untimed) opens what a run needs before its first step: the DBOS workflow, the
+    RunledgerSaver thread's run; ``finish()`` (untimed) ends the DBOS workflow."""
 
     def __init__(
-        self,
-        client: LedgerClient,
-        round_: int,
-        run_id: str,
-        steps: int,
-        baseline: list[list[bytes]],
-        lg: LangGraphPeer | None,
-        es: EventSourcingPeer | None,
+        self, client: LedgerClient, round_: int, run_id: str, steps: int, baseline: list[list[bytes]], peers: Peers
     ) -> None:
         self.client, self.round, self.run_id, self.steps, self.baseline = client, round_, run_id, steps, baseline
-        self.thread = lg.thread(run_id) if lg is not None else None
-        self.es_run = es.run() if es is not None else None
-        self.timings: dict[str, list[float]] = {RAW: []}
-        if self.thread is not None:
-            self.timings[LANGGRAPH] = []
+        self.threads: dict[str, LangGraphThread] = {}
+        for system, peer in ((LANGGRAPH, peers.lg), (LANGGRAPH_PG, peers.pg), (RL_SAVER, peers.rl)):
+            if peer is not None:
+                self.threads[system] = peer.thread(f"lg-{run_id}")
+        self.es_run = peers.es.run() if peers.es is not None else None
+        self.dbos = peers.dbos
+        self.dbos_run: DBOSRun | None = None  # the round's DBOS workflow, started by start()
+        self.output: RecordedRun | None = None  # the output-durability run, opened by start()
+        self.timings: dict[str, list[float]] = {RAW: [], SDK_OUTPUT: [], **{system: [] for system in self.threads}}
         if self.es_run is not None:
             self.timings[EVENTSOURCING] = []
+        if self.dbos is not None:
+            self.timings[DBOS_STEP] = []
+
+    async def start(self) -> None:
+        spec = AgentSpec(AGENT, _stepped, ScriptedModel(lambda m: REPLY), agent_version="bench", durability="output")
+        self.output = await open_run(self.client, spec, f"{self.run_id}-out")
+        if self.dbos is not None:
+            self.dbos_run = self.dbos.run()
+        if RL_SAVER in self.threads:
+            thread = self.threads[RL_SAVER]
+            await thread.saver.run_for(thread.config)
+
+    def finish(self) -> None:
+        if self.dbos_run is not None:
+            self.dbos_run.finish()
+
+    async def commit(self) -> None:
+        """End the output-durability run's last window (untimed)."""
+        if self.output is not None:
+            await self.output.commit()
 
     async def after_step(self, i: int) -> None:
         systems = list(self.timings)
         shift = (self.round * self.steps + i) % len(systems)
         step = step_of(i, self.run_id)
         for system in systems[shift:] + systems[:shift]:
-            if system == RAW:
-                ms = await raw_step(self.client, self.baseline[i], f"ledger.run.raw.r{self.round}")
-            elif system == LANGGRAPH and self.thread is not None:
-                new = self.thread.messages_for(step)  # what the LLM wrapper / ToolNode hand the graph: untimed
-                t0 = time.perf_counter()
-                self.thread.record(new)
-                ms = (time.perf_counter() - t0) * 1000
-            elif system == EVENTSOURCING and self.es_run is not None:
-                t0 = time.perf_counter()
-                self.es_run.record(step)
-                ms = (time.perf_counter() - t0) * 1000
-            self.timings[system].append(ms)
+            self.timings[system].append(await self._record(system, step, i))
+
+    async def _record(self, system: str, step: Step, i: int) -> float:
+        if system == RAW:
+            return await raw_step(self.client, self.baseline[i], f"ledger.run.raw.r{self.round}")
+        if system == SDK_OUTPUT and self.output is not None:
+            return await output_step(self.output, step_of(i, self.output.run_id))
+        if system in self.threads:
+            thread = self.threads[system]
+            new = thread.messages_for(step)  # what the LLM wrapper / ToolNode hand the graph: untimed
+            t0 = time.perf_counter()
+            if system == RL_SAVER:
+                await thread.arecord(new)  # its sync twin must not run on the loop it records from
+            else:
+                thread.record(new)
+            return (time.perf_counter() - t0) * 1000
+        if system == DBOS_STEP and self.dbos_run is not None:
+            return self.dbos_run.record(step)  # timed in the workflow's thread, around the step call
+        if system == EVENTSOURCING and self.es_run is not None:
+            es_run = self.es_run
+            return _timed(lambda: es_run.record(step))
+        raise AssertionError(f"no peer {system!r} in this measurement")
 
 
-async def measure(url: str, rounds: int, steps: int, peers: bool, work: Path) -> dict[str, Any]:
+def open_peers(client: LedgerClient, work: Path, pg: Postgres | None) -> Peers:
+    """The sqlite peers and the RunledgerSaver, and with ``pg`` the Postgres peers (closed by the caller)."""
+    peers = Peers()
+    try:
+        peers.lg = LangGraphPeer(work / "langgraph.sqlite")
+        peers.es = EventSourcingPeer(work / "eventsourcing.sqlite")
+        peers.rl = RunledgerSaverPeer(client)
+        if pg is not None:
+            peers.pg = LangGraphPostgresPeer(pg.create_database("langgraph"))
+            peers.dbos = DBOSPeer(pg.url("dbos_bench"))
+    except BaseException:
+        peers.close()
+        raise
+    return peers
+
+
+async def measure(
+    url: str, rounds: int, steps: int, peers: bool, work: Path, pg: Postgres | None = None
+) -> dict[str, Any]:
     """``rounds`` runs, interleaved step by step. Returns per-system, per-round step timings and pragmas.
 
     After each SDK step (timed by the agent), the same step is recorded by the raw publisher
     and the peers, each timed, in an order rotated every step. The raw publisher sends the
     bytes the SDK stored for the same step of the previous run (the same content, so the same
     sizes: only ids, times, hashes and the seal differ; the first run uses a warm-up run's).
+    With ``pg`` (a private PostgreSQL), LangGraph's PostgresSaver and DBOS steps are measured too.
     """
     client = await connect(url)
-    lg = LangGraphPeer(work / "langgraph.sqlite") if peers else None
-    es = EventSourcingPeer(work / "eventsourcing.sqlite") if peers else None
     timings: dict[str, list[list[float]]] = defaultdict(list)  # [system][round] = ms per step, in step order
+    try:
+        opened = open_peers(client, work, pg) if peers else Peers()
+    except BaseException:
+        await client.close()
+        raise
     try:
         # Warm up every path (connections, stream lookups, sqlite files, imports, page cache); the
         # warm-up run's bytes are the raw baseline of the first run.
@@ -225,26 +343,32 @@ async def measure(url: str, rounds: int, steps: int, peers: bool, work: Path) ->
         previous = await stored_steps(client, warm_id, steps)
         for messages in previous[:6]:
             await raw_step(client, messages, "ledger.run.raw.warm")
-        if lg is not None and es is not None:
-            thread, es_run = lg.thread(warm_id), es.run()
-            for i in range(6):
-                thread.record(thread.messages_for(step_of(i, warm_id)))
-                es_run.record(step_of(i, warm_id))
+        warm = Followers(client, -1, warm_id, steps, previous, opened)
+        await warm.start()
+        for i in range(6):
+            for system in warm.timings:
+                if system != RAW:
+                    await warm._record(system, step_of(i, warm_id), i)
+        warm.finish()
+        await warm.commit()
         for r in range(rounds):
             run_id = run_id_of(r)
-            followers = Followers(client, r, run_id, steps, previous, lg, es)
+            followers = Followers(client, r, run_id, steps, previous, opened)
+            await followers.start()
             timings[SDK].append(await sdk_run(client, run_id, steps, followers.after_step))
+            followers.finish()
+            await followers.commit()
             for system, values in followers.timings.items():
                 timings[system].append(values)
             previous = await stored_steps(client, run_id, steps)
-        pragmas = {LANGGRAPH: lg.pragmas(), EVENTSOURCING: es.pragmas()} if lg and es else {}
-        return {"timings": dict(timings), "pragmas": pragmas, "steps": steps, "rounds": rounds}
+        pragmas = (
+            {LANGGRAPH: opened.lg.pragmas(), EVENTSOURCING: opened.es.pragmas()} if opened.lg and opened.es else {}
+        )
+        settings = opened.pg.settings() if opened.pg is not None else {}
+        return {"timings": dict(timings), "pragmas": pragmas, "postgres": settings, "steps": steps, "rounds": rounds}
     finally:
         await client.close()
-        if lg is not None:
-            lg.close()
-        if es is not None:
-            es.close()
+        opened.close()
 
 
 def analyse(raw: dict[str, Any]) -> dict[str, Any]:
@@ -269,7 +393,61 @@ def analyse(raw: dict[str, Any]) -> dict[str, Any]:
                 for sdk, other in zip(timings[SDK], per_round, strict=True)
             ]
             out["ratios"][system][k] = ratio_stats(pairs)
+    # Output durability against the peers (and the SDK's step durability, the raw publish), run by run.
+    out["output"] = {
+        other: {
+            k: ratio_stats(
+                [
+                    (summary(pick(mine, k))["p50"], summary(pick(theirs, k))["p50"])
+                    for mine, theirs in zip(timings[SDK_OUTPUT], timings[other], strict=True)
+                ]
+            )
+            for k in kinds
+        }
+        for other in (SDK, RAW, *OUTPUT_PEERS)
+        if SDK_OUTPUT in timings and other in timings
+    }
+    # Issue 15: LangGraph's saver on runledger against LangGraph's own savers, the same put, run by run.
+    out["savers"] = {
+        other: {
+            k: ratio_stats(
+                [
+                    (summary(pick(mine, k))["p50"], summary(pick(theirs, k))["p50"])
+                    for mine, theirs in zip(timings[RL_SAVER], timings[other], strict=True)
+                ]
+            )
+            for k in kinds
+        }
+        for other in (LANGGRAPH, LANGGRAPH_PG)
+        if RL_SAVER in timings and other in timings
+    }
     return out
+
+
+def output_goals(result: dict[str, Any]) -> list[Goal]:
+    """Output durability's step against LangGraph's SqliteSaver and eventsourcing (3x faster, p50)."""
+    ratios = result.get("output", {})
+    goals = []
+    for peer in OUTPUT_PEERS:
+        name = f"output-durability step at least 3x faster than {peer} (p50)"
+        if peer not in ratios:
+            goals.append(Goal(name, None, "not measured: the peers were not measured"))
+            continue
+        r = ratios[peer]
+        against = ", ".join(f"{k} {1 / r[k]['p50']:.2f}x" for k in KINDS)
+        vs_sdk = ratios.get(SDK, {}).get("all")
+        goals.append(
+            Goal(
+                name,
+                1 / r["all"]["p50"] >= 3.0,
+                f"{peer} / output p50 = {1 / r['all']['p50']:.2f}x over the step mix (output / peer "
+                f"{ratio_cell(r['all'])}); per kind: {against}"
+                + (f"; output / step durability {ratio_cell(vs_sdk)}" if vs_sdk else "")
+                + ". Model and tool steps wait for no ack (their window is committed before the next effect's "
+                "claim, which that effect step pays).",
+            )
+        )
+    return goals
 
 
 # -- the parallel mix: one model call, then 8 tool calls gathered ------------------------------------------
@@ -447,14 +625,20 @@ def parallel_goal(result: dict[str, Any]) -> Goal:
 
 def run_suite(opts: SuiteOptions) -> Section:
     rounds, steps, turns = (2, 6, 2) if opts.quick else (30, 60, 10)
-    with tempfile.TemporaryDirectory(prefix="runledger-bench-record-") as tmp, server() as state:
-        raw = asyncio.run(measure(state.url, rounds, steps, True, Path(tmp)))
+    with (
+        tempfile.TemporaryDirectory(prefix="runledger-bench-record-") as tmp,
+        server() as state,
+        optional_postgres() as (pg, pg_reason),
+    ):
+        raw = asyncio.run(measure(state.url, rounds, steps, True, Path(tmp), pg))
         parallel = analyse_parallel(asyncio.run(measure_parallel(state.url, rounds, turns)))
         sync = jetstream_sync(state)
     result = analyse(raw)
     stats, ratios = result["stats"], result["ratios"]
     section = Section(
-        part="record", title="recording a step", data={**result, "pragmas": raw["pragmas"], "parallel": parallel}
+        part="record",
+        title="recording a step",
+        data={**result, "pragmas": raw["pragmas"], "postgres": raw["postgres"], "parallel": parallel},
     )
     section.workload = (
         f"{rounds} agent runs of {steps} steps, cycling model call, read-tool call, effect (a third each). Model "
@@ -470,8 +654,14 @@ def run_suite(opts: SuiteOptions) -> Section:
         "the whole message list so far (langchain-core messages: human + AI per model step, AI tool call + tool "
         "message per tool or effect step), as `MessagesState` does; building the messages is not timed, "
         "`put_writes` is left out (both favour LangGraph). eventsourcing: one event per step triggered on an "
-        "`Aggregate`, `app.save(agg)` per step. Ratios are computed run by run (p50 of the SDK's steps in the run "
-        "over p50 of the other's). "
+        "`Aggregate`, `app.save(agg)` per step. LangGraph PostgresSaver: the same `put` on a private PostgreSQL "
+        "(a cluster the bench starts in a temp dir). DBOS: one `@DBOS.step()` per step (it returns the reply or the "
+        "tool's result, which DBOS records) inside one `@DBOS.workflow()` per run, on DBOS's system database in the "
+        "same PostgreSQL; the step is timed in the workflow's thread around the step call, DBOS's launch and the "
+        "workflow's start are not timed. LangGraph RunledgerSaver: LangGraph's saver on runledger "
+        "(`runledger.integrations.langgraph`) doing the same `put` (`aput`) as LangGraph's own savers, on the same "
+        "nats-server as the SDK (the thread's run is opened before the first step, untimed). Ratios are computed "
+        "run by run (p50 of the SDK's steps in the run over p50 of the other's). "
         f"**Parallel mix**: {rounds} runs of {turns} turns, each turn one model call (the same 2 KiB delta and "
         f"reply) followed by {FANOUT} read-tool calls (~200-byte argument and result each) issued together with "
         "`asyncio.gather`, as an agent runs the parallel tool calls of one model turn (the run takes step numbers "
@@ -489,13 +679,20 @@ def run_suite(opts: SuiteOptions) -> Section:
             f"{name}: sqlite `journal_mode={p['journal_mode']}`, `synchronous={p['synchronous']}`"
             for name, p in pr.items()
         )
-        + " (read from the peers' own connections; FULL in WAL mode syncs the log at every commit). "
-        "So every system has the step on disk when the call returns. LangGraph and eventsourcing record an "
-        "effect's outcome after the fact (one write); runledger claims the key before acting (at most once "
-        "across processes), which is why an effect step is four publishes and a read."
+        + " (read from the peers' own connections; FULL in WAL mode syncs the log at every commit)"
+        + (
+            "; PostgreSQL "
+            + ", ".join(f"`{k}={v}`" for k, v in raw["postgres"].items())
+            + " (read from the PostgresSaver's connection: a commit returns once its WAL is flushed)"
+            if raw["postgres"]
+            else f"; LangGraph PostgresSaver and DBOS step: not measured: {pg_reason}"
+        )
+        + ". So every system has the step on disk when the call returns. LangGraph, DBOS and eventsourcing "
+        "record an effect's outcome after the fact (one write); runledger claims the key before acting (at most "
+        "once across processes), which is why an effect step is four publishes and a read."
     )
     rows = []
-    for system in (SDK, RAW, LANGGRAPH, EVENTSOURCING):
+    for system in SYSTEMS:
         if system not in stats:
             continue
         for k in ("all", *KINDS):
@@ -503,6 +700,14 @@ def run_suite(opts: SuiteOptions) -> Section:
             rows.append([system, k, *stat_cells(stats[system][k]), ratio])
     columns = ["system", "step", *STAT_COLUMNS, "SDK / system p50"]
     section.tables.append(Table("ms per step (all rounds pooled)", columns, rows))
+    if result["savers"]:
+        section.tables.append(
+            Table(
+                "LangGraph checkpoint put per step: RunledgerSaver / LangGraph's own saver (p50, run by run)",
+                ["saver", *("all", *KINDS)],
+                [[other, *(ratio_cell(r[k]) for k in ("all", *KINDS))] for other, r in result["savers"].items()],
+            )
+        )
     section.tables.append(
         Table(
             f"ms per turn, parallel mix: 1 model call + {FANOUT} tool calls gathered (all rounds pooled)",
@@ -521,7 +726,22 @@ def run_suite(opts: SuiteOptions) -> Section:
         )
     )
     section.goals.append(parallel_goal(parallel))
-    for peer in (LANGGRAPH, EVENTSOURCING):
+    section.goals.extend(output_goals(result))
+    section.notes.append(
+        "SDK, output durability: the same steps, interleaved with the others, on a second run opened with "
+        '`AgentSpec(durability="output")` (default window: 64 events, 50 ms). A model or tool step returns once '
+        "its event is built, hashed and in the window; the window is acknowledged (fenced single publishes "
+        "below 8 events, else one atomic batch fenced on its first message) in the background and before each "
+        "effect's claim, which that effect step waits for. A crash loses at most the window's model and tool "
+        "steps (run again on resume, their model calls charged again), never an effect."
+    )
+    for peer in PEERS:
+        if peer not in ratios:
+            reason = pg_reason if peer in POSTGRES_PEERS else "the peers were not measured"
+            section.goals.append(
+                Goal(f"SDK step at least 2x faster than {peer} (p50)", None, f"not measured: {reason}")
+            )
+            continue
         r = ratios[peer]["all"]["p50"]
         speedup = 1 / r
         section.goals.append(
@@ -584,11 +804,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="runledger-bench-record-") as tmp,
         server(sync_always=not args.no_fsync) as state,
+        optional_postgres() if peers and args.mix != "parallel" else contextlib.nullcontext((None, "")) as (pg, why),
     ):
+        if why:
+            print(f"LangGraph PostgresSaver and DBOS step: not measured: {why}")
         raw: dict[str, Any] | None = None
         if args.mix != "parallel":
             try:
-                raw = asyncio.run(measure(state.url, args.rounds, args.steps, peers, Path(tmp)))
+                raw = asyncio.run(measure(state.url, args.rounds, args.steps, peers, Path(tmp), pg))
             except RuntimeError as exc:
                 if str(exc) != MISSING:
                     raise
@@ -619,7 +842,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(table(rows))
     if raw is not None:
         print(f"\nSDK p50 / raw p50 = {result['ratios'][RAW]['all']['p50']:.2f}x  (goal: <= 1.5x)")
-        for peer in (LANGGRAPH, EVENTSOURCING):
+        for peer in PEERS:
             if peer in result["ratios"]:
                 print(f"{peer} p50 / SDK p50 = {1 / result['ratios'][peer]['all']['p50']:.2f}x  (goal: >= 2x)")
     if "fsync_cost_p50_ms" in result:

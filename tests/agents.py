@@ -183,3 +183,62 @@ def family_spec() -> AgentSpec:
 def family_sandboxed_spec() -> AgentSpec:
     """``family`` versioned by its code hash: what a sandbox re-run checks the mounted code against."""
     return AgentSpec("family", family, ScriptedModel([]))
+
+
+# -- output durability: steps acknowledged in windows, effects counted by the service ----------------------
+
+WINDOW_EVENTS = 8
+
+
+def _windowed_model(messages: list[dict[str, Any]]) -> Any:
+    """Counted: a model call the kill made lost is made again on resume (its spend re-spent)."""
+    from runledger import ModelResponse
+
+    _count("model", messages[-1]["content"])
+    return ModelResponse(content="ok", input_tokens=30, output_tokens=10)
+
+
+def _charge_service() -> tuple[Any, Any]:
+    """An effect that logs every call it gets with its key (a second call is a repeated effect),
+    and the reconcile that asks the log."""
+    from runledger import NOT_FOUND, EffectContext
+
+    log = Path(os.environ["TEST_CALLS_LOG"])
+
+    def act(args: Any) -> Any:
+        key = EffectContext.current().key  # type: ignore[union-attr]
+        with open(log, "a") as f:
+            f.write(json.dumps({"call": "charge", "value": args, "key": key}) + "\n")
+        return {"charged": args}
+
+    def reconcile(key: str) -> Any:
+        found = [c for c in calls(log) if c.get("key") == key]
+        return {"charged": found[0]["value"]} if found else NOT_FOUND
+
+    return act, reconcile
+
+
+async def windowed(run: Run) -> list[Any]:
+    """Rounds of 4 model calls and 4 read tools, then a charge (an effect): in output durability the
+    model and tool steps of a round wait in the window until the charge commits them."""
+    marker = os.environ.get("TEST_STARTED_MARKER")
+    if marker:
+        Path(marker).touch()
+    act, reconcile = _charge_service()
+    charged = []
+    for r in range(run.input["rounds"]):
+        for j in range(4):
+            await run.model([{"role": "user", "content": f"{run.run_id}:round {r} turn {j}"}])
+            await run.tool("lookup", {"order": r, "shard": j}, fn=_lookup)
+        key = f"charge:{run.run_id}:{r}"
+        charged.append(await run.effect("charge", {"round": r}, key=key, fn=act, reconcile=reconcile))
+    if marker:
+        Path(marker + ".end").touch()
+    return charged
+
+
+def windowed_spec() -> AgentSpec:
+    return AgentSpec(
+        "windowed", windowed, ScriptedModel(_windowed_model, name="scripted-windowed"), agent_version="v1",
+        durability="output", window_events=WINDOW_EVENTS, window_ms=1000.0,
+    )  # fmt: skip

@@ -106,7 +106,7 @@ async def publish_fenced(
                 actual = _actual_last_seq(exc)
                 # Our own earlier attempt is the last message of our own subject, if it was stored
                 # (another writer may have appended to the run since: the fence covers every writer).
-                seq = await _stored_as(js, subject, msg_id, data, actual if fence is None else 0)
+                seq = await stored_as(js, subject, msg_id, data, actual if fence is None else 0)
                 if seq is not None:
                     return seq
                 actual = actual or await last_subject_seq(js, subject)
@@ -203,7 +203,7 @@ async def _last_msg(js: JetStreamContext, subject: str, at_least: int) -> RawStr
     return None
 
 
-async def _stored_as(js: JetStreamContext, subject: str, msg_id: str, data: bytes, at_least: int) -> int | None:
+async def stored_as(js: JetStreamContext, subject: str, msg_id: str, data: bytes, at_least: int) -> int | None:
     """The stream sequence under which our message was stored by an earlier attempt, if it was.
 
     ``at_least`` is the subject's last sequence as the leader reported it."""
@@ -268,6 +268,26 @@ class SubjectWriter:
 
         With a ``transform``, what is published (and returned) is the transformed payload:
         every event of the subject passes through it, whoever builds the payload."""
+        event, data = await self._next_event(body)
+        self.last_stream_seq = await publish_fenced(
+            self.js,
+            self.subject,
+            data,
+            f"{self.msg_id_prefix}:{self.next_seq}",
+            self.last_stream_seq,
+            self.policy,
+        )
+        self.next_seq += 1
+        self.prev_hash = event.hash
+        return event
+
+    async def commit(self) -> None:
+        """Return once every appended event is acknowledged: at once here (``append`` waits for
+        each ack); a writer that does not (runledger.log.window) waits for its window."""
+
+    async def _next_event(self, body: Payload) -> tuple[Event, bytes]:
+        """The next event of the chain for ``body`` (transformed) and its bytes; the position is
+        left as it was (the caller advances it once the event is its to keep)."""
         if isinstance(body, RunStarted) and body.chain_format is not None:
             self.chain_format = body.chain_format  # a run's first event says the format of its chain
         if self.transform is not None:
@@ -286,14 +306,4 @@ class SubjectWriter:
             prev_hash=self.prev_hash,
             chain_format=self.chain_format,
         )
-        self.last_stream_seq = await publish_fenced(
-            self.js,
-            self.subject,
-            data,
-            f"{self.msg_id_prefix}:{self.next_seq}",
-            self.last_stream_seq,
-            self.policy,
-        )
-        self.next_seq += 1
-        self.prev_hash = event.hash
-        return event
+        return event, data

@@ -12,6 +12,8 @@ Settings of the LEDGER stream (run events and effect claims) and why:
   exists keeps its replica count unless RUNLEDGER_REPLICAS asks for another: an agent
   connecting to one node of a cluster must never scale the log down by accident.
 - allow_direct: fast reads of a subject's last message, for fencing checks.
+- allow_atomic: a run in output durability stores each window of events as one atomic
+  batch fenced on its first message (runledger.log.window; nats-server 2.12+).
 
 LEDGER_CMD is a work queue (each re-run request consumed once); LEDGER_BLOBS an
 object store for payloads addressed by sha256 (``runledger.protect.blobs``), kept as long as the
@@ -83,6 +85,7 @@ class StreamSettings:
             deny_delete=True,
             deny_purge=True,
             allow_direct=True,
+            allow_atomic=True,
             max_msg_size=1024 * 1024,
         )
 

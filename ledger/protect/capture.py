@@ -78,6 +78,7 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "child.completed": ("output",),
     "graph.checkpointed": ("values", "metadata", "checkpoint"),
     "graph.writes_saved": ("writes",),
+    "journal.snapshotted": ("journal",),
 }
 # Event types whose ``error`` (an ErrorInfo) carries content in ``message`` and ``traceback``.
 ERROR_TYPES = frozenset({"run.failed", "model.called", "tool.called", "effect.failed", "child.failed"})

@@ -370,6 +370,25 @@ class RunErased(Payload):
         return data
 
 
+class JournalSnapshotted(Payload):
+    """A snapshot of the run's journal, so a resume reads it and the events after it instead of
+    the whole run (runledger.sdk.snapshot). Structure only: it changes no state of the fold.
+
+    The journal is the checkpoint folded from every event before this one, its content opened as
+    the run's key opens it, as JSON sealed under the run's data key like any content and stored
+    by reference in the object store (``journal``: a blob reference, named by the sha256 of the
+    stored bytes). ``head_seq`` / ``head_hash`` /
+    ``head_stream_seq``: the last event it summarizes (this event's ``seq - 1`` and ``prev_hash``)
+    and where the stream stored it; ``steps``: how many steps the journal holds."""
+
+    TYPE = "journal.snapshotted"
+    head_seq: int
+    head_hash: str
+    head_stream_seq: int
+    steps: int
+    journal: dict[str, Any]
+
+
 class GraphCheckpointed(Payload):
     """A LangGraph checkpoint of the thread this run records (runledger.integrations.langgraph).
 
@@ -440,6 +459,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         BudgetGranted,
         VersionAccepted,
         RunErased,
+        JournalSnapshotted,
         GraphCheckpointed,
         GraphWritesSaved,
     )

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from runledger.errors import ConfigurationError
 from runledger.protect.capture import DataPolicy
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from runledger.sdk.api import Run
 
 AgentFn = Callable[["Run"], Awaitable[Any]]
+# When a step counts as recorded: "step", acknowledged by the server before the call returns;
+# "output", acknowledged before anything leaves the process (runledger.log.window).
+Durability = Literal["step", "output"]
 
 
 @dataclass
@@ -32,6 +35,14 @@ class AgentSpec:
     ``agent_version`` defaults to a hash of the source files of the package that
     defines ``fn`` (code identity); ``prompt`` is hashed into ``prompt_hash``; each
     tool's schema is hashed into ``tool_schema_hashes``.
+
+    ``durability``: ``"step"`` (the default) returns from a step once the server acknowledged
+    its event; ``"output"`` returns at once and acknowledges in windows of at most
+    ``window_events`` events or ``window_ms`` milliseconds, always before anything leaves the
+    process (an effect's claim, an approval request, a child run, the run's outcome,
+    ``run.commit()``). A crash then loses at most the unacknowledged window, which a resume
+    runs again live: no effect can have happened inside it, but its model calls are made and
+    charged again (runledger.log.window).
     """
 
     name: str
@@ -43,8 +54,20 @@ class AgentSpec:
     budgets: Budgets = field(default_factory=Budgets)
     # What the record keeps of content (capture mode, redaction, sealing, blobs): runledger.protect.capture.
     data_policy: DataPolicy = field(default_factory=DataPolicy)
+    durability: Durability = "step"
+    window_events: int = 64
+    window_ms: float = 50.0
 
     def __post_init__(self) -> None:
+        if self.durability not in get_args(Durability):
+            raise ConfigurationError(
+                f"agent {self.name}: durability {self.durability!r} is not one of {', '.join(get_args(Durability))}"
+            )
+        if not 1 <= self.window_events <= 1000 or not self.window_ms > 0:
+            raise ConfigurationError(
+                f"agent {self.name}: an output window holds 1 to 1000 events for a positive number of "
+                f"milliseconds, not window_events={self.window_events}, window_ms={self.window_ms}"
+            )
         names = [t.name for t in self.tools]
         if len(names) != len(set(names)):
             raise ConfigurationError(f"agent {self.name}: duplicate tool names in {names}")

@@ -87,6 +87,11 @@ class Run(Protocol):
         """The wall clock, recorded so that a replay sees the same time."""
         ...
 
+    async def commit(self) -> None:
+        """Return once every step so far is durably recorded (before showing a partial result
+        to a person; the run commits by itself before its effects, approvals and outcome)."""
+        ...
+
     async def random(self) -> float:
         """A random float in [0, 1), recorded so that a replay sees the same value."""
         ...

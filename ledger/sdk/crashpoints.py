@@ -2,7 +2,8 @@
 
 ``RUNLEDGER_CRASH_AT=effect:refund:order-1:acted`` kills the process right after the
 refund function returned and before its outcome is recorded. Names:
-``step:<n>:recorded`` (after step n's event was acknowledged),
+``step:<n>:recorded`` (after step n's event was recorded: acknowledged, or in the window of a
+run in output durability, runledger.log.window),
 ``effect:<key>:claimed`` / ``effect:<key>:acted`` / ``effect:<key>:recorded``, and
 ``child:<n>:started`` (a parent's ``child.started`` of step n acknowledged, the child not started).
 ``RUNLEDGER_CRASH_SKIP=N`` passes the point N times before the kill (the 5th re-run of a

@@ -1,13 +1,13 @@
 """Starting and resuming runs: the lifecycle around an agent function.
 
 ``start`` records ``run.started`` and drives the function live. ``resume`` folds the
-run's events into a checkpoint, refuses a different version tuple, records
-``run.resumed`` fenced on the run's last event (so of two concurrent resumes
-exactly one proceeds), then drives the function again from the top with the
-checkpoint as its journal. Outcomes are recorded as ``run.completed``,
-``run.failed`` or ``run.suspended``; nothing is recorded when this process lost the
-right to write (fenced) or the code no longer matches the record (that is the
-caller's error, not the run's outcome).
+run's events into a checkpoint (from its last journal snapshot on: runledger.sdk.snapshot),
+refuses a different version tuple, records ``run.resumed`` fenced on the run's last event
+(so of two concurrent resumes exactly one proceeds), then drives the function again from
+the top with the checkpoint as its journal. Outcomes are recorded as ``run.completed``,
+``run.failed`` or ``run.suspended`` (a long run's followed by a journal snapshot); nothing
+is recorded when this process lost the right to write (fenced) or the code no longer
+matches the record (that is the caller's error, not the run's outcome).
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ from runledger.errors import (
 from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
+from runledger.log.reader import RunLog
 from runledger.log.subjects import AGENT_WRITER, WORKER_WRITER, Writer, parse_run_subject, run_subject, writer_of
+from runledger.log.window import Window, WindowedWriter
 from runledger.protect.capture import (
     DataPolicy,
     PayloadOpener,
@@ -66,6 +68,7 @@ from runledger.record.records import Recorded
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.crashpoints import crash_point, pause_point
 from runledger.sdk.run import RecordedRun, error_info
+from runledger.sdk.snapshot import SNAPSHOT, JournalSnapshotter, load_journal
 
 
 @dataclass
@@ -88,11 +91,20 @@ def _writer(
     cp: Checkpoint,
     policy: RetryPolicy,
     protector: PayloadProtector | None = None,
+    spec: AgentSpec | None = None,
 ) -> SubjectWriter:
-    """The run's writer, appending to ``subject`` (``ledger.run.<agent>.<run_id>.<writer>``)."""
+    """The run's writer, appending to ``subject`` (``ledger.run.<agent>.<run_id>.<writer>``): one
+    that acknowledges in windows when ``spec`` asks for output durability (runledger.log.window)."""
     parsed = parse_run_subject(subject)
     assert parsed is not None, subject
     agent, run_id = parsed
+    transform = None if protector is None else protector.protect
+    if spec is not None and spec.durability == "output":
+        return WindowedWriter(
+            client.nc, client.js, subject, run_id=run_id, agent=agent, msg_id_prefix=run_id, next_seq=cp.next_seq,
+            prev_hash=cp.last_hash, last_stream_seq=cp.last_stream_seq, policy=policy, transform=transform,
+            chain_format=cp.chain_format, window=Window(spec.window_events, spec.window_ms),
+        )  # fmt: skip
     return SubjectWriter(
         client.js,
         subject,
@@ -103,7 +115,7 @@ def _writer(
         prev_hash=cp.last_hash,
         last_stream_seq=cp.last_stream_seq,
         policy=policy,
-        transform=None if protector is None else protector.protect,
+        transform=transform,
         chain_format=cp.chain_format,
     )
 
@@ -135,9 +147,10 @@ async def start_run(
     cp = Checkpoint(chain_format=CHAIN_FORMAT)
     data = data_policy or spec.data_policy
     protector = await run_protector(client, spec.name, run_id, data, worker=writer == WORKER_WRITER)
-    appender = _writer(client, run_subject(spec.name, run_id, writer), cp, policy, protector)
+    appender = _writer(client, run_subject(spec.name, run_id, writer), cp, policy, protector, spec)
     run = RecordedRun(client, spec, appender, cp, policy=policy, protector=protector)
     run._child_driver = _drive_child
+    run._snapshots = JournalSnapshotter()
     run._input = as_recorded(jsonable(input), cp.chain_format)  # the agent sees the input as a resume will
     await run._append(
         RunStarted(
@@ -154,6 +167,7 @@ async def start_run(
     )
     if fork is not None:
         await run._append(fork)
+    await run.commit()  # the run id is this process's before any work (a no-op in step durability)
     crash_point("run:started")
     return await drive(run, spec)
 
@@ -183,8 +197,13 @@ async def resume_run(
     policy: RetryPolicy = RetryPolicy(),
     accept_version: VersionAcceptance | None = None,
     retry: RetryRequest | None = None,
+    from_snapshot: bool = True,
 ) -> RunResult:
     """Resume a crashed or suspended run on the same run id, fenced, replaying its journal.
+
+    The journal is read from the run's last journal snapshot and the events after it
+    (runledger.sdk.snapshot), or from every event of the run when it has none that verifies (or
+    ``from_snapshot`` is False): the same checkpoint either way.
 
     The code's version tuple must be the recorded one. ``accept_version`` lets an operator
     continue the run with another ``agent_version`` (a hotfix): it must name the version the code
@@ -201,13 +220,14 @@ async def resume_run(
     try:
         # Content stays sealed while loading: the journal opens each recorded value only when its
         # step is replayed (opening 1,000 steps eagerly tripled the resume time).
-        try:
-            # The agent's own subject first: the only one an agent role may read (runledger.protect.roles).
-            log = await load_run(client, run_id, agent=spec.name, open_content=False)
-        except RunNotFoundError:
-            log = await load_run(client, run_id, open_content=False)
-        cp = fold(log.records)
         opener = client_opener(client)
+        # The last journal snapshot and the events after it (runledger.sdk.snapshot), else every event.
+        journal = await load_journal(client, run_id, spec.name, opener) if from_snapshot else None
+        if journal is not None:
+            log, cp, whole = journal.log, journal.checkpoint, False
+        else:
+            log, whole = await _read_whole(client, run_id, spec.name), True
+            cp = fold(log.records)
         if cp.status == "completed":
             output = await opener.open_value(cp.output, strict=False)
             return RunResult(run_id, "completed", output=output, nothing_to_do=True)
@@ -227,7 +247,7 @@ async def resume_run(
         if accepted is not None:
             # An operator's decision: on the run's operator subject, which only operators may write.
             try:
-                await append_to_run(client, run_id, accepted, policy, log=log)
+                await append_to_run(client, run_id, accepted, policy, log=log if whole else None)
             except PublishError as exc:
                 raise ConfigurationError(
                     f"accepting version {accepted.agent_version!r} for run {run_id} was refused ({exc}): it is an "
@@ -235,7 +255,7 @@ async def resume_run(
                     f"{accepted.agent_version} --by NAME --reason ...`, then resume without --accept-version"
                 ) from exc
             log = await load_run(client, run_id, agent=log.agent or None, open_content=False)
-            cp = fold(log.records)
+            cp, whole, journal = fold(log.records), True, None
         if cp.pending_approvals:
             return RunResult(
                 run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
@@ -246,9 +266,10 @@ async def resume_run(
         data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
         worker = writer_of(log.subject) == WORKER_WRITER
         protector = await run_protector(client, log.agent or spec.name, run_id, data, worker=worker)
-        writer = _writer(client, log.subject, cp, policy, protector)
+        writer = _writer(client, log.subject, cp, policy, protector, spec)
         run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
         run._child_driver = _drive_child
+        run._snapshots = JournalSnapshotter(journal.snapshot_seq + 1 if journal else _after_snapshot(log.records))
         if protector.keys is not None:
             opener.remember(protector.keys)  # the run's keys are at hand: no second fetch from the key store
         run._opener = opener  # one opener (and key cache) for the input and every replayed step
@@ -258,6 +279,7 @@ async def resume_run(
         await run._append(
             RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
         )
+        await run.commit()  # of two resumes, the fenced-out one stops before any live work
         run._segment_wall = time.time()
         run._seconds_at_segment = cp.spent["seconds"]
         run._on_live = end_pause  # the agent's own live work runs with the collector on
@@ -266,11 +288,29 @@ async def resume_run(
         except NondeterminismError as exc:
             if exc.run_id != run_id:
                 raise  # a child's (run.child), already side by side with the child's own record
-            raise exc.with_detail(await _side_by_side(log.records, exc, opener)) from None
+            records = log.records if whole else (await _read_whole(client, run_id, spec.name)).records
+            raise exc.with_detail(await _side_by_side(records, exc, opener)) from None
         result.resumed = True
         return result
     finally:
         end_pause()
+
+
+async def _read_whole(client: LedgerClient, run_id: str, agent: str) -> RunLog:
+    """Every event of the run, content sealed. Raises RunNotFoundError."""
+    try:
+        # The agent's own subject first: the only one an agent role may read (runledger.protect.roles).
+        return await load_run(client, run_id, agent=agent, open_content=False)
+    except RunNotFoundError:
+        return await load_run(client, run_id, open_content=False)
+
+
+def _after_snapshot(records: list[Recorded]) -> int:
+    """The seq right after the run's last journal snapshot in ``records`` (0 when there is none)."""
+    for rec in reversed(records):
+        if rec.event.type == SNAPSHOT:
+            return rec.event.seq + 1
+    return 0
 
 
 async def open_run(
@@ -299,28 +339,32 @@ async def open_run(
     except RunNotFoundError:
         cp = Checkpoint(chain_format=CHAIN_FORMAT)
         protector = await run_protector(client, spec.name, run_id, spec.data_policy)
-        writer = _writer(client, run_subject(spec.name, run_id), cp, policy, protector)
+        writer = _writer(client, run_subject(spec.name, run_id), cp, policy, protector, spec)
         run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
         run._child_driver = _drive_child
+        run._snapshots = JournalSnapshotter()
         run._input = as_recorded(jsonable(input), cp.chain_format)
         started = RunStarted(
             agent=spec.name, version=spec.version(), budgets=spec.budgets, input=run._input,
             capture=spec.data_policy.capture, labels=labels or {}, chain_format=recorded_chain_format(cp.chain_format),
         )  # fmt: skip
         await run._append(started)
+        await run.commit()
         return run
     cp = fold(log.records)
     cp.last_stream_seq = log.last_stream_seq
     data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
     protector = await run_protector(client, log.agent or spec.name, run_id, data)
-    writer = _writer(client, log.subject, cp, policy, protector)
+    writer = _writer(client, log.subject, cp, policy, protector, spec)
     run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
     run._child_driver = _drive_child
+    run._snapshots = JournalSnapshotter(_after_snapshot(log.records))
     run._next_step = cp.last_step + 1  # continue after the journal: nothing is replayed
     run._continuing = True
     await run._append(
         RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
     )
+    await run.commit()
     run._segment_wall = time.time()
     run._seconds_at_segment = cp.spent["seconds"]
     return run
@@ -436,7 +480,8 @@ def _pause_gc() -> Callable[[], None]:
 
 
 async def drive(run: RecordedRun, spec: AgentSpec, *, record_nondeterminism: bool = False) -> RunResult:
-    """Call the agent function with ``run`` and record how it ended.
+    """Call the agent function with ``run`` and record how it ended (acknowledged before this
+    returns, in either durability: the outcome is what leaves the process).
 
     An exception may carry ``failure_reason`` (e.g. the sandbox's "sandbox") to name the
     reason recorded in ``run.failed``. A NondeterminismError (reason "nondeterminism", or
@@ -446,6 +491,14 @@ async def drive(run: RecordedRun, spec: AgentSpec, *, record_nondeterminism: boo
     ChildSuspendedError) suspends the run (reason ``child``); a child's VersionMismatchError is
     the caller's error too.
     """
+    result = await _drive(run, spec, record_nondeterminism)
+    if result.status == "suspended" and run._snapshots is not None:
+        await run._snapshots.at_suspension(run)  # so that its resume reads the snapshot and the tail
+    await run.commit()
+    return result
+
+
+async def _drive(run: RecordedRun, spec: AgentSpec, record_nondeterminism: bool) -> RunResult:
     try:
         output = await spec.fn(run)
     except SuspendedForApproval as exc:

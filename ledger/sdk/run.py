@@ -5,7 +5,10 @@ takes the next step number. If the journal (the checkpoint folded from the run's
 events) already holds that step, the recorded result is returned without running
 anything, after checking that the kind, name and args digest match; otherwise the
 call runs live, its event is published and acknowledged, and only then is the
-result returned (write-ahead: a crash loses at most the step in flight).
+result returned (write-ahead: a crash loses at most the step in flight). Under
+``AgentSpec(durability="output")`` the event is acknowledged later, in a bounded window, but
+always before anything leaves the process: ``commit`` is awaited before an effect's claim,
+after an approval request, before a child run starts, and after the run's outcome.
 
 Every appended event is also folded into the in-memory checkpoint with the same
 ``apply`` the readers use, so spend and position are never computed twice.
@@ -84,6 +87,7 @@ if TYPE_CHECKING:
     from runledger.log.publish import RetryPolicy, SubjectWriter
     from runledger.sdk.effects import KeyState
     from runledger.sdk.lifecycle import RunResult
+    from runledger.sdk.snapshot import JournalSnapshotter
 
     # Drives a child run to an outcome: (parent, child spec, child run id, input, parent step, resume).
     ChildDriver = Callable[["RecordedRun", AgentSpec, str, Any, int, bool], Awaitable[RunResult]]
@@ -151,6 +155,8 @@ class RecordedRun:
         # How child runs are started and resumed: set by runledger.sdk.lifecycle (start_run,
         # resume_run), which this module cannot import (it imports this one).
         self._child_driver: ChildDriver | None = None
+        # When journal snapshots are written (runledger.sdk.snapshot): set by the lifecycle; None writes none.
+        self._snapshots: JournalSnapshotter | None = None
         self._segment_wall = time.time()
         self._seconds_at_segment = checkpoint.spent["seconds"]
 
@@ -236,15 +242,26 @@ class RecordedRun:
         async with self._append_lock:
             event = await self._writer.append(body)
             apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
+            if self._snapshots is not None:
+                await self._snapshots.after_append(self)
         return event
 
     async def record(self, body: Payload) -> Event:
         """Append ``body``, an event that is not a step (a framework integration's own facts, such
         as runledger.integrations.langgraph's checkpoints), after the steps in flight: protected
         like every event (its content fields redacted, sealed, stored by reference when large),
-        fenced, acknowledged before this returns, and folded (an event type without a fold
-        handler changes no state)."""
+        fenced, acknowledged before this returns (under output durability: by the next
+        ``commit``), and folded (an event type without a fold handler changes no state)."""
         return await self._append(body)
+
+    async def commit(self) -> None:
+        """Return once every step recorded so far is acknowledged by the server.
+
+        A no-op under step durability (every step already is). Under output durability
+        (``AgentSpec(durability="output")``) the run commits by itself before anything leaves the
+        process; call this before the agent shows a partial result to a person. Raises
+        FencedError when another process owns the run."""
+        await self._writer.commit()
 
     def _take_step(self) -> tuple[int, StepRecord | None]:
         step = self._next_step
@@ -525,6 +542,7 @@ class RecordedRun:
         claim = asyncio.ensure_future(self._claim_new_key(intent))
         try:
             await self._append(intent)
+            await self._writer.commit()  # output durability: the run's log holds the intent before acting
         except BaseException:
             await asyncio.gather(claim, return_exceptions=True)  # never act, never leave it running
             raise
@@ -652,9 +670,13 @@ class RecordedRun:
         return as_recorded(result, self._cp.chain_format)
 
     async def _write_key(self, state: KeyState, body: Payload) -> KeyState:
-        """Append to the key right after ``state``, fenced on it (FencedError when another writer was first)."""
+        """Append to the key right after ``state``, fenced on it (FencedError when another writer was first).
+
+        The run's own steps are acknowledged first (output durability): a key is seen by others. A
+        FencedError from that commit is the run's (another process owns it), never the key's."""
         from runledger.sdk.effects import append_to_key
 
+        await self._writer.commit()
         return await append_to_key(
             self._client,
             state,
@@ -668,6 +690,7 @@ class RecordedRun:
 
     async def _try_append_key(self, state: KeyState, body: Payload) -> KeyState | None:
         """Append to the key right after ``state`` (fenced on it); None when another writer got there first."""
+        await self._writer.commit()  # the run's own fencing raises, before the key's is caught
         try:
             return await self._write_key(state, body)
         except FencedError:
@@ -680,6 +703,7 @@ class RecordedRun:
         over after the lease) means this process lost the claim while it acted (it was paused, or
         slower than its lease): it stops with FencedError and records nothing more. Whatever it
         did in the world carried the same idempotency key as the attempt that took over."""
+        await self._writer.commit()  # the run's own fencing raises as it is, not as a lost claim
         try:
             return await self._write_key(state, body)
         except FencedError:
@@ -719,6 +743,7 @@ class RecordedRun:
             ApprovalRequested(step=step, request_id=request_id, action=action, args=args, digest=approval_digest)
         )
         await self._append(RunSuspended(step=step, request_id=request_id, reason="approval"))
+        await self._writer.commit()  # the request is what an operator sees: acknowledged before it is raised
         self._after_step(step)
         raise SuspendedForApproval(self.run_id, request_id, action)
 
@@ -769,6 +794,7 @@ class RecordedRun:
         await self._check_budgets(step, model_call=False)
         child_id = child_run_id(self.run_id, step)
         await self._append(ChildStarted(step=step, run_id=child_id, agent=spec.name, args_digest=args_digest))
+        await self._writer.commit()  # the child is another run: its parent's log holds everything before it
         crash_point(f"child:{step}:started")
         return await self._child_outcome(step, child_id, await self._run_child(spec, child_id, input, step, False))
 

@@ -82,6 +82,9 @@ class SyncRun:
     def random(self) -> float:
         return self._call(self._run.random())
 
+    def commit(self) -> None:
+        self._call(self._run.commit())
+
 
 def sync_agent(fn: Callable[[SyncRun], Any]) -> AgentFn:
     """Wrap a blocking agent function so the runner can drive it."""

@@ -195,6 +195,13 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "values": [{"type": "msgpack", "value": ["hi"]}],
         "metadata": {"type": "msgpack", "value": {"source": "loop"}},
     },
+    "journal.snapshotted": {
+        "head_seq": 3,
+        "head_hash": "0" * 64,
+        "head_stream_seq": 9,
+        "steps": 2,
+        "journal": {"$ref": "blob", "sha256": "a" * 64, "size": 10, "media_type": "application/json"},
+    },
     "graph.writes_saved": {
         "thread_id": "t-1",
         "checkpoint_id": "1f0-a",

@@ -13,7 +13,7 @@ from runledger.sandbox.branch import BranchRun
 from runledger.sandbox.guest import RemoteRun
 from runledger.sdk.run import RecordedRun
 
-METHODS = ["model", "tool", "effect", "approval", "child", "now", "random"]
+METHODS = ["model", "tool", "effect", "approval", "child", "now", "random", "commit"]
 PROPERTIES = ["run_id", "agent", "input", "prompt"]
 
 

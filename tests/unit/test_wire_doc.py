@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runledger.log import subjects
+from runledger.log import subjects, window
 from runledger.log.publish import WRONG_LAST_SEQUENCE
 from runledger.protect.capture import CONTENT_FIELDS, ERROR_TYPES
 from runledger.protect.keystore import ALG, run_kid
@@ -119,10 +119,12 @@ def test_subject_patterns_are_the_codes() -> None:
 
 def test_headers_and_msg_ids_are_the_codes() -> None:
     text = doc()
-    for header in (subjects.FENCE_HEADER, subjects.FENCE_SUBJECT_HEADER, "Nats-Msg-Id"):
+    batch = {window.BATCH_ID_HEADER, window.BATCH_SEQUENCE_HEADER, window.BATCH_COMMIT_HEADER}
+    used = {subjects.FENCE_HEADER, subjects.FENCE_SUBJECT_HEADER, "Nats-Msg-Id", *batch}
+    for header in used:
         assert f"`{header}" in text
     headers = set(re.findall(r"`(Nats-[A-Za-z-]+)", text))
-    assert headers <= {subjects.FENCE_HEADER, subjects.FENCE_SUBJECT_HEADER, "Nats-Msg-Id"}, headers
+    assert headers <= used, headers
     assert subjects.run_msg_id("r1", 3) == "r1:3" and "`<run_id>:<seq>`" in text
     assert subjects.effect_msg_id("ag", "k", 0) == f"effect:ag:{short_digest('k')}:0"
     assert "`effect:<agent>:<digest>:<seq>`" in text

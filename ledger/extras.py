@@ -14,9 +14,9 @@ import importlib.util
 from runledger.errors import MissingExtraError
 
 MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
-    "projections": ("duckdb", "pyarrow", "pytz"),
-    "sandbox": ("docker", "duckdb", "pyarrow", "pytz"),
-    "ui": ("starlette", "uvicorn", "jinja2", "docker", "duckdb", "pyarrow", "pytz"),
+    "projections": ("duckdb", "msgspec", "pyarrow", "pytz"),
+    "sandbox": ("docker", "duckdb", "msgspec", "pyarrow", "pytz"),
+    "ui": ("starlette", "uvicorn", "jinja2", "docker", "duckdb", "msgspec", "pyarrow", "pytz"),
     # Namespace packages: the dotted module each distribution installs.
     "langgraph": ("langgraph", "langgraph.checkpoint", "langchain_core"),
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http", "opentelemetry.proto"),

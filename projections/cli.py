@@ -55,7 +55,9 @@ def cmd_project(args: argparse.Namespace) -> int:
     progress = ProgressLine(enabled=not args.quiet)
 
     async def go(client: LedgerClient) -> int:
-        options: dict[str, Any] = {"batch_size": args.batch, "reader": args.reader, "workers": args.workers}
+        options: dict[str, Any] = {"reader": args.reader, "workers": args.workers}
+        if args.batch is not None:
+            options["batch_size"] = args.batch
         if args.rebuild:
             progress.done(_summary(await rebuild(client, path, progress=progress, **options)))
         if not args.follow:
@@ -142,7 +144,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--follow", action="store_true", help="keep projecting new events until Ctrl-C")
     p.add_argument("--rebuild", action="store_true", help="project from the first event into a fresh file, then swap")
-    p.add_argument("--batch", type=_positive, default=20_000, help="events a transaction (default 20000)")
+    p.add_argument("--batch", type=_positive, default=None,
+                   help="events a transaction (default 20000; 60000 with --rebuild)")  # fmt: skip
     p.add_argument(
         "--workers", type=int, default=None, metavar="N",
         help="processes that decode and fold, for backlogs of 50,000 events or more (default: one per core, max 4)",

@@ -1,6 +1,6 @@
 """Decoding and folding one batch of raw stream records into staged rows. Pure: no I/O.
 
-``PartitionProjector.project(records)`` decodes each message with ``runledger.record.events.decode_fast``
+``PartitionProjector.project(records)`` decodes each message with ``runledger.projections.decoder.decode_record``
 (``decode``'s answers, faster), quarantines what does not decode, appends every event to the
 ``events`` rows, and folds it:
 
@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from runledger.errors import EventDecodeError
 from runledger.log.subjects import EFFECT_PREFIX, parse_effect_subject, parse_run_subject
+from runledger.projections.decoder import decode_record
 from runledger.projections.erasure import erase_checkpoint
 from runledger.projections.errors import UnprojectableError
 from runledger.projections.rows import (
@@ -45,7 +46,7 @@ from runledger.projections.rows import (
     add_run,
     add_steps,
 )
-from runledger.record.events import Event, decode_fast
+from runledger.record.events import Event
 from runledger.record.fold import Checkpoint, apply, fold_error
 from runledger.record.records import RawRecord, Recorded
 from runledger.sdk.effects import KeyState, apply_key
@@ -116,7 +117,7 @@ def _recorded(event: Event, stream_seq: int, subject: str) -> Recorded:
 
 def _decode(data: bytes) -> Event | tuple[str, str]:
     try:
-        return decode_fast(data)
+        return decode_record(data)
     except EventDecodeError as exc:
         return exc.reason, type(exc).__name__
     except Exception as exc:  # a reader never crashes on bytes: decode can raise others (NaN)

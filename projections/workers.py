@@ -1,6 +1,6 @@
 """Folding batches in parallel: partitions of runs and keys, in this process or in workers.
 
-Decoding, folding and building rows cost ~35-50 us an event in Python (``decode_fast``,
+Decoding, folding and building rows cost ~35-50 us an event in Python (``decode_record``,
 ``apply`` and the Arrow rows are most of it; docs/tables.md, "Rebuild speed"), several times
 what reading the stream costs, and a process folds on one core. The
 fold is per run and per key, so it partitions cleanly: route ``run:<id>`` / ``key:<subject>``

@@ -228,7 +228,7 @@ async def test_what_decodes_but_cannot_become_a_row_is_quarantined_and_the_batch
     client: LedgerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hole: str
 ) -> None:
     if hole == "rows":  # Arrow (ArrowInvalid) and Python (ValueError in int()) refuse the values
-        monkeypatch.setattr(partition, "decode_fast", lax_decode)
+        monkeypatch.setattr(partition, "decode_record", lax_decode)
     else:  # DuckDB refuses the payload text at commit (ConversionException: malformed JSON)
         monkeypatch.setattr(partition, "add_event", malformed_payload(partition.add_event))
     await publish_raw(client, workload(200))

@@ -110,7 +110,7 @@ def test_a_value_no_column_holds_is_quarantined_and_the_rest_projected(
 ) -> None:
     stream, seqs = hostile_stream(BAD)
     reference = _project(tmp_path / "reference.duckdb", without(stream.records, seqs), sizes)
-    monkeypatch.setattr(partition, "decode_fast", lax_decode)
+    monkeypatch.setattr(partition, "decode_record", lax_decode)
     store = _project(tmp_path / "hostile.duckdb", stream.records, sizes)
     found = assert_as_if_never_decoded(store, reference, seqs)
     # A string step beside an integer one cannot be ordered (TypeError); a string attempt is no BIGINT.
@@ -152,7 +152,7 @@ def test_a_bug_is_not_mistaken_for_bad_data(tmp_path: Path, monkeypatch: pytest.
 
 def test_the_partition_reports_what_cannot_become_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
     stream, _ = hostile_stream(BAD[:1])
-    monkeypatch.setattr(partition, "decode_fast", lax_decode)
+    monkeypatch.setattr(partition, "decode_record", lax_decode)
     with pytest.raises(UnprojectableError, match=r"TypeError: .<. not supported"):
         PartitionProjector().project(stream.records)
 
@@ -161,7 +161,7 @@ def test_a_worker_reports_it_and_the_partitions_raise_it(monkeypatch: pytest.Mon
     # The worker's loop, run in a thread of this process so that the lax decoder applies to it.
     monkeypatch.setattr(gc, "set_threshold", lambda *args: None)  # the worker's, not this process's
     stream, _ = hostile_stream(BAD[:1])
-    monkeypatch.setattr(partition, "decode_fast", lax_decode)
+    monkeypatch.setattr(partition, "decode_record", lax_decode)
     ours, theirs = socket.socketpair()
     worker = threading.Thread(target=_worker_main, args=(Connection(theirs.detach()),), daemon=True)
     worker.start()

@@ -7,7 +7,8 @@ of its channel: only the socket itself is mounted (at /run/runledger/broker.sock
 directory of the host is writable from the guest (a mounted directory is host disk, outside
 the tmpfs limit: 300 MB were written through one). The agent's code is mounted read-only at
 /app/<package>. A warm sandbox has its guest started, the SDK imported and the channel
-connected; it waits to be given a re-run.
+connected, and the agent's module imported (the pool is keyed by the agent as well as its code
+directory, so the guest loads the agent before it says hello); it waits to be given a re-run.
 
 Every container is removed on every path: explicitly after each re-run, by ``close()``,
 and, for containers a crashed worker left behind, by ``reap_orphans()`` at start-up
@@ -80,7 +81,7 @@ class Sandbox:
     sock_dir: Path
     server: asyncio.Server
     connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-    code_key: tuple[str, str]
+    code_key: tuple[str, str, str]
     created: float = field(default_factory=time.monotonic)
     hello: dict[str, Any] | None = None
 
@@ -144,9 +145,9 @@ class SandboxPool:
         self.docker = docker
         self.policy = policy
         self.size = size
-        self._warm: dict[tuple[str, str], list[Sandbox]] = {}
+        self._warm: dict[tuple[str, str, str], list[Sandbox]] = {}
         self._all: set[Sandbox] = set()
-        self._refills: set[asyncio.Task[None]] = set()
+        self._refills: dict[asyncio.Task[None], tuple[str, str, str]] = {}
         self._finishing: set[asyncio.Task[None]] = set()
         self.cold_starts = 0
         self.warm_hits = 0
@@ -176,7 +177,7 @@ class SandboxPool:
         listed: list[dict[str, Any]] = self.docker.api.containers(all=True, filters=filters)
         return listed
 
-    async def _create(self, code_root: Path, package: str) -> Sandbox:
+    async def _create(self, code_root: Path, package: str, agent: str = "") -> Sandbox:
         sock_dir = Path(tempfile.mkdtemp(prefix="rl-sbx-"))  # 0700: only the socket in it is mounted
         loop = asyncio.get_running_loop()
         connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = loop.create_future()
@@ -205,7 +206,9 @@ class SandboxPool:
             created = await asyncio.to_thread(
                 api.create_container,
                 p.image,
-                GUEST_COMMAND,
+                # The agent to load ahead (its import and factory are the guest's slowest step
+                # after the SDK's); the guest still loads whatever its re-run names.
+                [*GUEST_COMMAND, agent] if agent else GUEST_COMMAND,
                 user="10001:10001", environment=GUEST_ENVIRONMENT, working_dir="/app",
                 labels={LABEL: "1", f"{LABEL}.owner": OWNER, f"{LABEL}.pool": self.pool_id},
                 host_config=host_config, stdin_open=False, tty=False,
@@ -222,7 +225,7 @@ class SandboxPool:
             server.close()
             shutil.rmtree(sock_dir, ignore_errors=True)
             raise SandboxError(f"could not start a sandbox from {p.image}: {exc}") from exc
-        sandbox = Sandbox(api, container_id, sock_dir, server, connected, (str(code_root), package))
+        sandbox = Sandbox(api, container_id, sock_dir, server, connected, (str(code_root), package, agent))
         self._all.add(sandbox)
         return sandbox
 
@@ -234,48 +237,54 @@ class SandboxPool:
             raise SandboxViolation(f"the sandbox did not say hello ({exc})") from exc
         return sandbox
 
-    async def acquire(self, code_root: Path, package: str) -> Sandbox:
-        """A sandbox whose guest is connected and waiting: warm if one is ready, else cold."""
-        key = (str(code_root), package)
+    async def acquire(self, code_root: Path, package: str, agent: str = "") -> Sandbox:
+        """A sandbox whose guest is connected and waiting: warm if one is ready, else cold.
+
+        ``agent`` (``module:attribute``), when given, is loaded by the guest before it says hello;
+        sandboxes are pooled per (code directory, package, agent)."""
+        key = (str(code_root), package, agent)
         while True:
             warm = self._warm.get(key, [])
             if warm:
                 self.warm_hits += 1
                 sandbox = warm.pop(0)
-                self._refill(code_root, package)
+                self._refill(*key)
                 return sandbox
-            if not self._refills:
+            if not any(k == key for k in self._refills.values()):
                 break
-            # A sandbox is already warming up: it will be ready sooner than a new cold one.
+            # A sandbox is already warming up for this agent: it will be ready sooner than a new cold one.
             await asyncio.wait(list(self._refills), return_when=asyncio.FIRST_COMPLETED)
         self.cold_starts += 1
-        sandbox = await self._warm_up(await self._create(code_root, package))
-        self._refill(code_root, package)
+        sandbox = await self._warm_up(await self._create(code_root, package, agent))
+        self._refill(*key)
         return sandbox
 
-    def _refill(self, code_root: Path, package: str) -> None:
+    def _refill(self, code_root: str | Path, package: str, agent: str = "") -> None:
         if self.size <= 0:
             return
-        key = (str(code_root), package)
+        key = (str(code_root), package, agent)
         missing = self.size - len(self._warm.get(key, [])) - len(self._refills)
         for _ in range(max(0, missing)):
-            task = asyncio.create_task(self._add_warm(code_root, package))
-            self._refills.add(task)
-            task.add_done_callback(self._refills.discard)
+            task = asyncio.create_task(self._add_warm(key))
+            self._refills[task] = key
+            task.add_done_callback(self._refill_done)
 
-    async def _add_warm(self, code_root: Path, package: str) -> None:
+    def _refill_done(self, task: asyncio.Task[None]) -> None:
+        self._refills.pop(task, None)
+
+    async def _add_warm(self, key: tuple[str, str, str]) -> None:
         sandbox: Sandbox | None = None
         try:
-            sandbox = await self._create(code_root, package)
+            sandbox = await self._create(Path(key[0]), key[1], key[2])
             await self._warm_up(sandbox)
-            self._warm.setdefault((str(code_root), package), []).append(sandbox)
+            self._warm.setdefault(key, []).append(sandbox)
         except (SandboxError, OSError):
             if sandbox is not None:  # created but never said hello: remove it now, not at close()
                 await self.discard(sandbox)
 
-    async def prewarm(self, code_root: Path, package: str) -> None:
-        """Fill the pool for one code directory and wait until it is warm."""
-        self._refill(code_root, package)
+    async def prewarm(self, code_root: Path, package: str, agent: str = "") -> None:
+        """Fill the pool for one code directory (and agent) and wait until it is warm."""
+        self._refill(code_root, package, agent)
         while self._refills:
             await asyncio.gather(*list(self._refills), return_exceptions=True)
 

@@ -1,8 +1,11 @@
 """The guest: what runs inside the sandbox container.
 
-``python3 -m runledger.sandbox.guest /run/runledger/broker.sock`` imports the SDK (so a warm
-container has paid for it), connects to the broker, says hello and waits to be
-given a re-run: the agent to load and its input. The agent function then runs
+``python3 -m runledger.sandbox.guest /run/runledger/broker.sock [AGENT]`` imports the SDK and,
+when the pool named one, loads the agent (``module:attribute``: its import and factory), so a
+warm container has paid for both; then it connects to the broker, says hello and waits to be
+given a re-run: the agent to load and its input (the loaded one is used only when the re-run
+names the same agent; a failure to load it ahead is reported, as the re-run's failure, only
+if the re-run then needs it). The agent function then runs
 against ``RemoteRun``, whose every call is a request to the broker on the host,
 which answers from the record, from a stub, or by calling the real model or tool
 with the host's credentials. The guest holds no credentials and no network.
@@ -96,12 +99,26 @@ class RemoteRun:
     async def random(self) -> float:
         return float(await self._call("random"))
 
+    async def commit(self) -> None:
+        """Nothing to wait for: the host records each step of a re-run before it answers it."""
+
 
 NO_BROKER = 2  # serve's exit code when nothing answers at the socket path
 
 
-async def serve(socket_path: str) -> int:
-    """Serve one re-run for the broker at ``socket_path``; returns the guest's exit code."""
+def preload(agent: str) -> AgentSpec | None:
+    """The agent ``agent`` names, loaded ahead of the re-run, or None if it cannot be loaded (the
+    re-run that names it loads it again and reports the error as its outcome)."""
+    try:
+        return load_agent(agent)
+    except BaseException:  # an import that fails or exits: the guest must still say hello
+        return None
+
+
+async def serve(socket_path: str, agent: str = "") -> int:
+    """Serve one re-run for the broker at ``socket_path``, with ``agent`` (``module:attribute``)
+    loaded ahead if given; returns the guest's exit code."""
+    loaded = preload(agent) if agent else None
     for _ in range(200):  # the broker creates the socket before starting us; allow for slow mounts
         try:
             reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_LINE)
@@ -117,7 +134,7 @@ async def serve(socket_path: str) -> int:
         return 0  # released from the pool without work
     start = hello["ok"]
     try:
-        spec = load_agent(start["agent"])
+        spec = loaded if loaded is not None and start["agent"] == agent else load_agent(start["agent"])
         actual = code_hash(spec.fn)
         expected = start.get("agent_version")
         if expected and actual != expected:
@@ -145,7 +162,7 @@ async def serve(socket_path: str) -> int:
 
 def main() -> None:
     socket_path = sys.argv[1] if len(sys.argv) > 1 else "/run/runledger/broker.sock"
-    code = asyncio.run(serve(socket_path))
+    code = asyncio.run(serve(socket_path, sys.argv[2] if len(sys.argv) > 2 else ""))
     if code == NO_BROKER:
         # The guest is a program of its own (the container's command), and this is its main: what
         # it has to say goes to its own stderr. Nothing configures logging in the container, and

@@ -3,8 +3,9 @@
 ``Rerunner.rerun(request)`` loads the parent run, checks the version tuple (the agent
 named must be the one that recorded the run; a counterfactual changes exactly one
 element), starts the branch run (``run.started`` + ``run.forked``) or resumes it when a
-re-run request is redelivered, hands a warm sandbox the agent, and lets the broker
-answer it through a BranchRun until the agent reports its outcome. The outcome is
+re-run request is redelivered, hands a sandbox the agent (acquired while the branch is
+started; a warm one has the agent loaded already), and lets the broker answer it through
+a BranchRun until the agent reports its outcome. The outcome is
 recorded on the branch by the same ``drive`` that records live runs.
 
 The re-run's wall-clock limit is the host's: the request's ``timeout_s``, capped at the pool's
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runledger.errors import RunNotFoundError, VersionMismatchError
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
+from runledger.log.reader import RunLog
 from runledger.log.subjects import WORKER_WRITER, run_subject
 from runledger.protect.capture import DataPolicy, PayloadProtector, client_opener, run_protector
 from runledger.protect.erasure import cascade_to, erased_now
@@ -43,7 +45,7 @@ from runledger.record.ids import new_id
 from runledger.record.records import Recorded
 from runledger.sandbox.branch import BranchRun
 from runledger.sandbox.broker import Broker
-from runledger.sandbox.containers import SandboxPool
+from runledger.sandbox.containers import Sandbox, SandboxPool
 from runledger.sandbox.errors import RerunDeadLetteredError, RerunRequestError, RunErasedError, SandboxViolation
 from runledger.sdk.agent import AgentSpec, load_agent
 from runledger.sdk.lifecycle import RunResult, drive
@@ -198,9 +200,20 @@ class Rerunner:
             raise RerunRequestError(f"--at-step must be within 0..{parent.last_step + 1} for run {parent.run_id}")
         mode = request.base_mode if request.mode == "counterfactual" else request.mode
         branch_id = request.branch_run_id
-        cp, writer, protector, run_input = await self._open_branch(
-            spec, parent, request, fork_step, changed, before, after
-        )
+        code_root, package = code_location(spec)
+        # The sandbox is acquired while the branch is opened (keys, reads, run.started): a cold
+        # container starts in the time those round trips take, and a drained pool refills sooner.
+        acquiring = asyncio.create_task(self._acquire(code_root, package, ref))
+        try:
+            cp, writer, protector, run_input = await self._open_branch(
+                spec, parent, request, fork_step, changed, before, after
+            )
+        except Exception:
+            await self._release(acquiring)
+            raise
+        except BaseException:  # cancelled (a worker stopping): no wait; its pool's close() removes the container
+            acquiring.cancel()
+            raise
         common: dict[str, Any] = {
             "parent_run_id": parent.run_id,
             "fork_step": fork_step,
@@ -208,6 +221,7 @@ class Rerunner:
             "changed": changed,
         }
         if cp.status in ("completed", "failed"):  # a redelivered request that already ran: once only
+            await self._release(acquiring)
             return RerunResult(branch_id, cp.status, output=cp.output, reason=cp.failure_reason,
                                error=(cp.error or {}).get("message"), nothing_to_do=True, **common)  # fmt: skip
         run = BranchRun(
@@ -217,10 +231,7 @@ class Rerunner:
             sandbox_policy=self.pool.policy,
         )  # fmt: skip
         run._input = run_input
-        code_root, package = code_location(spec)
-        warm_before = self.pool.warm_hits
-        sandbox = await self.pool.acquire(code_root, package)
-        warm = self.pool.warm_hits > warm_before
+        sandbox, warm = await acquiring
         reader, channel_writer = await sandbox.channel(5.0)
         start = {
             "agent": ref, "agent_version": spec.version().agent_version, "run_id": branch_id,
@@ -265,6 +276,21 @@ class Rerunner:
                 await self.pool.discard(sandbox)
         return RerunResult(**dataclasses.asdict(result), warm=warm, requests=broker.requests, time_limit_s=limit,
                            requested_time_limit_s=asked, **common)  # fmt: skip
+
+    async def _acquire(self, code_root: Path, package: str, agent: str) -> tuple[Sandbox, bool]:
+        """A sandbox with ``agent`` loaded, and whether it came warm from the pool."""
+        warm_before = self.pool.warm_hits
+        sandbox = await self.pool.acquire(code_root, package, agent)  # a warm hit counts before any await
+        return sandbox, self.pool.warm_hits > warm_before
+
+    async def _release(self, acquiring: asyncio.Task[tuple[Sandbox, bool]]) -> None:
+        """Remove the sandbox ``acquiring`` brings, unused: the re-run ended before it started. A
+        creation in progress is waited for, not cancelled (its container would outlive the cancel)."""
+        try:
+            sandbox, _ = await asyncio.shield(acquiring)
+        except Exception:  # the acquire's own error does not matter: the re-run already has an outcome
+            return
+        await self.pool.discard(sandbox)
 
     def time_limit(self, request: RerunRequest) -> tuple[float, float | None]:
         """(the re-run's wall-clock limit, what the request asked for if that was more than the
@@ -350,11 +376,17 @@ class Rerunner:
         first delivery of a request, resumed (fenced) on a redelivery."""
         branch_id = request.branch_run_id
         opener = client_opener(self.client)
-        protector = await run_protector(self.client, spec.name, branch_id, spec.data_policy, worker=True)
-        try:
-            log = await load_run(self.client, branch_id, open_content=False)
-        except RunNotFoundError:
-            log = None
+
+        async def branch_log() -> RunLog | None:
+            try:
+                return await load_run(self.client, branch_id, open_content=False)
+            except RunNotFoundError:
+                return None
+
+        # Two independent round trips (the run's keys, the branch's record so far) at once.
+        protector, log = await asyncio.gather(
+            run_protector(self.client, spec.name, branch_id, spec.data_policy, worker=True), branch_log()
+        )
         if log is None:
             cp = Checkpoint()
             writer = SubjectWriter(self.client.js, run_subject(spec.name, branch_id, WORKER_WRITER), run_id=branch_id,

@@ -12,9 +12,10 @@ import pytest
 
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
-from runledger.sandbox.containers import LABEL, SandboxPolicy, SandboxPool
+from runledger.sandbox.containers import SandboxPolicy, SandboxPool
 from runledger.sandbox.image import build_image, docker_client
 from runledger.sandbox.rerun import Rerunner
+from tests.integration.sandbox.owned import containers_of
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
@@ -36,8 +37,7 @@ async def pool(docker: Any, sandbox_image: str) -> AsyncIterator[SandboxPool]:
         yield p
     finally:
         await p.close()
-        leftovers = [c for c in docker.containers.list(all=True, filters={"label": LABEL})
-                     if c.labels.get(f"{LABEL}.owner", "").endswith(f":{os.getpid()}")]  # fmt: skip
+        leftovers = containers_of(docker, os.getpid())
         assert leftovers == [], "a sandbox container was left behind"
 
 

@@ -70,8 +70,8 @@ class WitnessPool(SandboxPool):
         self.seen: list[dict[str, Any]] = []
         self._watchers: set[asyncio.Task[None]] = set()
 
-    async def acquire(self, code_root: Path, package: str) -> Sandbox:
-        sandbox = await super().acquire(code_root, package)
+    async def acquire(self, code_root: Path, package: str, agent: str = "") -> Sandbox:
+        sandbox = await super().acquire(code_root, package, agent)
         attrs = await asyncio.to_thread(sandbox.api.inspect_container, sandbox.container_id)
         witness: dict[str, Any] = {"inspect": attrs, "cgroup": {}}
         self.seen.append(witness)

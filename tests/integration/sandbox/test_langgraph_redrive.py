@@ -26,11 +26,12 @@ from runledger.log.client import LedgerClient
 from runledger.log.server import ServerState
 from runledger.protect.runs import load_run
 from runledger.record.fold import Checkpoint, fold
-from runledger.sandbox.containers import LABEL, SandboxPolicy, SandboxPool
+from runledger.sandbox.containers import SandboxPolicy, SandboxPool
 from runledger.sandbox.diff import diff, render
 from runledger.sandbox.errors import RerunRequestError
 from runledger.sandbox.image_extras import build_extras_image
 from runledger.sandbox.rerun import Rerunner, RerunRequest
+from tests.integration.sandbox.owned import containers_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(600)]
 AGENT = "runledger.examples.langgraph_support.agent:spec"
@@ -51,8 +52,7 @@ async def lg_rerunner(docker: Any, langgraph_image: str, client: LedgerClient) -
         yield Rerunner(client, pool)
     finally:
         await pool.close()
-        leftovers = [c for c in docker.containers.list(all=True, filters={"label": LABEL})
-                     if c.labels.get(f"{LABEL}.owner", "").endswith(f":{os.getpid()}")]  # fmt: skip
+        leftovers = containers_of(docker, os.getpid())
         assert leftovers == [], "a sandbox container was left behind"
 
 

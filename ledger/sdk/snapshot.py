@@ -11,6 +11,14 @@ store (a blob named by its sha256). Erasing the run destroys the key and deletes
 snapshot of an erased run is unreadable, as its content is. A replay from it opens nothing per
 step: one decryption instead of one a step.
 
+Under output durability (``runledger.log.window``) the live checkpoint's ``last_stream_seq`` lags
+by up to a window (an event in the window has no stream sequence yet), so the run's window is
+committed before a snapshot is taken: its head is then stored and its stream sequence is the
+server's. The snapshot event then waits in the window like any step: a crash that loses it loses
+only it and the events after it (windows are stored in order, each whole or as a prefix), never
+an event it summarizes, and a resume uses the last snapshot that was stored, or reads the whole
+run (tests/integration/test_snapshot_output.py kills such runs at random moments).
+
 Reading (``load_journal``): the last message of the writer's subject (one direct get). When it
 is a snapshot (a suspended run: the snapshot follows ``run.suspended``) the run is read from
 there; otherwise (a crash) from ``TAIL_WINDOW`` stream sequences back, and only the last

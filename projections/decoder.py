@@ -30,13 +30,12 @@ pydantic models it would shadow).
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any
 
 import msgspec
 
 from runledger.record import events as ledger_events
-from runledger.record.events import MAX_INT64, PAYLOADS, Event, decode_fast
+from runledger.record.events import MAX_INT64, PAYLOADS, Event, decode_fast, proven_event
 
 __all__ = ["decode_record"]
 
@@ -56,12 +55,9 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
     hash: str
 
 
-_ENVELOPE_FIELDS = frozenset(Event.model_fields)
 _parse = msgspec.json.Decoder(_Envelope).decode
-# The parts of decode_fast's proof, used rather than copied (one definition of a valid event).
+# The ts pattern decode_fast checks; the rest of its proof is proven_event, used rather than copied.
 _ts_matches = ledger_events._RFC3339_ASCII.fullmatch
-_validator = ledger_events._field_validator
-_beyond_int64 = ledger_events._beyond_int64
 
 
 def decode_record(raw: bytes) -> Event:
@@ -82,28 +78,7 @@ def _decode_proven(raw: bytes) -> Event | None:
     ts, hash_, prev_hash, payload = env.ts, env.hash, env.prev_hash, env.payload
     if not (ts.isascii() and _ts_matches(ts) is not None and hash_.isascii() and prev_hash.isascii()):
         return None
-    try:
-        _validator(cls).validate_python(payload, strict=True)
-    except ValueError:  # pydantic's ValidationError is one
-        return None
-    if _beyond_int64(cls, payload) is not None:
-        return None
-    needle = b'"hash":"' + hash_.encode("ascii") + b'",'
-    at = raw.find(needle)
-    if at <= 0:
-        return None
-    digest = hashlib.sha256(prev_hash.encode("ascii"))
-    digest.update(raw[:at])
-    digest.update(raw[at + len(needle) :])
-    if digest.hexdigest() != hash_:
-        return None
-    # What model_validate_json builds (fields in declaration order), without validating again.
-    event = Event.__new__(Event)
-    object.__setattr__(event, "__dict__", {
+    return proven_event(raw, cls, {
         "id": env.id, "run_id": env.run_id, "agent": env.agent, "seq": env.seq, "type": env.type,
         "schema_version": env.schema_version, "ts": ts, "payload": payload, "prev_hash": prev_hash, "hash": hash_,
     })  # fmt: skip
-    object.__setattr__(event, "__pydantic_fields_set__", set(_ENVELOPE_FIELDS))
-    object.__setattr__(event, "__pydantic_extra__", None)
-    object.__setattr__(event, "__pydantic_private__", None)
-    return event

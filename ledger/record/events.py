@@ -592,14 +592,18 @@ def make_event(
         data = b"".join((head, b'"hash":"', hash_.encode("ascii"), b'",', unhashed_json[len(head) :]))
     else:  # pragma: no cover - not with the stdlib encoder
         data = canonical_json(unhashed, chain_format)
-    # What model_construct builds (every field was produced above from validated parts), without
-    # its per-field alias and default lookups: the dict is already in declaration order.
+    return _built_event(unhashed), data  # every field was produced above from validated parts
+
+
+def _built_event(fields: dict[str, Any]) -> Event:
+    """What ``model_construct`` builds from the envelope's fields in declaration order, without its
+    per-field alias and default lookups: for fields the caller produced or already checked."""
     event = Event.__new__(Event)
-    object.__setattr__(event, "__dict__", unhashed)
+    object.__setattr__(event, "__dict__", fields)
     object.__setattr__(event, "__pydantic_fields_set__", set(_ENVELOPE_FIELDS))
     object.__setattr__(event, "__pydantic_extra__", None)
     object.__setattr__(event, "__pydantic_private__", None)
-    return event, data
+    return event
 
 
 def decode(raw: bytes) -> Event:
@@ -707,7 +711,6 @@ def _finite(value: Any) -> bool:
 # -- the fast path ---------------------------------------------------------------------------------------
 
 _ENVELOPE = tuple(Event.model_fields)
-_ENVELOPE_KEYS = frozenset(_ENVELOPE)
 _GET_ENVELOPE = operator.itemgetter(*_ENVELOPE)
 # ASCII digits only and no trailing newline: a subset of what the pattern of ``Event.ts`` accepts.
 _RFC3339_ASCII = re.compile(
@@ -766,7 +769,7 @@ def _decode_fast(raw: bytes) -> Event | None:
         data = from_json(raw, allow_inf_nan=False)  # NaN, Infinity: decode's business (it refuses them)
     except ValueError:
         return None
-    if type(data) is not dict or data.keys() != _ENVELOPE_KEYS:
+    if type(data) is not dict or data.keys() != _ENVELOPE_FIELDS:
         return None
     values = _GET_ENVELOPE(data)  # declaration order: id run_id agent seq type schema_version ts payload prev hash
     id_, run_id, agent, seq, type_, version, ts, payload, prev_hash, hash_ = values
@@ -780,6 +783,16 @@ def _decode_fast(raw: bytes) -> Event | None:
     cls = PAYLOADS.get(type_)
     if cls is None or version != cls.VERSION:
         return None  # unknown, newer (errors) or older (upcast): decode's business
+    return proven_event(raw, cls, dict(zip(_ENVELOPE, values, strict=True)))
+
+
+def proven_event(raw: bytes, cls: type[Payload], fields: dict[str, Any]) -> Event | None:
+    """The rest of a fast decoder's proof, shared by every fast decoder (one definition of a valid
+    event): ``fields`` is the envelope of ``raw`` in declaration order, its JSON types, ``ts`` and
+    ``seq`` already checked, its type ``cls`` at the current version. Returns what ``model_validate_json``
+    would build when the payload is valid for ``cls`` strictly, its typed integers fit in 64 bits
+    and ``hash`` is the hash of the stored bytes; None on any doubt (``decode`` then judges)."""
+    payload, prev_hash, hash_ = fields["payload"], fields["prev_hash"], fields["hash"]
     try:
         _field_validator(cls).validate_python(payload, strict=True)
     except (ValidationError, ValueError):
@@ -795,13 +808,7 @@ def _decode_fast(raw: bytes) -> Event | None:
     h.update(raw[at + len(needle) :])
     if h.hexdigest() != hash_:
         return None
-    # What model_validate_json builds, without validating each field again: all were checked.
-    event = Event.__new__(Event)
-    object.__setattr__(event, "__dict__", dict(zip(_ENVELOPE, values, strict=True)))
-    object.__setattr__(event, "__pydantic_fields_set__", set(_ENVELOPE_KEYS))
-    object.__setattr__(event, "__pydantic_extra__", None)
-    object.__setattr__(event, "__pydantic_private__", None)
-    return event
+    return _built_event(fields)  # without validating each field again: all were checked
 
 
 def _hash_matches(raw: bytes, event: Event) -> bool:

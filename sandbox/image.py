@@ -87,6 +87,16 @@ def docker_client() -> Any:
     return client
 
 
+def _build_offline(client: Any, ctx: Path, tag: str, base: str, what: str) -> None:
+    """``docker build`` of ``ctx`` FROM ``base`` with no network: the context holds every wheel."""
+    try:
+        client.images.build(
+            path=str(ctx), tag=tag, buildargs={"BASE": base}, network_mode="none", rm=True, forcerm=True
+        )
+    except Exception as exc:
+        raise ImageError(f"{what} failed: {exc}") from exc
+
+
 def _has_image(client: Any, tag: str) -> bool:
     import docker.errors
 
@@ -181,12 +191,7 @@ def build_image(base: str | None = None, log: Callable[[str], None] | None = Non
         tag = f"{IMAGE_REPO}:{hashlib.sha256((base_id + content).encode()).hexdigest()[:16]}"
         if not _has_image(client, tag):
             log(f"building {tag} on {base}")
-            try:
-                client.images.build(
-                    path=str(ctx), tag=tag, buildargs={"BASE": base}, network_mode="none", rm=True, forcerm=True
-                )
-            except Exception as exc:
-                raise ImageError(f"docker build failed: {exc}") from exc
+            _build_offline(client, ctx, tag, base, "docker build")
         client.images.get(tag).tag(IMAGE_REPO, "latest")
         return tag
     finally:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from runledger.log.server import runledger_home
 from runledger.sandbox.errors import ImageError
-from runledger.sandbox.image import IMAGE_REPO, _has_image, _image_python, _wheels, docker_client
+from runledger.sandbox.image import IMAGE_REPO, _build_offline, _has_image, _image_python, _wheels, docker_client
 
 DOCKERFILE = """\
 ARG BASE
@@ -127,12 +127,7 @@ def build_extras_image(base_tag: str, extras: Sequence[str], log: Callable[[str]
         for wheel in wheels:
             shutil.copy(wheel, ctx / "wheels" / wheel.name)
         log(f"building {tag}: {base_tag} with {', '.join(extras)} ({len(wheels)} wheels)")
-        try:
-            client.images.build(
-                path=str(ctx), tag=tag, buildargs={"BASE": base_tag}, network_mode="none", rm=True, forcerm=True
-            )
-        except Exception as exc:
-            raise ImageError(f"docker build of the extras' layer failed: {exc}") from exc
+        _build_offline(client, ctx, tag, base_tag, "docker build of the extras' layer")
         return tag
     finally:
         shutil.rmtree(ctx, ignore_errors=True)

@@ -10,8 +10,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,9 +31,10 @@ from runledger.record.fold import fold
 from runledger.sdk.lifecycle import open_run, resume_run, start_run
 from runledger.sdk.run import RecordedRun
 from tests.agents import WINDOW_EVENTS, calls
+from tests.integration.processes import runledger, start_agent, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
-ROOT = Path(__file__).resolve().parents[2]
+ROUNDS_INPUT = '{"rounds": 4}'
 LONG = 60_000.0  # a window that only a boundary or its size flushes
 
 
@@ -248,29 +247,6 @@ KILLS = int(os.environ.get("RUNLEDGER_TEST_KILLS", "20"))
 AGENT = "tests.agents:windowed_spec"
 
 
-def runledger(url: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runledger", *args], cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": url, **env},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-
-
-def start_agent(url: str, run_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "runledger", "run", "--agent", AGENT, "--run-id", run_id, "--input", '{"rounds": 4}'],
-        cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": url, **env}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
-def wait_for(path: Path, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear within {timeout}s")
-        time.sleep(0.005)
-
-
 def test_sigkill_at_random_moments_loses_at_most_the_window_and_repeats_no_effect(
     nats_url: str, tmp_path: Path
 ) -> None:
@@ -279,10 +255,10 @@ def test_sigkill_at_random_moments_loses_at_most_the_window_and_repeats_no_effec
     rng = random.Random(int(os.environ.get("RUNLEDGER_TEST_SEED", time.time_ns() % 10_000)))
     # The run's duration, measured: from its first step to its last (the agent touches two markers).
     marker = tmp_path / "started-probe"
-    proc = start_agent(nats_url, "probe", {**env, "TEST_STARTED_MARKER": str(marker)})
-    wait_for(marker)
+    proc = start_agent(nats_url, AGENT, "probe", ROUNDS_INPUT, {**env, "TEST_STARTED_MARKER": str(marker)})
+    wait_for(marker, timeout=60)
     began = time.monotonic()
-    wait_for(Path(f"{marker}.end"))
+    wait_for(Path(f"{marker}.end"), timeout=60)
     duration = time.monotonic() - began
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "completed" in out, out + err
@@ -290,8 +266,8 @@ def test_sigkill_at_random_moments_loses_at_most_the_window_and_repeats_no_effec
     for k in range(KILLS):
         run_id = f"kill{k}"
         marker = tmp_path / f"started-{k}"
-        proc = start_agent(nats_url, run_id, {**env, "TEST_STARTED_MARKER": str(marker)})
-        wait_for(marker)
+        proc = start_agent(nats_url, AGENT, run_id, ROUNDS_INPUT, {**env, "TEST_STARTED_MARKER": str(marker)})
+        wait_for(marker, timeout=60)
         time.sleep(rng.uniform(0, duration))
         proc.kill()
         out, err = proc.communicate(timeout=60)
@@ -327,8 +303,8 @@ def test_a_frozen_writer_that_wakes_after_a_resume_is_fenced_out_before_any_effe
     service = tmp_path / "service.log"
     env = {"TEST_CALLS_LOG": str(service), "TEST_TOOL_DELAY": "0.01", "RUNLEDGER_EFFECT_LEASE_S": "0.5"}
     marker = tmp_path / "started"
-    proc = start_agent(nats_url, "frozen", {**env, "TEST_STARTED_MARKER": str(marker)})
-    wait_for(marker)
+    proc = start_agent(nats_url, AGENT, "frozen", ROUNDS_INPUT, {**env, "TEST_STARTED_MARKER": str(marker)})
+    wait_for(marker, timeout=60)
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         resumed = runledger(nats_url, "resume", "frozen", "--agent", AGENT, env=env)

@@ -48,6 +48,7 @@ from runledger.sdk.lifecycle import resume_run, start_run
 from runledger.sdk.models import ScriptedModel
 from tests.agents import spender_spec
 from tests.conftest import eventually
+from tests.integration.processes import runledger
 from tests.unit.projections.tables import snapshot
 
 # The runledger() helper waits up to 120 s a call and read_raw 120 s: a test makes several.
@@ -160,19 +161,6 @@ async def assert_checkpoints_equal_resume_fold(client: LedgerClient, db: Path, r
         log = await load_run(client, run_id)  # exactly what resume_run folds
         assert structure(stored[run_id]) == structure(fold(log.records).to_dict()), run_id
     return len(by_run)
-
-
-def runledger(
-    url: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runledger", *args],
-        cwd=ROOT,
-        env={**os.environ, "RUNLEDGER_NATS_URL": url, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 # -- the tests -------------------------------------------------------------------------------------------

@@ -10,8 +10,6 @@ import hashlib
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run
 from runledger.sdk.models import ModelResponse
 from runledger.sdk.snapshot import SNAPSHOT, SNAPSHOT_EVERY, load_journal, opened_journal
+from tests.integration.processes import start_agent, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,22 +144,6 @@ KILLS = int(os.environ.get("RUNLEDGER_TEST_KILLS", "8"))
 SPEC = "tests.integration.test_snapshot_output:long_spec"
 
 
-def start_agent(url: str, run_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "runledger", "run", "--agent", SPEC, "--run-id", run_id, "--input", "{}"],
-        cwd=ROOT, env={**os.environ, "RUNLEDGER_NATS_URL": url, **env}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
-def wait_for(path: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear within {timeout}s")
-        time.sleep(0.005)
-
-
 async def resume_crashed(url: str, run_id: str) -> tuple[int | None, bool]:
     """Check the snapshot read against a full read, resume twice at once (one is fenced out),
     verify; the seq of the snapshot the resume used, and whether the run had ended before the kill."""
@@ -203,10 +186,10 @@ def test_sigkill_at_random_moments_then_resume_from_the_last_stored_snapshot(nat
     seed = int(os.environ.get("RUNLEDGER_TEST_SEED", time.time_ns() % 10_000))
     rng = random.Random(seed)
     marker = tmp_path / "started-probe"
-    proc = start_agent(nats_url, "sk-probe", {"TEST_STARTED_MARKER": str(marker)})
-    wait_for(marker)
+    proc = start_agent(nats_url, SPEC, "sk-probe", "{}", {"TEST_STARTED_MARKER": str(marker)})
+    wait_for(marker, timeout=120)
     began = time.monotonic()
-    wait_for(Path(f"{marker}.end"))
+    wait_for(Path(f"{marker}.end"), timeout=120)
     duration = time.monotonic() - began
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "completed" in out, out + err
@@ -215,8 +198,8 @@ def test_sigkill_at_random_moments_then_resume_from_the_last_stored_snapshot(nat
     for k in range(KILLS):
         run_id = f"sk{k}"
         marker = tmp_path / f"started-{k}"
-        proc = start_agent(nats_url, run_id, {"TEST_STARTED_MARKER": str(marker)})
-        wait_for(marker)
+        proc = start_agent(nats_url, SPEC, run_id, "{}", {"TEST_STARTED_MARKER": str(marker)})
+        wait_for(marker, timeout=120)
         if k % 2:  # a moment after the first interval snapshot is stored (the chain's seq 512)
             asyncio.run(stored_past(nats_url, run_id, SNAPSHOT_EVERY))
             time.sleep(rng.uniform(0, 0.4) * duration)
@@ -238,7 +221,7 @@ def test_a_snapshot_lost_with_its_window_is_not_used(nats_url: str, kill_round: 
     with the steps after it: neither is stored, the resume reads the whole run, runs the lost steps
     again and snapshots again, and a later read uses the new snapshot."""
     run_id = f"lost-snap-{kill_round}"
-    proc = start_agent(nats_url, run_id, {"TEST_KILL_AT_ROUND": str(kill_round)})
+    proc = start_agent(nats_url, SPEC, run_id, "{}", {"TEST_KILL_AT_ROUND": str(kill_round)})
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == -9, out + err
 

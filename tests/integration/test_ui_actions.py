@@ -14,9 +14,6 @@ each page is saved into docs/ui/. Without chromium these tests skip locally and 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +28,9 @@ from runledger.sandbox.worker import RERUN_SUBJECT
 from runledger.sdk.effects import read_key
 from tests.agents import calls
 from tests.integration import test_ui
+from tests.integration.processes import runledger
 from tests.integration.test_ui import (
     AGENT_REF,
-    ROOT,
     browser,
     css,
     http,
@@ -49,13 +46,6 @@ payments = test_ui.payments  # the payments service fixture
 
 DOUBT_AGENT = "tests.agents:unreconciled_spec"
 KEY = "charge:inv-1"
-
-
-def runledger(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runledger", *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "RUNLEDGER_NATS_URL": url, **(env or {})},
-    )  # fmt: skip
 
 
 def in_doubt_run(url: str, env: dict[str, str], run_id: str = "doubt") -> None:

@@ -271,23 +271,12 @@ async def test_streams_pass_through_live_and_are_synthesised_on_resume(client: L
     seen: list[Any] = []
 
     async def body(run: Run, oa: Any) -> None:
-        text, calls, finish, usage = "", {}, None, None
         stream = await oa.chat.completions.create(
             model="gpt-test", messages=[{"role": "user", "content": "go"}], tools=TOOLS, stream=True,
             stream_options={"include_usage": True},
         )  # fmt: skip
         async with stream:
-            async for chunk in stream:
-                assert isinstance(chunk, openai.types.chat.ChatCompletionChunk)
-                usage = chunk.usage or usage
-                for choice in chunk.choices:
-                    text += choice.delta.content or ""
-                    finish = choice.finish_reason or finish
-                    for tc in choice.delta.tool_calls or []:
-                        slot = calls.setdefault(tc.index, {"id": "", "args": ""})
-                        slot["id"] = tc.id or slot["id"]
-                        slot["args"] += (tc.function.arguments if tc.function else None) or ""
-        seen.append((text, calls, finish, usage.completion_tokens if usage else None))
+            seen.append(accumulate_chat([chunk async for chunk in stream]))
         final = None
         async for event in await oa.responses.create(model="gpt-test", input="go", stream=True):
             if event.type == "response.completed":

@@ -376,52 +376,38 @@ def analyse(raw: dict[str, Any]) -> dict[str, Any]:
     timings: dict[str, list[list[float]]] = raw["timings"]
     steps = raw["steps"]
     kinds = ["all", *KINDS]
-
-    def pick(values: list[float], kind: str) -> list[float]:
-        return values if kind == "all" else [v for i, v in enumerate(values) if kind_of(i) == kind]
-
     out: dict[str, Any] = {"stats": {}, "ratios": {}, "steps": steps, "rounds": raw["rounds"]}
     for system, per_round in timings.items():
-        out["stats"][system] = {k: summary([v for rnd in per_round for v in pick(rnd, k)]) for k in kinds}
-    for system, per_round in timings.items():
-        if system == SDK:
-            continue
-        out["ratios"][system] = {}
-        for k in kinds:
-            pairs = [
-                (summary(pick(sdk, k))["p50"], summary(pick(other, k))["p50"])
-                for sdk, other in zip(timings[SDK], per_round, strict=True)
-            ]
-            out["ratios"][system][k] = ratio_stats(pairs)
+        out["stats"][system] = {k: summary([v for rnd in per_round for v in _pick(rnd, k)]) for k in kinds}
+    out["ratios"] = _ratios_of(timings, SDK, tuple(system for system in timings if system != SDK), kinds)
     # Output durability against the peers (and the SDK's step durability, the raw publish), run by run.
-    out["output"] = {
-        other: {
-            k: ratio_stats(
-                [
-                    (summary(pick(mine, k))["p50"], summary(pick(theirs, k))["p50"])
-                    for mine, theirs in zip(timings[SDK_OUTPUT], timings[other], strict=True)
-                ]
-            )
-            for k in kinds
-        }
-        for other in (SDK, RAW, *OUTPUT_PEERS)
-        if SDK_OUTPUT in timings and other in timings
-    }
+    out["output"] = _ratios_of(timings, SDK_OUTPUT, (SDK, RAW, *OUTPUT_PEERS), kinds)
     # Issue 15: LangGraph's saver on runledger against LangGraph's own savers, the same put, run by run.
-    out["savers"] = {
+    out["savers"] = _ratios_of(timings, RL_SAVER, (LANGGRAPH, LANGGRAPH_PG), kinds)
+    return out
+
+
+def _pick(values: list[float], kind: str) -> list[float]:
+    return values if kind == "all" else [v for i, v in enumerate(values) if kind_of(i) == kind]
+
+
+def _ratios_of(
+    timings: dict[str, list[list[float]]], mine: str, others: tuple[str, ...], kinds: list[str]
+) -> dict[str, dict[str, Any]]:
+    """``mine``'s p50 over each of ``others``' p50, run by run, per step kind (systems not measured left out)."""
+    return {
         other: {
             k: ratio_stats(
                 [
-                    (summary(pick(mine, k))["p50"], summary(pick(theirs, k))["p50"])
-                    for mine, theirs in zip(timings[RL_SAVER], timings[other], strict=True)
+                    (summary(_pick(m, k))["p50"], summary(_pick(t, k))["p50"])
+                    for m, t in zip(timings[mine], timings[other], strict=True)
                 ]
             )
             for k in kinds
         }
-        for other in (LANGGRAPH, LANGGRAPH_PG)
-        if RL_SAVER in timings and other in timings
+        for other in others
+        if mine in timings and other in timings
     }
-    return out
 
 
 def output_goals(result: dict[str, Any]) -> list[Goal]:

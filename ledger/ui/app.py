@@ -323,11 +323,15 @@ class Page:
             by=form.get("by", ""), reason=form.get("reason", ""), result=result, force=form.get("force") == "on",
         )  # fmt: skip
         note = f"effect {state.key} resolved as {outcome.replace('_', ' ')} (now {state.status})"
-        run_id = form.get("run_id") or state.run_id
-        if run_id and self.resumer.resume_later(ctx.viewer.client, run_id, form.get("agent") or ""):
-            note += "; resuming the run"
-        elif run_id:
-            note += f"; resume it with `runledger resume {run_id} --agent MODULE:ATTR`"
+        # The run to resume is the one the key's record names (its claim), under the agent that run's own
+        # record names: never the form's, which a page could point at any run or agent.
+        run_id = state.run_id
+        if run_id:
+            _, cp = await read_run(ctx.viewer, run_id)
+            if self.resumer.resume_later(ctx.viewer.client, run_id, cp.agent):
+                note += "; resuming the run"
+            else:
+                note += f"; resume it with `runledger resume {run_id} --agent MODULE:ATTR`"
         ctx.session.flash.append(note)
         return self.back(f"/runs/{quote(run_id)}" if run_id else "/")
 

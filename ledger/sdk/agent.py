@@ -119,7 +119,24 @@ def load_agent(ref: str) -> AgentSpec:
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot load agent {ref!r}: {exc}") from exc
     if callable(obj) and not isinstance(obj, AgentSpec):
-        obj = obj()
+        obj = _call_factory(ref, module_name, obj)
     if not isinstance(obj, AgentSpec):
         raise ConfigurationError(f"{ref!r} is not an AgentSpec (nor a function returning one)")
     return obj
+
+
+def _call_factory(ref: str, module_name: str, obj: Any) -> Any:
+    """Call ``obj`` only if it is a factory of that module: a Python function defined there that takes no
+    required argument. Anything else an operator (or a page's form) might name, such as ``os:abort`` or a
+    class, is refused before it is called."""
+    if not inspect.isfunction(obj) or obj.__module__ != module_name:
+        raise ConfigurationError(
+            f"{ref!r} is not an AgentSpec nor a function of {module_name} returning one: name the spec or its factory"
+        )
+    required = [
+        p for p in inspect.signature(obj).parameters.values()
+        if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]  # fmt: skip
+    if required:
+        raise ConfigurationError(f"{ref!r} takes arguments ({', '.join(p.name for p in required)}): not a factory")
+    return obj()

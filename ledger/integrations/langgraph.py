@@ -61,12 +61,9 @@ chain still verifies.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import hashlib
-import math
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -74,7 +71,6 @@ from runledger.extras import require_extra
 
 require_extra("langgraph", "runledger.integrations.langgraph")
 
-import ormsgpack  # noqa: E402 (after the extra's check: the one line that installs it, not an ImportError)
 from langchain_core.runnables import RunnableConfig  # noqa: E402
 from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
 from langgraph.checkpoint.base import (  # noqa: E402
@@ -88,27 +84,40 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
-from langgraph.types import Command, StateSnapshot  # noqa: E402
 
 from runledger import AgentSpec, Budgets, ConfigurationError, DataPolicy, LedgerClient, ModelAdapter  # noqa: E402
 from runledger.errors import PayloadUnavailableError, RunNotFoundError  # noqa: E402
 from runledger.integrations.langchain import (  # noqa: E402
-    ChatModelAdapter,
     JournaledChatModel,
     LangChainModelAdapter,
-    chat_model_name,
     declare_tool,
     journaled_tool,
+)
+from runledger.integrations.langgraph_rerun import (  # noqa: E402
+    GraphAgent,
+    RedriveSaver,
+    call_in_loop,
+    graph_agent,
+    redrive_thread,
+    thread_invocations,
+)
+from runledger.integrations.langgraph_values import (  # noqa: E402
+    DEFAULT_AGENT,
+    START_CHANNEL,
+    TAIL,
+    Typed,
+    record_to_typed,
+    splice_tail,
+    tail_record,
+    typed_to_record,
 )
 from runledger.ops.trace import list_runs  # noqa: E402
 from runledger.protect.erasure import erase_run  # noqa: E402
 from runledger.protect.runs import load_run  # noqa: E402
-from runledger.record.events import Event, GraphCheckpointed, GraphWritesSaved, RunCompleted  # noqa: E402
+from runledger.record.events import GraphCheckpointed, GraphWritesSaved, RunCompleted  # noqa: E402
 from runledger.record.ids import is_token  # noqa: E402
-from runledger.sdk.api import Run  # noqa: E402
 from runledger.sdk.lifecycle import open_run  # noqa: E402
 from runledger.sdk.run import RecordedRun  # noqa: E402
-from runledger.sdk.tools import Tool  # noqa: E402
 
 T = TypeVar("T")
 
@@ -117,183 +126,6 @@ THREAD_LABEL = "langgraph.thread_id"
 # schedules with. Redaction must never see them: a version's random digits can pass for a card
 # number, and a channel named "token" is a credential-named key to a detector.
 _HEADER = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channels")
-DEFAULT_AGENT = "langgraph"
-# LangGraph's names for a Command's writes (langgraph._internal._constants, not exported): the
-# task id of writes that belong to no task, and the channel of a resume value.
-NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-RESUME = "__resume__"
-START_CHANNEL = "__start__"
-
-Typed = tuple[str, bytes]
-
-
-# -- values as JSON the protection path can read ------------------------------------------------------------------
-#
-# LangGraph's serializer turns a value into typed bytes (mostly msgpack with extension types for
-# messages, pydantic models, datetimes...). Recorded as they are, they would be opaque to the
-# redactor; base64 of msgpack hides an API key as well as encryption does. So msgpack is transcoded
-# into a JSON tree with the same information (strings stay strings and a dict's keys stay keys,
-# which the detectors read) and back into msgpack that the serializer loads as the same value.
-# Markers are objects whose first key starts with "$". Canonical JSON sorts keys and a dict's order
-# is part of its value, so a dict whose keys are not sorted is recorded as {"$dict": ..., "$order":
-# [keys]}; one with keys that are not strings, or that could be mistaken for a marker, as
-# {"$map": [[key, value], ...]}.
-
-_INT64 = 2**63
-
-
-@dataclass(frozen=True)
-class _Ext:
-    code: int
-    value: Any
-
-
-def _ext_hook(code: int, data: bytes) -> _Ext:
-    return _Ext(code, ormsgpack.unpackb(data, ext_hook=_ext_hook, option=ormsgpack.OPT_NON_STR_KEYS))
-
-
-def _to_tree(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return value if -_INT64 <= value < _INT64 else {"$int": str(value)}
-    if isinstance(value, float):
-        return value if math.isfinite(value) and not value.is_integer() else {"$float": repr(value)}
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode()}
-    if isinstance(value, (list, tuple)):
-        return [_to_tree(v) for v in value]
-    if isinstance(value, dict):
-        keys = list(value)
-        if not all(isinstance(k, str) and not k.startswith("$") for k in keys):
-            return {"$map": [[_to_tree(k), _to_tree(v)] for k, v in value.items()]}
-        plain = {k: _to_tree(v) for k, v in value.items()}
-        return plain if keys == sorted(keys) else {"$dict": plain, "$order": keys}
-    if isinstance(value, _Ext):
-        return {"$ext": value.code, "value": _to_tree(value.value)}
-    raise TypeError(f"cannot record a msgpack value of type {type(value).__name__}")
-
-
-def _from_tree(tree: Any) -> Any:
-    if isinstance(tree, list):
-        return [_from_tree(v) for v in tree]
-    if not isinstance(tree, dict):
-        return tree
-    if "$ext" in tree:
-        inner = ormsgpack.packb(_from_tree(tree["value"]), option=ormsgpack.OPT_NON_STR_KEYS)
-        return ormsgpack.Ext(int(tree["$ext"]), inner)
-    if "$dict" in tree:
-        plain = tree["$dict"]
-        order = [k for k in tree.get("$order") or [] if isinstance(k, str) and k in plain]
-        return {k: _from_tree(plain[k]) for k in [*order, *(k for k in plain if k not in order)]}
-    if "$map" in tree:
-        return {_hashable(_from_tree(k)): _from_tree(v) for k, v in tree["$map"]}
-    try:
-        if "$int" in tree:
-            return int(tree["$int"])
-        if "$float" in tree:
-            return float(tree["$float"])
-        if "$bytes" in tree:
-            return base64.b64decode(tree["$bytes"], validate=True)
-    except ValueError:
-        return next(iter(tree.values()))  # redacted in the record: the token stands for the value
-    return {k: _from_tree(v) for k, v in tree.items()}
-
-
-def _hashable(key: Any) -> Any:
-    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
-
-
-def typed_to_record(typed: Typed) -> dict[str, Any]:
-    """LangGraph's typed bytes as a JSON value (``{"type", "value"}``, or ``{"type", "b64"}`` for
-    encodings other than msgpack), losslessly: ``record_to_typed`` gives bytes that load as the same."""
-    kind, data = typed
-    if kind == "null":
-        return {"type": "null"}
-    if kind == "msgpack":
-        raw = ormsgpack.unpackb(data, ext_hook=_ext_hook, option=ormsgpack.OPT_NON_STR_KEYS)
-        return {"type": "msgpack", "value": _to_tree(raw)}
-    return {"type": kind, "b64": base64.b64encode(data).decode()}
-
-
-def record_to_typed(record: Mapping[str, Any]) -> Typed:
-    """The inverse of ``typed_to_record``."""
-    kind = str(record["type"])
-    if kind == "null":
-        return "null", b""
-    if kind == "msgpack":
-        return "msgpack", ormsgpack.packb(_from_tree(record["value"]), option=ormsgpack.OPT_NON_STR_KEYS)
-    return kind, base64.b64decode(record["b64"])
-
-
-# -- a list channel recorded as its tail ------------------------------------------------------------------------
-#
-# A checkpoint records each channel whose version changed, and ``messages`` changes at every step
-# holding the whole list: recorded whole, each checkpoint costs (redaction, sealing, the JSON tree,
-# canonical JSON) as much as the thread is long. So a value whose msgpack is an array that begins
-# with the exact bytes of the channel's value in the parent checkpoint is recorded as its tail:
-# ``{"type": "msgpack+tail", "at": <the parent's element count>, "value": [the new elements]}``.
-# The reader splices the bytes back: msgpack decodes an array element after element, so n
-# elements with the same bytes are the same elements, and the value read is byte for byte the one
-# written. The base is named by the event's ``parent_checkpoint_id`` and the parent's
-# ``channel_versions``, both in the clear: a base version recorded as content was redacted (its
-# random digits pass for a card number). The base is a value of the same run, so erasing the
-# thread leaves no piece readable; a fork from a past checkpoint extends that checkpoint's list.
-# Rejected: trusting the list objects' identity (a message mutated in place between two
-# checkpoints would be recorded stale), and content-addressing each message (a digest per element
-# to compute, store and look up, for a thread that only ever appends).
-TAIL = "msgpack+tail"
-
-
-def _array_header(count: int) -> bytes:
-    if count < 16:
-        return bytes([0x90 | count])
-    if count < 2**16:
-        return b"\xdc" + count.to_bytes(2, "big")
-    return b"\xdd" + count.to_bytes(4, "big")
-
-
-def _array(data: bytes) -> tuple[int, int] | None:
-    """(element count, offset of the first element) when ``data`` is a msgpack array, else None."""
-    if not data:
-        return None
-    first = data[0]
-    if 0x90 <= first <= 0x9F:
-        return first & 0x0F, 1
-    if first == 0xDC and len(data) >= 3:
-        return int.from_bytes(data[1:3], "big"), 3
-    if first == 0xDD and len(data) >= 5:
-        return int.from_bytes(data[1:5], "big"), 5
-    return None
-
-
-def tail_record(base: Typed, typed: Typed) -> dict[str, Any] | None:
-    """``typed`` as the elements after ``base``'s (``{"type": "msgpack+tail", "at", "value"}``), or
-    None unless both are msgpack arrays and ``typed``'s begins with every byte of ``base``'s."""
-    if base[0] != "msgpack" or typed[0] != "msgpack":
-        return None
-    old, new = _array(base[1]), _array(typed[1])
-    if old is None or new is None or old[0] == 0 or new[0] < old[0]:
-        return None
-    body = memoryview(base[1])[old[1] :]
-    if not typed[1].startswith(body, new[1]):  # a memcmp (comparing memoryviews goes byte by byte)
-        return None
-    end = new[1] + len(body)
-    tail = _array_header(new[0] - old[0]) + typed[1][end:]
-    raw = ormsgpack.unpackb(tail, ext_hook=_ext_hook, option=ormsgpack.OPT_NON_STR_KEYS)
-    return {"type": TAIL, "at": old[0], "value": _to_tree(raw)}
-
-
-def splice_tail(base: Typed, record: Mapping[str, Any]) -> Typed:
-    """The typed bytes a ``tail_record`` stands for, given its base's. Raises ValueError when
-    ``base`` is not the msgpack array of ``record["at"]`` elements it extended."""
-    old = _array(base[1]) if base[0] == "msgpack" else None
-    tail = ormsgpack.packb(_from_tree(record["value"]), option=ormsgpack.OPT_NON_STR_KEYS)
-    new = _array(tail)
-    if old is None or new is None or old[0] != record.get("at"):
-        found = f"has {old[0]} elements" if old is not None else "is not a list"
-        raise ValueError(f"its tail extends a list of {record.get('at')!r} elements, the parent's value {found}")
-    return "msgpack", _array_header(old[0] + new[0]) + base[1][old[1] :] + tail[new[1] :]
 
 
 # -- threads and their runs ---------------------------------------------------------------------------------------
@@ -713,7 +545,7 @@ class RunledgerSaver(InMemorySaver):
     def call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the saver's event loop from another thread and return its result (what every
         sync method does). Raises InvalidStateError on the loop's own thread, which it would block."""
-        return _call_sync(self.loop, coro, type(self).__name__)
+        return call_in_loop(self.loop, coro, type(self).__name__)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.call_sync(self.aget_tuple(config))
@@ -759,174 +591,6 @@ class RunledgerSaver(InMemorySaver):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return self.call_sync(self.aget_delta_channel_history(config=config, channels=channels))
-
-
-def _call_sync(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], owner: str) -> T:
-    with contextlib.suppress(RuntimeError):
-        if asyncio.get_running_loop() is loop:
-            coro.close()
-            raise asyncio.InvalidStateError(
-                f"synchronous calls to {owner} are only allowed from a thread other than its event "
-                "loop's; in async code use the async methods (graph.ainvoke, aget_state, ...)"
-            )
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
-# -- re-runs: a thread re-driven as an agent function ---------------------------------------------------------
-
-
-class RedriveSaver(InMemorySaver):
-    """LangGraph's ``InMemorySaver`` with the journal of a re-run: ``model`` and ``tool`` wrap as
-    ``RunledgerSaver``'s do, but their steps go to ``run`` (in the sandbox, the guest's Run API,
-    answered by the broker), and nothing of the graph's checkpoints leaves the process.
-
-    Without a run it only collects what a graph declares (``graph_agent`` builds the graph once on
-    one to learn its tools and chat models); a step then raises ConfigurationError."""
-
-    def __init__(self, run: Run | None = None, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        super().__init__()
-        self.run = run
-        self.loop = loop
-        self.tools: dict[str, Tool[Any, Any]] = {}
-        self.lc_tools: list[BaseTool] = []
-        self.chat_models: list[Any] = []
-
-    async def run_for(self, config: RunnableConfig) -> Run:
-        if self.run is None:
-            raise ConfigurationError("a RedriveSaver without a run only collects a graph's declarations")
-        return self.run
-
-    def model(self, chat_model: Any) -> JournaledChatModel:
-        self.chat_models.append(chat_model)
-        return JournaledChatModel(model=chat_model, saver=self)
-
-    def tool(self, lc_tool: BaseTool, **declaration: Any) -> StructuredTool:
-        declared = declare_tool(lc_tool, **declaration)
-        journaled = journaled_tool(lc_tool, self, declared)
-        if lc_tool.name not in self.tools:
-            self.lc_tools.append(journaled)
-        self.tools[lc_tool.name] = declared
-        return journaled
-
-    def call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self.loop is None:
-            coro.close()
-            raise ConfigurationError("this RedriveSaver has no event loop: create it inside one")
-        return _call_sync(self.loop, coro, "RedriveSaver")
-
-
-GraphBuilder = Callable[[Any], Any]  # saver (RunledgerSaver or RedriveSaver) -> the compiled graph
-
-
-class GraphAgent(AgentSpec):
-    """The ``AgentSpec`` of a LangGraph graph (``graph_agent``): ``runledger rerun --agent
-    module:factory`` loads it. ``rerun_input`` is what the re-runner asks of it before a branch
-    starts: the thread's recorded inputs, for ``redrive_thread``."""
-
-    async def rerun_input(self, client: LedgerClient, parent_run_id: str, input: Any) -> dict[str, Any]:
-        """``input`` (the parent's run input, ``{"thread_id": ...}``) with ``invocations``: the
-        thread's inputs and resume values in order (``thread_invocations``), read from the parent's
-        record with its content opened. Raises ConfigurationError when the parent records none."""
-        log = await load_run(client, parent_run_id, fetch=True)
-        invocations = thread_invocations([r.event for r in log.records])
-        if not invocations:
-            raise ConfigurationError(
-                f"run {parent_run_id} records no input of a LangGraph graph (no root checkpoint with source "
-                "'input'): only a thread recorded by RunledgerSaver can be re-run"
-            )
-        return {**(input if isinstance(input, dict) else {}), "invocations": invocations}
-
-
-def thread_invocations(events: Sequence[Event]) -> list[dict[str, Any]]:
-    """The inputs a thread's graph was invoked with, in order, from its run's events: ``{"input":
-    record}`` for each root checkpoint whose source is ``input`` (the value of ``__start__``), and
-    ``{"resume": record}`` for each ``Command(resume=value)`` (a ``__resume__`` write of no task),
-    values as ``typed_to_record`` makes them. An invocation with ``None`` (a continuation after a
-    crash) has no input to record. A resume by interrupt id (a dict of ids, derived from
-    time-based task ids) and a Command's ``update`` or ``goto`` are not among them."""
-    found: list[dict[str, Any]] = []
-    for ev in events:
-        p = ev.payload
-        if p.get("checkpoint_ns", "") != "":
-            continue  # a subgraph's checkpoints: its input comes from the root graph
-        if ev.type == GraphCheckpointed.TYPE and p.get("source") == "input":
-            values = dict(zip(p.get("channels") or [], p.get("values") or [], strict=False))
-            if START_CHANNEL in values:
-                found.append({"input": values[START_CHANNEL]})
-        elif ev.type == GraphWritesSaved.TYPE and p.get("task_id") == NULL_TASK_ID:
-            for channel, record in zip(p.get("channels") or [], p.get("writes") or [], strict=False):
-                if channel == RESUME:
-                    found.append({"resume": record})
-    return found
-
-
-def graph_agent(
-    fn: Callable[[Run], Coroutine[Any, Any, Any]],
-    build: GraphBuilder,
-    *,
-    name: str = DEFAULT_AGENT,
-    model: ModelAdapter | None = None,
-    prompt: str = "",
-    budgets: Budgets | None = None,
-    data_policy: DataPolicy | None = None,
-    agent_version: str | None = None,
-) -> GraphAgent:
-    """The agent of the graph that ``build(saver)`` compiles, re-run by ``fn`` (an agent function
-    in the graph's own module that calls ``redrive_thread``: its package is what the sandbox
-    mounts, and its code hash is the version tuple's ``agent_version``).
-
-    ``build`` is called once on a ``RedriveSaver`` to learn the graph's declarations: its tools
-    (``saver.tool(...)``, with their effect declarations) become the spec's tools, which a re-run
-    calls on the host, and its chat model (``saver.model(...)``) the spec's model, called live from
-    the fork on (``ChatModelAdapter`` with the tools bound). A graph with chat models of different
-    names needs ``model``. Record the threads with ``RunledgerSaver(client, agent=<this spec>)``."""
-    collect = RedriveSaver()
-    build(collect)
-    if model is None:
-        names = {chat_model_name(m) for m in collect.chat_models}
-        if len(names) != 1:
-            raise ConfigurationError(
-                f"graph_agent({name!r}): the graph wraps {len(names)} chat models with saver.model(...) "
-                f"({', '.join(sorted(names)) or 'none'}): pass model= (a model adapter, e.g. ChatModelAdapter(...))"
-            )
-        model = ChatModelAdapter(collect.chat_models[0], tools=collect.lc_tools)
-    return GraphAgent(
-        name,
-        fn,
-        model,
-        tools=list(collect.tools.values()),
-        prompt=prompt,
-        agent_version=agent_version,
-        budgets=budgets or Budgets(),
-        data_policy=data_policy or DataPolicy(),
-    )
-
-
-async def redrive_thread(run: Run, build: GraphBuilder) -> StateSnapshot:
-    """Re-drive the thread ``run`` stands for (a re-run's guest): build the graph on a
-    ``RedriveSaver`` of ``run`` and invoke it with the recorded inputs (``run.input``, as
-    ``GraphAgent.rerun_input`` gathered them). A recorded resume is given only while the graph
-    waits at an interrupt (a branch that took another path may never ask); one it then needs and
-    the record does not hold leaves it waiting. Returns the thread's last state (``state.interrupts``
-    non-empty when it waits)."""
-    data = run.input if isinstance(run.input, dict) else {}
-    invocations = data.get("invocations")
-    if not isinstance(invocations, list) or not invocations or "thread_id" not in data:
-        raise ConfigurationError(
-            "a re-driven LangGraph thread needs its recorded inputs ({'thread_id', 'invocations'}): re-run it "
-            "with an agent made by graph_agent(...)"
-        )
-    saver = RedriveSaver(run, loop=asyncio.get_running_loop())
-    graph = build(saver)
-    config: RunnableConfig = {"configurable": {"thread_id": str(data["thread_id"])}}
-    for invocation in invocations:
-        if "input" in invocation:
-            await graph.ainvoke(saver.serde.loads_typed(record_to_typed(invocation["input"])), config)
-        elif (await graph.aget_state(config)).interrupts:
-            resume = saver.serde.loads_typed(record_to_typed(invocation["resume"]))
-            await graph.ainvoke(Command(resume=resume), config)
-    state: StateSnapshot = await graph.aget_state(config)
-    return state
 
 
 def _thread_id(config: RunnableConfig) -> str:

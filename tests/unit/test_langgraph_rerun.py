@@ -12,15 +12,13 @@ from runledger import ConfigurationError
 from runledger.examples.langgraph_support.agent import build_graph, spec, strict_model
 from runledger.integrations.langchain import ai_message, model_response
 from runledger.integrations.langgraph import (
-    NULL_TASK_ID,
-    RESUME,
-    START_CHANNEL,
     GraphAgent,
     graph_agent,
     record_to_typed,
     thread_invocations,
     typed_to_record,
 )
+from runledger.integrations.langgraph_values import NULL_TASK_ID, RESUME, START_CHANNEL
 from runledger.record.events import GENESIS, Event, GraphCheckpointed, GraphWritesSaved, Payload, make_event
 from runledger.sandbox.errors import ImageError
 from runledger.sandbox.image_extras import extra_requirements

@@ -17,15 +17,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Interrupt, Send
 
 from runledger.errors import PayloadUnavailableError
-from runledger.integrations.langgraph import (
-    TAIL,
-    RunledgerSaver,
-    record_to_typed,
-    splice_tail,
-    tail_record,
-    thread_run_id,
-    typed_to_record,
-)
+from runledger.integrations.langgraph import RunledgerSaver, thread_run_id
+from runledger.integrations.langgraph_values import TAIL, record_to_typed, splice_tail, tail_record, typed_to_record
 from runledger.record.canonical import canonical_json
 from runledger.record.events import GENESIS, GraphCheckpointed, GraphWritesSaved, RunStarted, VersionTuple, make_event
 from runledger.record.fold import fold

@@ -42,7 +42,7 @@ message awaited, then the 8 tool messages either awaited one by one or all 8 in 
 (``asyncio.gather`` of ``js.publish``), timed the same way. Interleaved turn by turn (after each
 SDK turn, the two raw variants in an order rotated every turn); ratios computed run by run.
 
-    python -m bench.record [--rounds 30] [--steps 60] [--turns 10] [--mix both|sequential|parallel]
+    python -m bench.record [--rounds 20] [--steps 60] [--turns 10] [--mix both|sequential|parallel]
                            [--no-peers] [--compare-fsync]
 """
 
@@ -610,7 +610,7 @@ def parallel_goal(result: dict[str, Any]) -> Goal:
 
 
 def run_suite(opts: SuiteOptions) -> Section:
-    rounds, steps, turns = (2, 6, 2) if opts.quick else (30, 60, 10)
+    rounds, steps, turns = (2, 6, 2) if opts.quick else (20, 60, 10)
     with (
         tempfile.TemporaryDirectory(prefix="runledger-bench-record-") as tmp,
         server() as state,
@@ -776,7 +776,7 @@ def fmt(s: dict[str, float]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--steps", type=int, default=60, help="steps per run (a multiple of 3 keeps the mix even)")
     parser.add_argument("--turns", type=int, default=10, help="turns per run of the parallel mix")
     parser.add_argument(

@@ -58,7 +58,7 @@ import contextlib
 import contextvars
 import datetime as dt
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -234,8 +234,8 @@ class BranchRun(RecordedRun):
 
     # -- what the host decides -----------------------------------------------------------------------
 
-    async def _append(self, body: Payload) -> Event:
-        event = await super()._append(body)
+    async def _append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event:
+        event = await super()._append(body, encoded)
         self.recorded_events += 1
         self.recorded_bytes += len(canonical_json(event.payload))
         for value in content_values(event):

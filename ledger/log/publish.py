@@ -27,9 +27,9 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import nats
 from nats.js import JetStreamContext
@@ -46,8 +46,16 @@ WRONG_LAST_SEQUENCE = 10071
 # JetStream errors of a cluster between leaders: temporarily unavailable, not the leader,
 # stream offline, no quorum. The publish is retried (same msg id, same fence).
 CLUSTER_TRANSIENT = frozenset({10008, 10009, 10118, 10158})
-# What a payload becomes before it is recorded (redaction, sealing, blobs: runledger.protect.capture).
-PayloadTransform = Callable[[Payload], Awaitable[Payload]]
+
+
+class PayloadTransform(Protocol):
+    """What a payload becomes before it is recorded (redaction, sealing, blobs:
+    runledger.protect.capture's ``PayloadProtector.protect``). ``encoded``: the canonical JSON of
+    some of its content fields, by name, in the chain's format, when the caller has it already."""
+
+    def __call__(self, body: Payload, encoded: Mapping[str, bytes] | None = None, /) -> Awaitable[Payload]: ...
+
+
 _RETRYABLE = (
     TimeoutError,
     nats.errors.TimeoutError,
@@ -263,12 +271,13 @@ class SubjectWriter:
         self.transform = transform
         self.chain_format = chain_format  # of the run (its run.started): runledger.record.canonical
 
-    async def append(self, body: Payload) -> Event:
+    async def append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event:
         """Publish the next event and return it once the server acknowledged it.
 
         With a ``transform``, what is published (and returned) is the transformed payload:
-        every event of the subject passes through it, whoever builds the payload."""
-        event, data = await self._next_event(body)
+        every event of the subject passes through it, whoever builds the payload. ``encoded``:
+        the canonical JSON of content fields the caller has already (for the transform)."""
+        event, data = await self._next_event(body, encoded)
         self.last_stream_seq = await publish_fenced(
             self.js,
             self.subject,
@@ -285,7 +294,7 @@ class SubjectWriter:
         """Return once every appended event is acknowledged: at once here (``append`` waits for
         each ack); a writer that does not (runledger.log.window) waits for its window."""
 
-    async def _next_event(self, body: Payload) -> tuple[Event, bytes]:
+    async def _next_event(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> tuple[Event, bytes]:
         """The next event of the chain for ``body`` (transformed) and its bytes; the position is
         left as it was (the caller advances it once the event is its to keep)."""
         if isinstance(body, RunStarted) and body.chain_format is not None:
@@ -295,7 +304,7 @@ class SubjectWriter:
             # format too: what a replay opens must equal what the agent received live.
             token = CONTENT_FORMAT.set(self.chain_format)
             try:
-                body = await self.transform(body)
+                body = await self.transform(body, encoded)
             finally:
                 CONTENT_FORMAT.reset(token)
         event, data = make_event(

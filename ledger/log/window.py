@@ -46,6 +46,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nats.aio.client import Client as NATS
@@ -164,7 +165,7 @@ class WindowedWriter(SubjectWriter):
         """Events appended but not acknowledged yet (what a crash now would lose)."""
         return len(self._pending) + self._in_flight
 
-    async def append(self, body: Payload) -> Event:
+    async def append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event:
         """Add the next event to the window and return it (not acknowledged yet).
 
         Waits only when the window is full (``max_events`` unacknowledged). Raises the failure
@@ -172,7 +173,7 @@ class WindowedWriter(SubjectWriter):
         self._raise_if_failed()
         while self.unacknowledged >= self.window.max_events:
             await self._drain_once()
-        event, data = await self._next_event(body)
+        event, data = await self._next_event(body, encoded)
         if not self._pending:
             self._oldest = time.monotonic()
         self._pending.append(_Pending(f"{self.msg_id_prefix}:{self.next_seq}", data))

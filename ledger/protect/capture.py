@@ -47,7 +47,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -151,16 +151,22 @@ class PayloadProtector:
         self.resolver = resolver or SecretResolver()
         self.resolver.on_resolve = lambda name, value: self.redactor.add_secret(value, f"secret:{name}")
 
-    async def protect(self, body: Payload) -> Payload:
-        """``body`` as it may be recorded (validated against its own schema again)."""
+    async def protect(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Payload:
+        """``body`` as it may be recorded (validated against its own schema again).
+
+        ``encoded``: the canonical JSON (in the chain's format, ``CONTENT_FORMAT``) of some of its
+        content fields, by name, when the caller has it already (a step encodes its arguments for
+        their digest): a field that redaction leaves as it is is sealed from those bytes instead
+        of being encoded again."""
         fields = CONTENT_FIELDS.get(body.TYPE, ())
         has_error = body.TYPE in ERROR_TYPES and getattr(body, "error", None) is not None
         if not fields and not has_error:
             return body
         data = body.model_dump(mode="json")
+        known = encoded or {}
         for name in fields:
             if data.get(name) is not None:
-                data[name] = await self.protect_value(name, data[name])
+                data[name] = await self.protect_value(name, data[name], known.get(name))
         if has_error:
             err = dict(data["error"])
             for name in ERROR_TEXT_FIELDS:
@@ -171,10 +177,11 @@ class PayloadProtector:
         return type(body).model_validate(data)
 
     def _clean(self, name: str, value: Any) -> Any:
+        """``value`` as the policy keeps it: ``value`` itself when the policy changes nothing in it."""
         if is_marker(value):
             return value  # already protected (a branch copying a recorded reference)
         if self.policy.capture == "full":
-            return self._known_only(value)
+            return self._known_only(value) if self.redactor.has_known_secrets else value
         return self.redactor.redact(value, (name,))
 
     def _known_only(self, value: Any) -> Any:
@@ -186,11 +193,14 @@ class PayloadProtector:
             return [self._known_only(v) for v in value]
         return value
 
-    async def protect_value(self, name: str, value: Any) -> Any:
-        value = await off_loop(value, self._clean, name, value)  # a large value: in a worker thread
-        if is_marker(value):
-            return value
-        raw = canonical_json(value, CONTENT_FORMAT.get())  # the format of the chain it is recorded in
+    async def protect_value(self, name: str, value: Any, encoded: bytes | None = None) -> Any:
+        """The recorded form of the content field ``name``. ``encoded``: ``value``'s canonical JSON in
+        ``CONTENT_FORMAT``, if the caller has it (used when redaction leaves ``value`` as it is)."""
+        cleaned = await off_loop(value, self._clean, name, value)  # a large value: in a worker thread
+        if is_marker(cleaned):
+            return cleaned
+        # In the format of the chain it is recorded in (CONTENT_FORMAT); the caller's bytes are of ``value``.
+        raw = encoded if cleaned is value and encoded is not None else canonical_json(cleaned, CONTENT_FORMAT.get())
         if self.policy.capture == "hash-only":
             return {"$hash": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
         if self.policy.encrypt:
@@ -201,7 +211,7 @@ class PayloadProtector:
             return {"$enc": ALG, "kid": self.keys.kid, "ct": base64.b64encode(sealed).decode("ascii")}
         if self.blobs is not None and len(raw) > self.policy.blob_threshold:
             return await self.blobs.put(raw, MEDIA_JSON)
-        return value
+        return cleaned
 
     def protect_text(self, text: str) -> str:
         text = self._clean("error", text)

@@ -580,8 +580,15 @@ def _alternation(literals: Iterable[str]) -> re.Pattern[str]:
 
     Used as a search-only gate: where one literal is a prefix of another, the shorter one stands
     for both (whatever contains the longer contains the shorter). No literals: never matches."""
+    return _alternation_of(frozenset(literals))
+
+
+# Every run builds a Redactor; its patterns depend on the policy only (the same one in most runs),
+# so they are built once per set of literals, not once per run (~0.5 ms of a run's start).
+@functools.lru_cache(maxsize=64)
+def _alternation_of(literals: frozenset[str]) -> re.Pattern[str]:
     trie: dict[str, Any] = {}
-    for word in set(literals):
+    for word in literals:
         node = trie
         for ch in word:
             node = node.setdefault(ch, {})
@@ -629,6 +636,11 @@ def _key_form(key: str) -> str:
 
 
 def _key_pattern(patterns: Iterable[str]) -> re.Pattern[str]:
+    return _key_pattern_of(frozenset(patterns))
+
+
+@functools.lru_cache(maxsize=64)  # per policy, not per run (as _alternation_of)
+def _key_pattern_of(patterns: frozenset[str]) -> re.Pattern[str]:
     alternatives = sorted({fnmatch.translate(_key_form(p)) for p in patterns if p})
     return re.compile("|".join(alternatives)) if alternatives else re.compile(r"(?!)")
 
@@ -911,6 +923,11 @@ class Redactor:
         self._count(mint.kinds)
         return tok
 
+    @property
+    def has_known_secrets(self) -> bool:
+        """Whether any secret value was registered (``add_secret``): else ``redact_known`` changes nothing."""
+        return bool(self._known_order)
+
     def add_secret(self, value: str, kind: str = "secret") -> None:
         """Redact every later occurrence of ``value`` (e.g. what a secret:// reference resolved to)."""
         if len(value) < 4 or value in self._known:
@@ -938,7 +955,9 @@ class Redactor:
         return kind
 
     def redact(self, value: Any, path: tuple[str, ...] = ()) -> Any:
-        """A copy of JSON-native ``value`` with secrets and configured fields tokenized."""
+        """A copy of JSON-native ``value`` with secrets and configured fields tokenized: ``value``
+        itself when nothing in it is (callers may then reuse what they derived from it, such as its
+        canonical bytes: runledger.protect.capture)."""
         if not self._fields:
             return self._walk(value)
         if path and self._fields.match(path):
@@ -947,6 +966,7 @@ class Redactor:
             return self.redact_text(value)
         if isinstance(value, dict):
             out: dict[str, Any] = {}
+            same = True
             key_kinds = self._key_kinds
             for k, v in value.items():
                 key = str(k)
@@ -954,13 +974,17 @@ class Redactor:
                 if kind == _MISSING:
                     kind = self._sensitive(key)
                 if kind is not None and v is not None and v != "" and not isinstance(v, bool):
-                    out[key] = self._whole(kind, v)
+                    new = out[key] = self._whole(kind, v)
+                    same = same and new is v and key is k
                 else:
                     # Keys are scanned too (a token used as a dict key); the path keeps the original.
-                    out[self.redact_text(key) if len(key) >= 8 else key] = self.redact(v, (*path, key))
-            return out
+                    new_key = self.redact_text(key) if len(key) >= 8 else key
+                    new = out[new_key] = self.redact(v, (*path, key))
+                    same = same and new is v and new_key is k
+            return value if same else out
         if isinstance(value, list):
-            return [self.redact(v, (*path, str(i))) for i, v in enumerate(value)]
+            items = [self.redact(v, (*path, str(i))) for i, v in enumerate(value)]
+            return value if all(map(operator.is_, items, value)) else items
         return value
 
     def _walk(self, value: Any) -> Any:
@@ -970,6 +994,7 @@ class Redactor:
             return self.redact_text(value)
         if isinstance(value, dict):
             out: dict[str, Any] = {}
+            same = True
             key_kinds = self._key_kinds
             for k, v in value.items():
                 key = str(k)
@@ -977,12 +1002,16 @@ class Redactor:
                 if kind == _MISSING:
                     kind = self._sensitive(key)
                 if kind is not None and v is not None and v != "" and not isinstance(v, bool):
-                    out[key] = self._whole(kind, v)
+                    new = out[key] = self._whole(kind, v)
+                    same = same and new is v and key is k
                 else:
-                    out[self.redact_text(key) if len(key) >= 8 else key] = self._walk(v)
-            return out
+                    new_key = self.redact_text(key) if len(key) >= 8 else key
+                    new = out[new_key] = self._walk(v)
+                    same = same and new is v and new_key is k
+            return value if same else out
         if isinstance(value, list):
-            return [self._walk(v) for v in value]
+            items = [self._walk(v) for v in value]
+            return value if all(map(operator.is_, items, value)) else items
         return value
 
     def _whole(self, kind: str, value: Any) -> str:
@@ -1043,7 +1072,7 @@ class Redactor:
                 replaced = self.stats.replaced
                 for kind in hit[1]:
                     replaced[kind] = replaced.get(kind, 0) + 1
-                return hit[0]
+                return text if hit[0] == text else hit[0]  # a text left as it was is returned itself
         known = self._known
         mint = _Mint()
         out = self._scan_with(text, 0, mint)

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import logging
 import random as _random
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runledger.errors import (
@@ -52,6 +53,7 @@ from runledger.protect.capture import (
     client_opener,
     is_marker,
 )
+from runledger.record import canonical
 from runledger.record.canonical import as_recorded, digest, jsonable
 from runledger.record.events import (
     ApprovalRequested,
@@ -235,12 +237,13 @@ class RecordedRun:
         """``args`` for the tool itself: ``secret://NAME`` references resolved (never recorded)."""
         return args if self._protector is None else self._protector.resolve_secrets(args)
 
-    async def _append(self, body: Payload) -> Event:
+    async def _append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event:
         # Steps may be in flight together (asyncio.gather of tool calls): the run's one writer
         # appends them one at a time, each fenced on the one before, and folds each before the
         # next is appended, so the chain, the fence and the checkpoint never see two at once.
+        # ``encoded``: content fields' canonical JSON the step made already (SubjectWriter.append).
         async with self._append_lock:
-            event = await self._writer.append(body)
+            event = await self._writer.append(body, encoded)
             apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
             if self._snapshots is not None:
                 await self._snapshots.after_append(self)
@@ -308,10 +311,12 @@ class RecordedRun:
         messages = jsonable(messages)
         params = jsonable(params)
         name = self._spec.model.name
-        args_digest = digest({"messages": messages, "params": params}, self._cp.chain_format)
+        request = {"messages": messages, "params": params}
+        # Encoded once: its digest is the step's, and the same bytes are what is sealed.
+        request_json, args_digest = canonical.encoded_digest(request, self._cp.chain_format)
         step, rec = self._take_step()
         if rec is not None:
-            self._check(step, rec, "model", name, args_digest, {"messages": messages, "params": params})
+            self._check(step, rec, "model", name, args_digest, request)
             if rec.status != "retrying":
                 if rec.error:
                     raise await self._recorded_failure(name, step, rec.error, "model")
@@ -335,13 +340,14 @@ class RecordedRun:
                     ModelCalled(
                         step=step,
                         model=name,
-                        request={"messages": messages, "params": params},
+                        request=request,
                         args_digest=args_digest,
                         error=info,
                         duration_ms=(time.perf_counter() - started) * 1000,
                         attempt=attempt,
                         will_retry=again,
-                    )
+                    ),
+                    {"request": request_json},
                 )
                 if not again:
                     # What a replay of this step raises, raised live too.
@@ -356,7 +362,7 @@ class RecordedRun:
             ModelCalled(
                 step=step,
                 model=name,
-                request={"messages": messages, "params": params},
+                request=request,
                 args_digest=args_digest,
                 # An adapter's ModelResponse subclass adds fields (the SDK's own response, for
                 # runledger.integrations.openai): recorded with the rest, returned on replay.
@@ -364,7 +370,8 @@ class RecordedRun:
                 usage=Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens),
                 duration_ms=(time.perf_counter() - started) * 1000,
                 attempt=attempt,
-            )
+            ),
+            {"request": request_json},
         )
         self._after_step(step)
         limit = self._cp.limits.get("tokens")
@@ -412,7 +419,7 @@ class RecordedRun:
                     lease_s=declared.lease_s,
                 )
         args = jsonable(args)
-        args_digest = digest(args, self._cp.chain_format)
+        args_json, args_digest = canonical.encoded_digest(args, self._cp.chain_format)  # the bytes sealed too
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "tool", declared.name, args_digest, args)
@@ -440,10 +447,14 @@ class RecordedRun:
             except Exception as exc:
                 failure = exc
             again, wait, info = False, 0.0, None
+            encoded = {"args": args_json}
             if failure is not None:
                 wait = retry.wait_s(attempt)
                 again = invalid is None and retry.another(attempt, failure, time.monotonic() - first, wait)
                 info = error_info(failure, False, retryable=invalid is None and retry.retryable(failure))
+            else:
+                # Encoded once: sealed as the record's content, and decoded as what the agent gets.
+                encoded["output"] = output_json = canonical.canonical_json(output, self._cp.chain_format)
             await self._append(
                 ToolCalled(
                     step=step,
@@ -455,7 +466,8 @@ class RecordedRun:
                     duration_ms=(time.perf_counter() - started) * 1000,
                     attempt=attempt,
                     will_retry=again,
-                )
+                ),
+                encoded,
             )
             if not again:
                 break
@@ -466,7 +478,7 @@ class RecordedRun:
         self._after_step(step)
         if info is not None:
             raise ToolFailedError(declared.name, step, info.type, info.message, retryable=info.retryable) from failure
-        return as_recorded(output, self._cp.chain_format)
+        return json.loads(output_json)  # as_recorded(output): the value a replay returns
 
     # -- effects -------------------------------------------------------------------------------------
 

@@ -67,8 +67,15 @@ def test_fast_path_equals_the_serializer_on_random_values() -> None:
             return {k: value(depth + 1) for k in keys}
         return [value(depth + 1) for _ in range(rng.randrange(4))]
 
+    legacy = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     for _ in range(3000):
         v = value(0)
+        try:
+            # The legacy format is exactly the standard library's encoder (built once, not per call).
+            assert canonical_json(v, 1) == legacy.encode(v).encode("utf-8"), v
+        except ValueError:
+            with pytest.raises(ValueError):
+                legacy.encode(v)
         try:
             expected = slow(v)
         except ValueError:

@@ -97,3 +97,27 @@ async def test_a_sealed_value_moved_to_another_run_does_not_open() -> None:
     moved = dict(sealed, kid="a.R2")
     with pytest.raises(KeyStoreError, match="fails authentication"):
         await PayloadOpener(store).open_value(moved)
+
+
+async def test_content_a_step_encoded_is_sealed_from_its_bytes_only_when_redaction_leaves_it() -> None:
+    """``protect(body, encoded)``: a content field that redaction leaves as it is is sealed from the
+    bytes the step encoded; one that redaction changes is encoded again (its secret never sealed)."""
+    from runledger.record.canonical import canonical_json
+
+    store = MemoryKeyStore()
+    keys = await store.create("a.R2")
+    protector = PayloadProtector(DataPolicy(), keys)
+    args, output = {"q": "where is my parcel"}, {"text": f"key {SECRET}"}
+    body = ToolCalled(step=0, name="fetch", args=args, args_digest="d" * 64, output=output)
+    # Bytes that are not the value's: sealed as given for the unredacted field, ignored for the other.
+    marked = b'{"q":"where is my parcel","marked":1}'
+    sealed = await protector.protect(body, {"args": marked, "output": canonical_json(output)})
+    assert isinstance(sealed, ToolCalled)
+    opener = PayloadOpener(store)
+    assert await opener.open_value(sealed.args) == json.loads(marked)
+    opened_output = await opener.open_value(sealed.output)
+    assert SECRET not in json.dumps(opened_output) and opened_output["text"].startswith("key «redacted:")
+    # Without bytes, the same content as before.
+    again = await protector.protect(body)
+    assert isinstance(again, ToolCalled)
+    assert await opener.open_value(again.args) == args

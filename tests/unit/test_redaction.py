@@ -641,3 +641,23 @@ async def test_a_large_value_is_redacted_in_a_worker_thread_while_the_loop_goes_
     assert ticks >= 3  # the loop went on meanwhile (windowed scans give the GIL back)
     assert await off_loop("a small value", redact, "a small value") == "a small value"
     assert where[-1] == threading.get_ident()
+
+
+def test_a_value_with_nothing_to_redact_is_returned_itself_and_a_redacted_one_is_a_copy() -> None:
+    """``redact`` returns its argument when nothing in it is redacted (the protector then seals the
+    bytes a step encoded already), and a new value, the original untouched, when anything is."""
+    long_text = "plain words " * 20  # long enough for the scan cache: a second call is a cache hit
+    for policy in (RedactionPolicy(), RedactionPolicy(fields=("args.card",))):
+        r = Redactor(KEY, policy)
+        plain = {"q": "where is my parcel", "n": 3, "items": [{"sku": "A-1", "text": long_text}], "ok": True}
+        for _ in range(2):
+            assert r.redact(plain, ("args",)) is plain
+        secret = SECRETS[0][2]
+        nested = {"q": "x", "items": [{"text": long_text}, {"note": f"key {secret}"}]}
+        before = json.dumps(nested)
+        out = r.redact(nested, ("args",))
+        assert out is not nested and out["items"][1]["note"] != nested["items"][1]["note"]
+        assert out["items"][0] is nested["items"][0]  # untouched parts are shared, never altered
+        assert json.dumps(nested) == before
+        named = {"password": "hunter2hunter2"}
+        assert r.redact(named, ("args",)) is not named

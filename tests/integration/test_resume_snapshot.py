@@ -181,3 +181,49 @@ async def test_the_snapshot_of_an_erased_run_is_unreadable(client: LedgerClient)
     with pytest.raises(PayloadUnavailableError):
         await client_opener(client).open_value(ref)
     assert await load_journal(client, "snap-erased", AGENT, client_opener(client)) is None
+
+
+async def test_the_journal_is_read_as_the_object_store_lays_it_out(
+    client: LedgerClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its metadata by a direct get and its chunks by one subject read, not through nats-py's
+    object store ``get`` (BlobStore.fetch), which stays the way for blobs stored otherwise."""
+    await suspended_run(client, "snap-direct")
+
+    async def refused(self: BlobStore, ref: dict[str, Any]) -> bytes:
+        raise AssertionError("BlobStore.fetch was used")
+
+    monkeypatch.setattr(BlobStore, "fetch", refused)
+    with caplog.at_level(logging.WARNING, logger="runledger.sdk.snapshot"):
+        journal = await load_journal(client, "snap-direct", AGENT, client_opener(client))
+    assert journal is not None and "not usable" not in caplog.text
+    assert journal.keys is not None and journal.keys.kid == f"{AGENT}.snap-direct"  # read with it, for the writer
+
+
+async def test_a_snapshot_whose_head_is_not_where_the_stream_holds_it_is_refused(
+    client: LedgerClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot whose event and journal agree on a head stream sequence the stream does not hold
+    the head at (one earlier) is checked against the stream, not only against itself."""
+    from runledger.record.events import JournalSnapshotted
+
+    opened = snapshot.opened_journal
+
+    async def journal_off_by_one(cp: Any, opener: Any) -> dict[str, Any]:
+        data = await opened(cp, opener)
+        return {**data, "last_stream_seq": data["last_stream_seq"] - 1}
+
+    def event_off_by_one(**body: Any) -> JournalSnapshotted:
+        return JournalSnapshotted(**{**body, "head_stream_seq": body["head_stream_seq"] - 1})
+
+    with monkeypatch.context() as patched:  # while the run is recorded
+        patched.setattr(snapshot, "opened_journal", journal_off_by_one)
+        patched.setattr(snapshot, "JournalSnapshotted", event_off_by_one)
+        _, live = await suspended_run(client, "snap-elsewhere")
+    assert (await last_agent_event(client, "snap-elsewhere")).type == SNAPSHOT
+    with caplog.at_level(logging.WARNING, logger="runledger.sdk.snapshot"):
+        assert await load_journal(client, "snap-elsewhere", AGENT, client_opener(client)) is None
+        replayed: list[Any] = []
+        result = await resume_run(client, make_spec(replayed, []), "snap-elsewhere")
+    assert "is not its head" in caplog.text or "no event at" in caplog.text
+    assert result.status == "completed" and replayed == [*live[:STEPS], "alice"]

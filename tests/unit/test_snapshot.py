@@ -11,8 +11,16 @@ from runledger.errors import ChainError, LedgerError
 from runledger.record.canonical import canonical_json
 from runledger.record.events import JournalSnapshotted, RunSuspended, ToolCalled
 from runledger.record.fold import Checkpoint, fold
-from runledger.record.records import Recorded
-from runledger.sdk.snapshot import JournalSnapshotter, _verified, checkpoint_of, opened_journal
+from runledger.record.records import RawRecord, Recorded
+from runledger.sdk.snapshot import (
+    JournalSnapshotter,
+    _check_head,
+    _parsed,
+    _verified,
+    checkpoint_of,
+    opened_journal,
+    stored_journal,
+)
 from tests.unit.helpers import Chain
 
 SUBJECT = "ledger.run.a.R1.a"
@@ -21,7 +29,7 @@ REF = {"$ref": "blob", "sha256": "a" * 64, "size": 1, "media_type": "application
 
 
 class Opener:
-    """Stands for the blob store and the run's key: returns the journal it was given."""
+    """Stands for the blob store and the run's key: returns the value it was given."""
 
     def __init__(self, journal: Any) -> None:
         self.journal = journal
@@ -55,9 +63,9 @@ def snapshotted(steps: int = 6, tail: int = 3, **head: Any) -> tuple[list[Record
     return recorded(chain), steps + 1, journal
 
 
-async def test_a_snapshot_and_its_tail_fold_to_the_full_fold() -> None:
+def test_a_snapshot_and_its_tail_fold_to_the_full_fold() -> None:
     records, at, journal = snapshotted()
-    cp = await _verified("R1", "a", records[at], records[at + 1 :], Opener(journal))  # type: ignore[arg-type]
+    cp = _verified("R1", "a", records[at], records[at + 1 :], journal)
     assert cp.to_dict() == fold(records).to_dict()
 
 
@@ -69,37 +77,37 @@ async def test_a_snapshot_and_its_tail_fold_to_the_full_fold() -> None:
         ({"head_stream_seq": 99}, "stored after"),
     ],
 )
-async def test_a_snapshot_whose_head_is_not_its_place_is_refused(head: dict[str, Any], why: str) -> None:
+def test_a_snapshot_whose_head_is_not_its_place_is_refused(head: dict[str, Any], why: str) -> None:
     records, at, journal = snapshotted(**head)
     with pytest.raises(LedgerError, match=why):
-        await _verified("R1", "a", records[at], records[at + 1 :], Opener(journal))  # type: ignore[arg-type]
+        _verified("R1", "a", records[at], records[at + 1 :], journal)
 
 
-async def test_a_journal_that_does_not_end_at_the_head_is_refused() -> None:
+def test_a_journal_that_does_not_end_at_the_head_is_refused() -> None:
     records, at, _ = snapshotted()
     shorter = json.loads(canonical_json(fold(records[: at - 1]).to_dict()))  # one event short
     with pytest.raises(LedgerError, match="does not end at the head"):
-        await _verified("R1", "a", records[at], records[at + 1 :], Opener(shorter))  # type: ignore[arg-type]
+        _verified("R1", "a", records[at], records[at + 1 :], shorter)
 
 
-async def test_the_journal_of_another_run_is_refused() -> None:
+def test_the_journal_of_another_run_is_refused() -> None:
     plain = {k: v for k, v in REF.items() if k not in ("enc", "kid")}  # a run recorded unsealed
     records, at, journal = snapshotted(journal=plain)
     with pytest.raises(LedgerError, match="journal of run"):
-        await _verified("R2", "a", records[at], records[at + 1 :], Opener(journal))  # type: ignore[arg-type]
+        _verified("R2", "a", records[at], records[at + 1 :], journal)
 
 
-async def test_a_journal_sealed_under_another_key_is_refused() -> None:
+def test_a_journal_sealed_under_another_key_is_refused() -> None:
     records, at, journal = snapshotted(journal={**REF, "kid": "b.R9"})
     with pytest.raises(LedgerError, match="not under the run's key"):
-        await _verified("R1", "a", records[at], records[at + 1 :], Opener(journal))  # type: ignore[arg-type]
+        _verified("R1", "a", records[at], records[at + 1 :], journal)
 
 
-async def test_a_gap_in_the_tail_is_a_chain_error() -> None:
+def test_a_gap_in_the_tail_is_a_chain_error() -> None:
     records, at, journal = snapshotted()
     tail = records[at + 1 :]
     with pytest.raises(ChainError):
-        await _verified("R1", "a", records[at], tail[:1] + tail[2:], Opener(journal))  # type: ignore[arg-type]
+        _verified("R1", "a", records[at], tail[:1] + tail[2:], journal)
 
 
 async def test_opening_a_journal_without_sealed_content_changes_nothing() -> None:
@@ -122,3 +130,47 @@ def test_a_journal_becomes_the_checkpoint_from_dict_makes() -> None:
     data["steps"][1]["later_field"] = 1  # and a field this version does not know is ignored
     assert checkpoint_of(data) == Checkpoint.from_dict(data)
     assert checkpoint_of(data).steps[0].attempts == 1
+
+
+def test_a_stored_journal_is_the_checkpoint_from_dict_makes() -> None:
+    records, _, _ = snapshotted()
+    cp = fold(records)
+    stored = _parsed(canonical_json(stored_journal(cp.to_dict())))  # the table, through the blob's bytes
+    assert isinstance(stored["steps"], dict) and stored["steps"]["fields"][0] == "step"
+    assert checkpoint_of(stored) == cp
+    later = {**stored, "steps": {"fields": [*stored["steps"]["fields"], "later_field"],
+                                 "rows": [[*row, 1] for row in stored["steps"]["rows"]]}}  # fmt: skip
+    assert checkpoint_of(later) == cp  # a field this version does not know is ignored
+    names = stored["steps"]["fields"]
+    shuffled = {**stored, "steps": {"fields": names[::-1], "rows": [row[::-1] for row in stored["steps"]["rows"]]}}
+    assert checkpoint_of(shuffled) == cp  # another order of the same fields
+    with pytest.raises(ValueError):
+        checkpoint_of({**stored, "steps": {"fields": names, "rows": [[0, "tool"]]}})  # a short row
+    with pytest.raises(ValueError):
+        checkpoint_of({**stored, "steps": {"fields": names[::-1], "rows": [[0, "tool"]]}})
+    with pytest.raises(ValueError):
+        checkpoint_of({**stored, "steps": {"fields": "step", "rows": []}})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b'{"a":[1,-0,-0.0,1.5e300,5e-324,123456789012345678901234567890],"b":"\\u00e9\\n","a":2}', b'"\\ud800"',
+     '{"\u00e9":"\U0001f600","n":null,"t":true}'.encode(), b"NaN", b"[1e400]"],
+)  # fmt: skip
+def test_a_journal_parses_as_json_loads_parses_it(text: bytes) -> None:
+    assert repr(_parsed(text)) == repr(json.loads(text))
+
+
+def test_the_stream_must_hold_the_head_where_the_snapshot_says() -> None:
+    records, at, _ = snapshotted()
+    snap = records[at].event.body_as(JournalSnapshotted)
+    head = records[at - 1]
+    raw = RawRecord(head.stream_seq, head.subject, head.event.to_bytes())
+    _check_head("R1", snap, raw)
+    with pytest.raises(LedgerError, match="no event at"):
+        _check_head("R1", snap, None)
+    other = records[at - 2]
+    with pytest.raises(LedgerError, match="is not its head"):
+        _check_head("R1", snap, RawRecord(head.stream_seq, head.subject, other.event.to_bytes()))
+    with pytest.raises(LedgerError, match="is not its head"):
+        _check_head("R2", snap, raw)

@@ -15,12 +15,12 @@ validation; the hash is always checked over the bytes as stored.
 from __future__ import annotations
 
 import builtins
-import datetime as dt
 import hashlib
 import json
 import math
 import operator
 import re
+import time
 import types
 import typing
 from collections.abc import Callable
@@ -542,11 +542,19 @@ class Event(BaseModel):
 _ENVELOPE_FIELDS = frozenset(Event.model_fields)
 
 
+_second: tuple[int, str] = (-1, "")  # the last whole second utc_now formatted, and its text
+
+
 def utc_now() -> str:
     """The current time as RFC 3339 UTC with microseconds: the form of every ``ts``."""
-    # isoformat with fixed microseconds is strftime("%Y-%m-%dT%H:%M:%S.%fZ") with "+00:00" for "Z",
-    # at two thirds of the cost.
-    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+    # The date and time of day change once a second: formatted then, and the microseconds joined to
+    # them (a quarter of datetime.now().isoformat()'s cost; one tuple read and written, thread-safe).
+    global _second
+    seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    second = _second
+    if second[0] != seconds:
+        second = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{second[1]}.{micros:06d}Z"
 
 
 def chain_hash(prev_hash: str, unhashed: dict[str, Any], chain_format: int = LEGACY_CHAIN_FORMAT) -> str:

@@ -55,7 +55,7 @@ from runledger.errors import KeyStoreError, LedgerError, MasterKeyMissingError, 
 from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
 from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
 from runledger.protect.redaction import RedactionPolicy, Redactor, SecretResolver, off_loop
-from runledger.record.canonical import CONTENT_FORMAT, canonical_json
+from runledger.record.canonical import CONTENT_FORMAT, canonical_json, jsonable
 from runledger.record.events import Event, Payload
 
 if TYPE_CHECKING:
@@ -152,29 +152,36 @@ class PayloadProtector:
         self.resolver.on_resolve = lambda name, value: self.redactor.add_secret(value, f"secret:{name}")
 
     async def protect(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Payload:
-        """``body`` as it may be recorded (validated against its own schema again).
+        """``body`` as it may be recorded: a copy with its content fields and error texts replaced by
+        what the policy records (every content field takes any JSON value, so the copy is as valid
+        as ``body``; runledger's content fields are ``Any`` or ``dict``, tests/unit/test_capture.py).
 
         ``encoded``: the canonical JSON (in the chain's format, ``CONTENT_FORMAT``) of some of its
         content fields, by name, when the caller has it already (a step encodes its arguments for
-        their digest): a field that redaction leaves as it is is sealed from those bytes instead
-        of being encoded again."""
+        their digest): such a field holds a JSON-native value, and when redaction leaves it as it is
+        it is sealed from those bytes instead of being encoded again."""
         fields = CONTENT_FIELDS.get(body.TYPE, ())
-        has_error = body.TYPE in ERROR_TYPES and getattr(body, "error", None) is not None
-        if not fields and not has_error:
+        error = getattr(body, "error", None) if body.TYPE in ERROR_TYPES else None
+        if not fields and error is None:
             return body
-        data = body.model_dump(mode="json")
         known = encoded or {}
+        updates: dict[str, Any] = {}
         for name in fields:
-            if data.get(name) is not None:
-                data[name] = await self.protect_value(name, data[name], known.get(name))
-        if has_error:
-            err = dict(data["error"])
+            value = getattr(body, name)
+            if value is not None:
+                raw = known.get(name)
+                # The JSON form a dump of the model would give (tuples as lists, models as dicts...):
+                # what redaction walks. A field given with its bytes is JSON-native already.
+                updates[name] = await self.protect_value(name, value if raw is not None else jsonable(value), raw)
+        if error is not None:  # an ErrorInfo in every ERROR_TYPES event
+            texts: dict[str, str] = {}
             for name in ERROR_TEXT_FIELDS:
-                if isinstance(err.get(name), str):
-                    text = err[name][-MAX_TRACEBACK:] if name == "traceback" else err[name]
-                    err[name] = await off_loop(text, self.protect_text, text)  # a large text: in a worker thread
-            data["error"] = err
-        return type(body).model_validate(data)
+                text = getattr(error, name)
+                if isinstance(text, str):
+                    text = text[-MAX_TRACEBACK:] if name == "traceback" else text
+                    texts[name] = await off_loop(text, self.protect_text, text)  # a large text: in a worker thread
+            updates["error"] = error.model_copy(update=texts)
+        return body.model_copy(update=updates)
 
     def _clean(self, name: str, value: Any) -> Any:
         """``value`` as the policy keeps it: ``value`` itself when the policy changes nothing in it."""

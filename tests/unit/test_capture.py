@@ -121,3 +121,19 @@ async def test_content_a_step_encoded_is_sealed_from_its_bytes_only_when_redacti
     again = await protector.protect(body)
     assert isinstance(again, ToolCalled)
     assert await opener.open_value(again.args) == args
+
+
+def test_every_content_field_takes_any_json_value() -> None:
+    """What ``protect`` relies on to return a copy with markers in place of content, unvalidated: a
+    content field is ``Any`` or a ``dict`` (a marker is a dict), an error's texts are strings."""
+    from typing import Any
+
+    from runledger.protect.capture import CONTENT_FIELDS, ERROR_TYPES
+    from runledger.record.events import PAYLOADS
+
+    for event_type, names in CONTENT_FIELDS.items():
+        for name in names:
+            annotation = PAYLOADS[event_type].model_fields[name].annotation
+            assert annotation in (Any, dict[str, Any], dict[str, Any] | None), (event_type, name, annotation)
+    for event_type in ERROR_TYPES:
+        assert PAYLOADS[event_type].model_fields["error"].annotation in (ErrorInfo, ErrorInfo | None)

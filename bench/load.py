@@ -12,7 +12,9 @@ every level sees the same mix):
   more per call (the assistant's ~300 B reply and ~1.7 KiB of tool output), so requests are
   ~2, 4, 6, 8, 10, 12 KiB; replies come from a ``ScriptedModel`` (~300 B of text, token
   counts of about 4 characters a token).
-- Read tools: arguments 200 B-2 KiB and results 200 B-2 KiB (uniform).
+- Read tools: arguments 200 B-2 KiB and results 200 B-2 KiB (uniform); they slice a fixed corpus
+  and return, so they are declared ``inline`` (called on the event loop, no worker thread), as
+  bench/record.py's read tool is: the SDK's recording is measured, not a thread hop per call.
 - Think time between steps: ``--think-ms`` (default 0: the agents are as fast as the log).
 - Defaults on: redaction (``capture=redacted``), sealing under a per-run key (one KV write
   a run), blobs above 64 KiB (none here). Every step is published with msg id and fence and
@@ -131,8 +133,8 @@ class Collector:
 
 def make_spec(collector: Collector, think_ms: float = 0.0) -> AgentSpec:
     """The load agent: the step mix of the module docstring, each step timed into ``collector``."""
-    search = Tool("search", _search)
-    fetch = Tool("fetch", _search)
+    search = Tool("search", _search, inline=True)
+    fetch = Tool("fetch", _search, inline=True)
     update = Tool("update_ticket", _update, effect_class="write", key=lambda a: f"ticket:{a['ticket']}:{a['n']}")
 
     async def think() -> None:

@@ -29,7 +29,8 @@ def _forget_pool() -> None:
     _pool, _pool_at = b"", 0
 
 
-os.register_at_fork(after_in_child=_forget_pool)
+if hasattr(os, "register_at_fork"):  # where processes fork (not Windows)
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _random80() -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import shutil
 import socket
@@ -236,8 +237,14 @@ def listener() -> Iterator[Listener]:
 
 
 def bridge_gateway(docker: Any) -> str:
-    (config,) = [c for c in docker.api.inspect_network("bridge")["IPAM"]["Config"] if "Gateway" in c]
-    return str(config["Gateway"])
+    """The host's address on the default bridge: its IPAM gateway, or (a dockerd that found docker0 already
+    up records only the subnet) the subnet's first address, which is the one dockerd gives docker0."""
+    configs = docker.api.inspect_network("bridge")["IPAM"]["Config"]
+    gateways = [str(c["Gateway"]) for c in configs if c.get("Gateway")]
+    if gateways:
+        return gateways[0]
+    (subnet,) = [c["Subnet"] for c in configs if ":" not in c.get("Subnet", ":")]
+    return str(next(ipaddress.ip_network(subnet).hosts()))
 
 
 @pytest.mark.timeout(ONE_RERUN_S + 90)

@@ -16,7 +16,11 @@ data only (the cache always holds the last two batches' runs, whose rows may sti
 flight). A long run is thus folded once, not from its first event every batch.
 
 ``rebuild`` projects from the stream's first sequence into a fresh file and swaps it into
-place with ``os.replace`` once complete; the old file stays readable until then.
+place with ``os.replace`` once complete; the old file stays readable until then. Nothing reads
+the fresh file before the swap and a rebuild that stops is started again from scratch, so its
+keyed tables are filled without primary keys, added once before the swap
+(``ProjectionStore(bulk=True)``, ``add_keys``): every batch still commits its rows with its
+position in one transaction.
 
 A hostile message never wedges the projection (the stream forbids deletion: a batch that can
 never be committed would stop every later ``project`` and ``sql``). What does not decode is
@@ -500,11 +504,16 @@ async def rebuild(
         for leftover in (fresh, fresh.with_name(fresh.name + ".wal")):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
-        with ProjectionStore(fresh) as store:
+        workers = default_workers() if workers is None else workers
+        # A new file swapped in whole: keyed tables filled without keys, which are added at the end
+        # (ProjectionStore, ``bulk``); DuckDB gets the cores the fold workers leave (at least one).
+        threads = max(1, (os.cpu_count() or 1) - workers)
+        with ProjectionStore(fresh, bulk=True, threads=threads) as store:
             _carry_over_prices(store, path)
             projector = Projector(client, store, batch_size=batch_size, reader=reader, progress=progress,
-                                  workers=default_workers() if workers is None else workers)  # fmt: skip
+                                  workers=workers)  # fmt: skip
             result = await projector.run()
+            store.add_keys()
         crashpoints.crash_point("rebuild_before_swap")
         replace_file(fresh, path)
         with contextlib.suppress(FileNotFoundError):

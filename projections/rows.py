@@ -2,7 +2,7 @@
 
 Every derived row is computed from what the shared folds produce (``runledger.record.fold`` for a
 run, ``runledger.sdk.effects.fold_key`` for an idempotency key): this module formats, it never
-decides. Rows are gathered column by column in a ``TableBuffer`` and become one Arrow
+decides. Rows are gathered as tuples in a ``TableBuffer`` and become one Arrow
 table per batch, which DuckDB appends in a single statement (never row by row).
 
 JSON columns are serialised with ``pydantic_core.to_json`` (about 4x ``json.dumps``);
@@ -69,6 +69,9 @@ SCHEMAS: dict[str, pa.Schema] = {
 }  # fmt: skip
 
 
+_STRUCTS = {name: pa.struct(list(schema)) for name, schema in SCHEMAS.items()}
+
+
 class TableBuffer:
     """Rows of one staged table, appended as tuples, turned into Arrow columns once a batch."""
 
@@ -76,6 +79,7 @@ class TableBuffer:
         self.name = name
         self.schema = SCHEMAS[name]
         self.rows: list[tuple[Any, ...]] = []
+        self._struct = _STRUCTS[name]
 
     def append(self, *values: Any) -> None:
         """Append one row, values in schema order."""
@@ -85,13 +89,14 @@ class TableBuffer:
         return len(self.rows)
 
     def to_arrow(self) -> pa.Table:
+        """The rows as a table of ``schema``. Raises what pyarrow raises for a value its column
+        cannot hold (ArrowInvalid, ArrowTypeError, OverflowError: ``partition.ROW_ERRORS``)."""
         if not self.rows:
             return self.schema.empty_table()
-        columns = list(zip(*self.rows, strict=True))
-        return pa.Table.from_arrays(
-            [pa.array(column, type=f.type) for column, f in zip(columns, self.schema, strict=True)],
-            schema=self.schema,
-        )
+        # The tuples go to Arrow as one struct array, in one C pass: half the time of transposing
+        # them in Python and converting column by column (measured 3.6 against 7.0 us an events row).
+        # A row of the wrong width is refused too (ArrowInvalid).
+        return pa.Table.from_struct_array(pa.array(self.rows, type=self._struct))
 
 
 def json_text(value: Any) -> str | None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runledger.errors import EventDecodeError
 from runledger.log.reader import decode_records
+from runledger.projections.errors import ProjectionError
 from runledger.projections.store import ProjectionStore
 from runledger.record.canonical import digest
 from runledger.record.events import (
@@ -63,8 +65,10 @@ def _workload() -> Stream:
     return stream
 
 
-def _project(path: Path, records: list, sizes: list[int], cache_limit: int = 20_000) -> ProjectionStore:
-    store = ProjectionStore(path)
+def _project(
+    path: Path, records: list, sizes: list[int], cache_limit: int = 20_000, *, bulk: bool = False
+) -> ProjectionStore:
+    store = ProjectionStore(path, bulk=bulk)
     store.bind(IDENTITY, 1)
     projector = projector_for(store, cache_limit=cache_limit)
     at = 0
@@ -151,6 +155,53 @@ def test_any_batching_and_cache_size_gives_the_same_tables(tmp_path: Path, seed:
     assert pieces.state().last_seq == whole.state().last_seq == len(records)  # type: ignore[union-attr]
     whole.close()
     pieces.close()
+
+
+def _schema(con: Any) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        "columns": sorted(con.execute(
+            "SELECT table_name, column_index, column_name, data_type, is_nullable, column_default "
+            "FROM duckdb_columns() WHERE schema_name = 'main'"
+        ).fetchall()),
+        "constraints": sorted(con.execute(
+            "SELECT table_name, constraint_type, constraint_column_names FROM duckdb_constraints() "
+            "WHERE schema_name = 'main'"
+        ).fetchall()),
+        "views": sorted(con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall()),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_bulk_file_with_its_keys_added_equals_an_upserted_one(tmp_path: Path, seed: int) -> None:
+    """A rebuild's file fills its keyed tables without primary keys (each batch replacing its own
+    rows): in small batches, with runs reloaded from those tables, it ends equal to an upserted
+    file, row for row, and once its keys are added its schema is the migrated one."""
+    records = _workload().records
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 25) for _ in range(len(records))]
+    upserted = _project(tmp_path / "upserted.duckdb", records, sizes, cache_limit=3)
+    bulk = _project(tmp_path / "bulk.duckdb", records, sizes, cache_limit=3, bulk=True)
+    assert not bulk.con.execute("SELECT * FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+                                "AND table_name IN ('runs', 'steps')").fetchall()  # fmt: skip
+    bulk.add_keys()
+    for table in DERIVED:
+        assert table_rows(bulk.con, table) == table_rows(upserted.con, table), table
+    assert _schema(bulk.con) == _schema(upserted.con)
+    upserted.close()
+    bulk.close()
+
+
+def test_add_keys_refuses_rows_that_are_not_unique(tmp_path: Path) -> None:
+    stream = Stream()
+    full_run(stream, "r1")
+    store = _project(tmp_path / "bulk.duckdb", stream.records, [len(stream.records)], bulk=True)
+    store.con.execute("INSERT INTO checkpoints SELECT * FROM checkpoints")
+    with pytest.raises(ProjectionError, match="not unique"):
+        store.add_keys()
+    assert store.con.execute("SELECT count(*) FROM checkpoints").fetchall() == [(2,)]
+    store.close()
+    with pytest.raises(ProjectionError, match="bulk load needs a new file"):
+        ProjectionStore(tmp_path / "bulk.duckdb", bulk=True)
 
 
 def test_poison_is_quarantined_and_the_rest_projected(tmp_path: Path) -> None:

@@ -21,6 +21,42 @@ keeps a holder that is only paused from being overtaken while it may still act; 
 idempotency key the effect function passes downstream (runledger.sdk.context) keep a holder that
 wakes up after its lease from acting twice. Leases are measured on the wall clock of the claim's
 writer (its ``ts``) against the reader's: they assume clocks agree to well within a lease.
+
+Design note: the live write path (``RecordedRun.effect``, docs/wire.md "The claim protocol"). A new
+effect costs two round trips before it returns: the run's intent and the key's claim, published
+together (the claim fenced on "the key is empty": the key is read only when that fence refuses),
+then the outcome on the key, fenced on the claim. The outcome's mirror onto the run is published
+right after and acknowledged before the run's next event (and by ``commit``), not before the effect
+returns: the step is durable once the key holds its outcome, and a crash before the mirror lands is
+the wire's "crash after 4" row, which a resume completes from the key. A mirror that fails stops the
+run: its next append or commit raises the failure, and no other key is claimed after it (a claim
+first waits for the mirror). What a run that lost its subject can still do meanwhile is what any
+run can do between its last acknowledged step and its next: run its agent code, at most one model
+or tool call, which records nothing. The intent and the outcome are protected (redacted, sealed)
+once for both subjects, which then hold the same ciphertext.
+
+Rejected, with what was measured here (2-core machine, nats-server with ``sync_interval: always``;
+single fenced publishes 0.35-0.45 ms at p50 when quiet):
+- The key's outcome and the run's mirror in one atomic batch: a batch commit costs ~2.8 ms however
+  small (PITFALLS.md), against ~0.4 ms for the mirror published after the key's outcome.
+- The key's outcome and the mirror published concurrently: a holder that lost its claim while it was
+  paused (the key settled or claimed again after its lease) would see its outcome refused by the key
+  and still accepted by the run, which then records an outcome the key never held; and the resume
+  that took over the key finds its own run moved and is fenced out of it. A crash between the two
+  would also leave "committed on the run, claimed on the key": in doubt for every later user of the
+  key. The mirror is published only once the key accepted the outcome.
+- Returning before the key's outcome is acknowledged: a crash right after would leave an effect that
+  happened in doubt (a reconcile or an operator) where today the record says committed.
+- The run's intent merged into the key's claim (no ``effect.intended`` on the run): it saves no
+  round trip (the two are in flight together) but only the CPU of one event (~0.1 ms under load),
+  and the run's own journal and projection would no longer show an effect in doubt; a wire change.
+- Reading the key before claiming it: already gone (the optimistic claim above); counted, a new
+  effect makes 4 publishes and no read.
+Measured (process pairs of the code before and after the deferred mirror, interleaved run by run,
+bench.record's mix of 60 steps, load 2-4; the guarantees in tests/integration/test_effects.py): an
+effect step's p50 new/old 0.75 in a tight loop, where the next step waits for the mirror (model step
+1.37, the run 0.94), and 0.81-0.94 with bench.record's work between steps; the mix's p50 is that of
+the model and tool steps either way (1.03-1.05, within the pairs' noise of about 7%).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from runledger.errors import (
     ApprovalDeniedError,
@@ -54,7 +54,7 @@ from runledger.protect.capture import (
     is_marker,
 )
 from runledger.record import canonical
-from runledger.record.canonical import as_recorded, digest, jsonable
+from runledger.record.canonical import CHAIN_FORMAT, CONTENT_FORMAT, as_recorded, digest, jsonable
 from runledger.record.events import (
     ApprovalRequested,
     ChildCompleted,
@@ -96,6 +96,7 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
+P = TypeVar("P", bound=Payload)
 
 # How many times _settle reads the key again after another writer got to it first, before it gives up.
 _SETTLE_ROUNDS = 20
@@ -150,6 +151,9 @@ class RecordedRun:
         self._input: Any = _UNSET
         self._next_step = 0
         self._append_lock = asyncio.Lock()
+        # Effect outcomes on their way to the run's subject (``_mirror``), and what stopped one.
+        self._mirroring: set[asyncio.Task[None]] = set()
+        self._unmirrored: BaseException | None = None
         self._on_live: Callable[[], None] | None = None  # called once, when the first live step is taken
         # Continued without replay (lifecycle.open_run): new calls take new steps, and an effect left
         # intended by an earlier attempt is settled on its own step.
@@ -243,6 +247,8 @@ class RecordedRun:
         # next is appended, so the chain, the fence and the checkpoint never see two at once.
         # ``encoded``: content fields' canonical JSON the step made already (SubjectWriter.append).
         async with self._append_lock:
+            if self._unmirrored is not None:
+                raise self._unmirrored  # an effect's outcome could not be mirrored: nothing is written after it
             event = await self._writer.append(body, encoded)
             apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
             if self._snapshots is not None:
@@ -260,10 +266,12 @@ class RecordedRun:
     async def commit(self) -> None:
         """Return once every step recorded so far is acknowledged by the server.
 
-        A no-op under step durability (every step already is). Under output durability
+        Under step durability only the outcome of the last effect can still be on its way to the
+        run's subject (its key holds it already: ``effect``); every other step is. Under output durability
         (``AgentSpec(durability="output")``) the run commits by itself before anything leaves the
         process; call this before the agent shows a partial result to a person. Raises
         FencedError when another process owns the run."""
+        await self._mirrored()
         await self._writer.commit()
 
     def _take_step(self) -> tuple[int, StepRecord | None]:
@@ -513,11 +521,12 @@ class RecordedRun:
             raise ConfigurationError(f"effect {name!r} needs a non-empty idempotency key")
         lease = effect_lease(lease_s)
         args = jsonable(args)
-        args_digest = digest(args, self._cp.chain_format)
+        args_json, args_digest = canonical.encoded_digest(args, self._cp.chain_format)  # the bytes sealed too
         if self._continuing:
             # A run continued without replay (lifecycle.open_run) whose earlier attempt stopped inside
             # this effect: settle that step, as a replay of it would, instead of a new one that would
-            # find the key claimed by another step.
+            # find the key claimed by another step. An outcome still on its way to the run is no orphan.
+            await self._mirrored()
             orphan = next(
                 (r for r in self._cp.steps.values() if r.kind == "effect" and r.key == key and r.status == "intended"),
                 None,
@@ -543,14 +552,17 @@ class RecordedRun:
                 effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
             )  # fmt: skip
         await self._check_budgets(step, model_call=False)
+        # A claim is seen by other processes: the run's last effect outcome lands on the run first (a
+        # process that lost the run stops here, before it claims anything).
+        await self._mirrored()
         # Write-ahead, both before acting and published together: the run's intent, and the claim
         # of the key, optimistically as its first event (fenced on "the subject is empty"). A key
         # with a history refuses that claim; then _settle reads the key and decides. Either order
         # of the two writes is a state a crash between them could leave, and resume handles both.
-        intent = EffectIntended(
+        intent = await self._protected(EffectIntended(
             step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class,
             lease_s=lease, tool_call_id=tool_call_id, holder=this_holder() or None,
-        )  # fmt: skip
+        ), {"args": args_json})  # fmt: skip
         claim = asyncio.ensure_future(self._claim_new_key(intent))
         try:
             await self._append(intent)
@@ -672,14 +684,65 @@ class RecordedRun:
         duration = (time.perf_counter() - started) * 1000
         crash_point(f"effect:{key}:acted")
         pause_point(f"effect:{key}:acted")
-        committed = EffectCommitted(
-            step=step, key=key, result=result, duration_ms=duration, fencing_token=ctx.fencing_token
+        committed = await self._protected(
+            EffectCommitted(step=step, key=key, result=result, duration_ms=duration, fencing_token=ctx.fencing_token)
         )
         await self._append_key(state, committed)
         crash_point(f"effect:{key}:recorded")
-        await self._append(committed)
-        self._after_step(step)
+        await self._mirror(committed, step)
         return as_recorded(result, self._cp.chain_format)
+
+    async def _protected(self, body: P, encoded: Mapping[str, bytes] | None = None) -> P:
+        """``body`` as the run records it, protected once for the run and the key alike (the same
+        sealed content on both subjects), when protecting it again changes nothing: its content
+        sealed or hashed, so the writers' own pass leaves the markers as they are, and the run's
+        chain in the key's content format. Otherwise ``body`` as it is: each writer protects it.
+        ``encoded``: content fields' canonical JSON in the run's format (PayloadProtector.protect)."""
+        protector = self._protector
+        if (
+            protector is None
+            or self._writer.transform != protector.protect
+            or not (protector.policy.encrypt or protector.policy.capture == "hash-only")
+            or self._writer.chain_format != CHAIN_FORMAT
+        ):
+            return body
+        token = CONTENT_FORMAT.set(CHAIN_FORMAT)
+        try:
+            return cast(P, await protector.protect(body, encoded))
+        finally:
+            CONTENT_FORMAT.reset(token)
+
+    async def _mirror(self, committed: EffectCommitted, step: int) -> None:
+        """Mirror the outcome the key just acknowledged onto the run: published now, in the run's
+        append order (after the steps already waiting, before any later one), acknowledged before
+        the run's next event and by ``commit``, not before this returns. The step is durable
+        already: its key holds the outcome, and a crash before the mirror lands leaves the state
+        a resume completes from the key (``_settle``: ``effect.committed`` with ``via: "record"``).
+        A mirror that fails (FencedError: another process owns the run; PublishError) stops the
+        run at its next append or commit, which raise it: nothing is written after it."""
+        task = asyncio.ensure_future(self._mirror_outcome(committed, step))
+        self._mirroring.add(task)  # held until it is done (the loop holds tasks weakly)
+        task.add_done_callback(self._mirroring.discard)
+        # The task's first step takes the append lock or joins its queue (asyncio.Lock is FIFO):
+        # one turn of the loop and it is ahead of whatever the agent appends next.
+        await asyncio.sleep(0)
+
+    async def _mirror_outcome(self, committed: EffectCommitted, step: int) -> None:
+        try:
+            await self._append(committed)
+        except BaseException as exc:
+            self._unmirrored = exc
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._after_step(step)
+
+    async def _mirrored(self) -> None:
+        """Return once every effect outcome on its way is on the run; raise what stopped one."""
+        if self._mirroring:
+            await asyncio.wait(list(self._mirroring))  # never cancelled with a caller that gives up waiting
+        if self._unmirrored is not None:
+            raise self._unmirrored
 
     async def _write_key(self, state: KeyState, body: Payload) -> KeyState:
         """Append to the key right after ``state``, fenced on it (FencedError when another writer was first).

@@ -10,8 +10,10 @@ step, and every step is timed from the call to its return:
 - **SDK**: ``run.model`` / ``run.tool`` (an ``inline`` tool: no worker thread) / ``run.effect``
   with the default data policy (redacted, sealed): the event is built, hashed, published with msg
   id and fence and acked.
-  An effect is four publishes and a read: claim on the run, read the key's subject, claim on
-  the key (fenced: first claim wins), outcome on the key, outcome on the run.
+  An effect is four publishes and two round trips: intent on the run and claim on the key
+  (fenced: first claim wins) in flight together, then the outcome on the key; it returns once the
+  key holds the outcome, and the outcome's copy on the run (the fourth publish) is acknowledged
+  before the run's next event (the key's subject is read only when the claim is refused).
 - **raw js.publish**: the bytes the SDK stored for that step, published one message at a
   time with ``js.publish`` and no headers (1 message for a model or tool step, 4 for an
   effect step), to a fresh subject of the same stream.
@@ -635,8 +637,9 @@ def run_suite(opts: SuiteOptions) -> Section:
         "to its return. SDK: `run.model` / `run.tool` / `run.effect` with the default data policy (redacted, "
         "sealed). raw: `js.publish`, one message at a time, no headers, of the bytes the SDK stored for the same "
         "step of the previous run (same content and sizes; only ids, times, hashes and the seal differ): 1 message "
-        "a model or tool step, 4 an effect step (the SDK's claim and outcome on the run and on the key; the SDK "
-        "also reads the key's subject). LangGraph: `SqliteSaver.put` of the thread's checkpoint per step, carrying "
+        "a model or tool step, 4 an effect step (the SDK's intent and outcome on the run, claim and outcome on the "
+        "key; an effect returns once the key holds its outcome, whose copy on the run is acknowledged before the "
+        "run's next event). LangGraph: `SqliteSaver.put` of the thread's checkpoint per step, carrying "
         "the whole message list so far (langchain-core messages: human + AI per model step, AI tool call + tool "
         "message per tool or effect step), as `MessagesState` does; building the messages is not timed, "
         "`put_writes` is left out (both favour LangGraph). eventsourcing: one event per step triggered on an "
@@ -675,7 +678,7 @@ def run_suite(opts: SuiteOptions) -> Section:
         )
         + ". So every system has the step on disk when the call returns. LangGraph, DBOS and eventsourcing "
         "record an effect's outcome after the fact (one write); runledger claims the key before acting (at most "
-        "once across processes), which is why an effect step is four publishes and a read."
+        "once across processes), which is why an effect step is four publishes in two round trips."
     )
     rows = []
     for system in SYSTEMS:

@@ -344,15 +344,20 @@ def run_suite(opts: SuiteOptions) -> Section:
     from bench.plots import bars
 
     names = [x for x in SYSTEMS if x in largest]
+    nan = float("nan")  # a row a size does not have (the snapshot load: only runs long enough to snapshot)
+
+    def stat(r: dict[str, Any], x: str, key: str) -> float:
+        return float(r[x][key]) if x in r else nan
+
     section.plots.append(
         bars(
             opts.plot_dir / "resume.png",
             "p50 ms to resume or load, by run length (whiskers: min-max)",
             [f"{r['steps']:,} steps" for r in results],
-            {x: [r[x]["p50"] for r in results] for x in names},
+            {x: [stat(r, x, "p50") for r in results] for x in names},
             ylabel="ms (log)",
             log=True,
-            errors={x: [(r[x]["min"], r[x]["max"]) for r in results] for x in names},
+            errors={x: [(stat(r, x, "min"), stat(r, x, "max")) for r in results] for x in names},
         )
     )
     return section

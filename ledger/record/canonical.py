@@ -237,7 +237,7 @@ def as_recorded(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> Any:
 
 def digest(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> str:
     """sha256 hex of the canonical JSON of ``value`` in ``chain_format``."""
-    return hashlib.sha256(canonical_json(value, chain_format)).hexdigest()
+    return encoded_digest(value, chain_format)[1]
 
 
 def encoded_digest(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> tuple[bytes, str]:

@@ -349,7 +349,7 @@ async def _from_last(
             )  # fmt: skip
         _check_head(run_id, snap, head)
         assert journal is not None
-        cp = _verified(run_id, agent, found, records[1:], await journal)
+        cp = _verified(run_id, agent, found, snap, records[1:], await journal)
         run_keys = await keys
     except (LedgerError, ValueError, TypeError, KeyError) as exc:
         where = "" if found is None else f" at seq {found.event.seq} (stream sequence {found.stream_seq})"
@@ -459,11 +459,12 @@ async def _stored(client: LedgerClient, ref: dict[str, Any]) -> bytes | None:
     return data
 
 
-def _verified(run_id: str, agent: str, found: Recorded, tail: list[Recorded], journal: Any) -> Checkpoint:
-    """The checkpoint after ``found`` (a snapshot) and ``tail``, from the ``journal`` it holds.
-    Raises LedgerError saying why the snapshot is not usable (ChainError for the tail), which
-    the caller logs before reading the whole run."""
-    snap = _snapshot_of(run_id, agent, found)
+def _verified(
+    run_id: str, agent: str, found: Recorded, snap: JournalSnapshotted, tail: list[Recorded], journal: Any
+) -> Checkpoint:
+    """The checkpoint after ``found`` (a snapshot, ``snap`` its body as ``_snapshot_of`` checked it)
+    and ``tail``, from the ``journal`` it holds. Raises LedgerError saying why the snapshot is not
+    usable (ChainError for the tail), which the caller logs before reading the whole run."""
     if not isinstance(journal, dict):
         raise LedgerError("its journal is not a checkpoint")
     cp = checkpoint_of(journal)

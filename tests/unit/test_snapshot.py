@@ -16,6 +16,7 @@ from runledger.sdk.snapshot import (
     JournalSnapshotter,
     _check_head,
     _parsed,
+    _snapshot_of,
     _verified,
     checkpoint_of,
     opened_journal,
@@ -63,9 +64,14 @@ def snapshotted(steps: int = 6, tail: int = 3, **head: Any) -> tuple[list[Record
     return recorded(chain), steps + 1, journal
 
 
+def verified(run_id: str, found: Recorded, tail: list[Recorded], journal: Any) -> Checkpoint:
+    """What a resume checks of a snapshot: its event (``_snapshot_of``), then its journal and tail."""
+    return _verified(run_id, "a", found, _snapshot_of(run_id, "a", found), tail, journal)
+
+
 def test_a_snapshot_and_its_tail_fold_to_the_full_fold() -> None:
     records, at, journal = snapshotted()
-    cp = _verified("R1", "a", records[at], records[at + 1 :], journal)
+    cp = verified("R1", records[at], records[at + 1 :], journal)
     assert cp.to_dict() == fold(records).to_dict()
 
 
@@ -80,34 +86,34 @@ def test_a_snapshot_and_its_tail_fold_to_the_full_fold() -> None:
 def test_a_snapshot_whose_head_is_not_its_place_is_refused(head: dict[str, Any], why: str) -> None:
     records, at, journal = snapshotted(**head)
     with pytest.raises(LedgerError, match=why):
-        _verified("R1", "a", records[at], records[at + 1 :], journal)
+        verified("R1", records[at], records[at + 1 :], journal)
 
 
 def test_a_journal_that_does_not_end_at_the_head_is_refused() -> None:
     records, at, _ = snapshotted()
     shorter = json.loads(canonical_json(fold(records[: at - 1]).to_dict()))  # one event short
     with pytest.raises(LedgerError, match="does not end at the head"):
-        _verified("R1", "a", records[at], records[at + 1 :], shorter)
+        verified("R1", records[at], records[at + 1 :], shorter)
 
 
 def test_the_journal_of_another_run_is_refused() -> None:
     plain = {k: v for k, v in REF.items() if k not in ("enc", "kid")}  # a run recorded unsealed
     records, at, journal = snapshotted(journal=plain)
     with pytest.raises(LedgerError, match="journal of run"):
-        _verified("R2", "a", records[at], records[at + 1 :], journal)
+        verified("R2", records[at], records[at + 1 :], journal)
 
 
 def test_a_journal_sealed_under_another_key_is_refused() -> None:
     records, at, journal = snapshotted(journal={**REF, "kid": "b.R9"})
     with pytest.raises(LedgerError, match="not under the run's key"):
-        _verified("R1", "a", records[at], records[at + 1 :], journal)
+        verified("R1", records[at], records[at + 1 :], journal)
 
 
 def test_a_gap_in_the_tail_is_a_chain_error() -> None:
     records, at, journal = snapshotted()
     tail = records[at + 1 :]
     with pytest.raises(ChainError):
-        _verified("R1", "a", records[at], tail[:1] + tail[2:], journal)
+        verified("R1", records[at], tail[:1] + tail[2:], journal)
 
 
 async def test_opening_a_journal_without_sealed_content_changes_nothing() -> None:

@@ -61,9 +61,9 @@ def process_cpu(pid: int) -> float | None:
     """CPU seconds (user + system, all threads) of a live process, or None when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15 of stat)
 
 
 def containers_cpu() -> float | None:

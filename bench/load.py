@@ -73,6 +73,7 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from bench.common import pct, server, table
+from bench.cpu import process_cpu
 from runledger import Run
 from runledger.log.client import LedgerClient, connect
 from runledger.log.subjects import KEY_STREAM, LEDGER_STREAM
@@ -398,14 +399,7 @@ def run_phase(
 
 def cpu_seconds(pids: Sequence[int]) -> float:
     """User + system CPU seconds of ``pids`` so far (Linux /proc; 0 for a pid that is gone)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(cpu for cpu in map(process_cpu, pids) if cpu is not None)
 
 
 def _run_processes(jobs: list[ProcJob]) -> list[tuple[int, float, dict[str, Any]]]:

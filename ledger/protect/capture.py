@@ -358,15 +358,20 @@ async def run_protector(
     resolver: SecretResolver | None = None,
     keystore: KeyStore | None = None,
     worker: bool = False,
+    known: RunKeys | None = None,
 ) -> PayloadProtector:
     """The protector of one run, with its keys created (first start) or fetched (resume); ``worker``:
-    a run a worker writes (a branch), whose keys live under the workers' prefix.
+    a run a worker writes (a branch), whose keys live under the workers' prefix. ``known``: the
+    run's keys as the caller read them a moment ago (a resume from its snapshot), used instead of
+    reading them again when they are the run's.
 
     Raises KeyStoreError for a run whose keys were destroyed (erased runs are not continued)."""
     keys: RunKeys | None = None
     if policy.encrypt or policy.capture != "full":
-        store = keystore or KVKeyStore(client.js)
-        keys = await store.create(run_kid(agent, run_id, worker=worker))
+        kid = run_kid(agent, run_id, worker=worker)
+        keys = known if known is not None and known.kid == kid else None
+        if keys is None:
+            keys = await (keystore or KVKeyStore(client.js)).create(kid)
     return PayloadProtector(policy, keys, BlobStore(client), resolver)
 
 

@@ -50,7 +50,6 @@ from runledger.protect.capture import (
     is_marker,
     run_protector,
 )
-from runledger.protect.keystore import KeyStore, KVKeyStore, RunKeys
 from runledger.protect.runs import load_run
 from runledger.record.canonical import CHAIN_FORMAT, as_recorded, jsonable, recorded_chain_format
 from runledger.record.events import (
@@ -267,8 +266,8 @@ async def resume_run(
         data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
         worker = writer_of(log.subject) == WORKER_WRITER
         # The run's keys were read with its snapshot: not read (nor created and refused) a second time.
-        known = None if journal is None or journal.keys is None else _KnownKeys(journal.keys, KVKeyStore(client.js))
-        protector = await run_protector(client, log.agent or spec.name, run_id, data, worker=worker, keystore=known)
+        known = None if journal is None else journal.keys
+        protector = await run_protector(client, log.agent or spec.name, run_id, data, worker=worker, known=known)
         writer = _writer(client, log.subject, cp, policy, protector, spec)
         run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
         run._child_driver = _drive_child
@@ -306,23 +305,6 @@ async def _read_whole(client: LedgerClient, run_id: str, agent: str) -> RunLog:
         return await load_run(client, run_id, agent=agent, open_content=False)
     except RunNotFoundError:
         return await load_run(client, run_id, open_content=False)
-
-
-class _KnownKeys:
-    """A key store that already holds one run's keys, read a moment ago (the run is not erased):
-    ``create`` and ``get`` of that kid return them, anything else goes to ``store``."""
-
-    def __init__(self, keys: RunKeys, store: KeyStore) -> None:
-        self._keys, self._store = keys, store
-
-    async def create(self, kid: str) -> RunKeys:
-        return self._keys if kid == self._keys.kid else await self._store.create(kid)
-
-    async def get(self, kid: str) -> RunKeys | None:
-        return self._keys if kid == self._keys.kid else await self._store.get(kid)
-
-    async def destroy(self, kid: str) -> bool:
-        return await self._store.destroy(kid)
 
 
 def _after_snapshot(records: list[Recorded]) -> int:

@@ -59,9 +59,11 @@ if TYPE_CHECKING:
         VersionMismatchError,
     )
     from runledger.log.client import LedgerClient, connect
-    from runledger.protect.capture import DataPolicy
+    from runledger.protect.data_policy import DataPolicy
     from runledger.protect.redaction import RedactionPolicy, SecretResolver
-    from runledger.record.events import Budgets, Event, VersionTuple
+    from runledger.record.budgets import Budgets
+    from runledger.record.events import Event
+    from runledger.record.versions import VersionTuple
     from runledger.record.fold import Checkpoint, fold
     from runledger.sdk.agent import AgentSpec, load_agent
     from runledger.sdk.api import Run
@@ -95,9 +97,11 @@ _MODULE_OF: dict[str, str] = {
         "runledger.errors",
     ),
     **dict.fromkeys(["LedgerClient", "connect"], "runledger.log.client"),
-    **dict.fromkeys(["DataPolicy"], "runledger.protect.capture"),
+    **dict.fromkeys(["DataPolicy"], "runledger.protect.data_policy"),
     **dict.fromkeys(["RedactionPolicy", "SecretResolver"], "runledger.protect.redaction"),
-    **dict.fromkeys(["Budgets", "Event", "VersionTuple"], "runledger.record.events"),
+    **dict.fromkeys(["Budgets"], "runledger.record.budgets"),
+    **dict.fromkeys(["Event"], "runledger.record.events"),
+    **dict.fromkeys(["VersionTuple"], "runledger.record.versions"),
     **dict.fromkeys(["Checkpoint", "fold"], "runledger.record.fold"),
     **dict.fromkeys(["AgentSpec", "load_agent"], "runledger.sdk.agent"),
     **dict.fromkeys(["RunResult", "resume_run", "start_run"], "runledger.sdk.lifecycle"),

@@ -48,21 +48,24 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from runledger.errors import KeyStoreError, LedgerError, MasterKeyMissingError, PayloadUnavailableError
 from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
+from runledger.protect.data_policy import DEFAULT_BLOB_THRESHOLD as DEFAULT_BLOB_THRESHOLD
+from runledger.protect.data_policy import Capture as Capture
+from runledger.protect.data_policy import DataPolicy as DataPolicy
 from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
-from runledger.protect.redaction import RedactionPolicy, Redactor, SecretResolver, off_loop
+from runledger.protect.redaction import Redactor, SecretResolver, off_loop
 from runledger.record.canonical import CONTENT_FORMAT, canonical_json, jsonable
 from runledger.record.events import Event, Payload
 
 if TYPE_CHECKING:
     from runledger.log.client import LedgerClient
 
-Capture = Literal["full", "redacted", "hash-only"]
-DEFAULT_BLOB_THRESHOLD = 64 * 1024
+# DataPolicy, Capture and DEFAULT_BLOB_THRESHOLD (imported above, importable from here) have a module
+# of their own, runledger.protect.data_policy: an agent module makes a DataPolicy at import, and
+# needs none of this module's imports (the key store, blobs, redaction, the event models) for it.
 
 # Content fields of each event type (top-level payload keys). Everything else is structure.
 CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -88,16 +91,6 @@ MAX_TRACEBACK = 16 * 1024
 _SEALED_TEXT = re.compile(r"^«sealed:A256GCM:([A-Za-z0-9_.=-]+):([A-Za-z0-9+/=]+)»$")
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DataPolicy:
-    """A run's content policy: capture mode, redaction, sealing, and the by-reference threshold."""
-
-    capture: Capture = "redacted"
-    redaction: RedactionPolicy = field(default_factory=RedactionPolicy)
-    encrypt: bool = True
-    blob_threshold: int = DEFAULT_BLOB_THRESHOLD
 
 
 def is_sealed(value: Any) -> bool:

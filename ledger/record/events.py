@@ -30,8 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from pydantic_core import SchemaValidator, from_json
 
 from runledger.errors import EventDecodeError, UnknownSchemaVersionError
+from runledger.record.budgets import Budgets as Budgets
 from runledger.record.canonical import CHAIN_FORMATS, LEGACY_CHAIN_FORMAT, canonical_json
 from runledger.record.ids import new_id
+from runledger.record.versions import VersionTuple as VersionTuple
 
 GENESIS = "0" * 64
 MAX_INT64 = 2**63 - 1
@@ -40,6 +42,8 @@ MIN_INT64 = -(2**63)
 RFC3339 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
 
 # -- payloads -------------------------------------------------------------------------------------------
+# VersionTuple and Budgets, which RunStarted embeds, are defined in runledger.record.versions and
+# runledger.record.budgets (an AgentSpec needs them, not the models below) and are importable from here.
 
 
 class Payload(BaseModel):
@@ -48,25 +52,6 @@ class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     TYPE: ClassVar[str]
     VERSION: ClassVar[int] = 1
-
-
-class VersionTuple(BaseModel):
-    """What made the run behave as it did; resume refuses a different one."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    agent_version: str
-    model: str
-    prompt_hash: str
-    tool_schema_hashes: dict[str, str] = Field(default_factory=dict)
-
-
-class Budgets(BaseModel):
-    """Limits on a run's spend; None means unlimited."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    turns: int | None = None
-    tokens: int | None = None
-    seconds: float | None = None
 
 
 class ErrorInfo(BaseModel):

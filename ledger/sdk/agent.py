@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from runledger.errors import ConfigurationError
-from runledger.protect.capture import DataPolicy
-from runledger.record.events import Budgets, VersionTuple
+from runledger.protect.data_policy import DataPolicy
+from runledger.record.budgets import Budgets
+from runledger.record.versions import VersionTuple
 from runledger.sdk.models import ModelAdapter
 from runledger.sdk.tools import Tool
 
@@ -53,6 +54,7 @@ class AgentSpec:
     agent_version: str | None = None
     budgets: Budgets = field(default_factory=Budgets)
     # What the record keeps of content (capture mode, redaction, sealing, blobs): runledger.protect.capture.
+    # Its own light module (runledger.protect.data_policy): an agent module builds its spec at import.
     data_policy: DataPolicy = field(default_factory=DataPolicy)
     durability: Durability = "step"
     window_events: int = 64

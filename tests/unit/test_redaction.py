@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from runledger.errors import ConfigurationError, SecretNotFoundError
-from runledger.protect import redaction
+from runledger.protect import redaction, redaction_detectors, redaction_scan, wrappers
 from runledger.protect.redaction import (
     FieldPaths,
     RedactionPolicy,
@@ -199,7 +199,7 @@ def test_the_one_scan_for_all_hints_decides_as_the_per_detector_scans(monkeypatc
     texts = [text for _, text, _ in SECRETS] + ["ordinary text, no marker at all", "a key", "AKIA", "x" * 600]
     texts += [f"{a} {b}" for a in texts[:6] for b in texts[-4:]]
     gated = [Redactor(KEY)._scan(t) for t in texts]
-    monkeypatch.setattr(redaction, "GATE_MAX_CHARS", -1)  # every text takes the per-detector scans
+    monkeypatch.setattr(redaction_scan, "GATE_MAX_CHARS", -1)  # every text takes the per-detector scans
     assert [Redactor(KEY)._scan(t) for t in texts] == gated
 
 
@@ -434,7 +434,7 @@ def test_ordinary_encoded_content_is_left_alone() -> None:
 def test_the_one_probe_for_all_base64_runs_says_yes_whenever_a_run_holds_a_secret() -> None:
     r = Redactor(KEY)
     for _, text, _ in WRAPPED:
-        if text != r._open_base64(text, 0, redaction._Mint(probe=True)):
+        if text != r._open_base64(text, 0, redaction_scan._Mint(probe=True)):
             assert r._base64_may_hold(text, 0)
     assert not r._base64_may_hold("plain " + _b64("nothing here at all, really"), 0)
 
@@ -482,7 +482,7 @@ def test_a_run_right_after_another_runs_padding_is_found_in_text_with_newlines()
         out = Redactor(KEY).redact_text(text)
         assert second not in out and f"{first}«redacted:base64:credential:" in out, repr(text)
     end = 2 + len(first)
-    assert redaction._b64_runs(f"x\n{first}{second}\n") == [(2, end), (end, end + len(second))]
+    assert wrappers._b64_runs(f"x\n{first}{second}\n") == [(2, end), (end, end + len(second))]
 
 
 def test_a_lower_cased_detector_still_matches_after_another_detector_placed_tokens() -> None:
@@ -494,13 +494,13 @@ def test_a_lower_cased_detector_still_matches_after_another_detector_placed_toke
 def test_url_offsets_map_decoded_characters_back() -> None:
     texts = ["a%20b", "%41%42%43", "100% and %3D%3d, %zz%2", "x" * 50 + "%25" * 30 + "tail%0A", "%%41%4"]
     for text in texts:
-        decoded = redaction._url_decode(text)
+        decoded = wrappers._url_decode(text)
         assert decoded == urllib.parse.unquote(text, encoding="latin-1")
         starts, o = [], 0
         while o < len(text):  # brute force: where each decoded character starts
             starts.append(o)
-            o += 3 if redaction._PERCENT.match(text, o) else 1
-        assert redaction._url_offsets(text, list(range(len(decoded) + 1))) == [*starts, len(text)]
+            o += 3 if wrappers._PERCENT.match(text, o) else 1
+        assert wrappers._url_offsets(text, list(range(len(decoded) + 1))) == [*starts, len(text)]
 
 
 def test_unknown_wrappers_are_refused() -> None:
@@ -560,7 +560,7 @@ def test_scanning_in_small_windows_finds_what_one_window_finds(monkeypatch: pyte
     texts += [pad + _fill(unit, 300) + pad.join(t for _, t, _ in SECRETS[:6]) for unit in ADVERSARIAL[:8]]
     texts += ["x" * 61 + "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0." + "s" * 200 + " then " + PEM * 2]
     whole = [Redactor(KEY)._scan(t) for t in texts]
-    monkeypatch.setattr(redaction, "WINDOW_CHARS", 37)
+    monkeypatch.setattr(redaction_scan, "WINDOW_CHARS", 37)
     assert [Redactor(KEY)._scan(t) for t in texts] == whole
 
 
@@ -572,8 +572,8 @@ def test_cards_are_checked_in_batches_as_one_by_one() -> None:
     for _ in range(3000):
         digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(13, 19)))
         candidates.append(" ".join(digits[i : i + 4] for i in range(0, len(digits), 4)))
-    assert redaction._cards_ok(candidates) == [redaction._card_ok(c) for c in candidates]
-    assert redaction._cards_ok(candidates[:1] * 50) == [True] * 50
+    assert redaction_detectors._cards_ok(candidates) == [redaction_detectors._card_ok(c) for c in candidates]
+    assert redaction_detectors._cards_ok(candidates[:1] * 50) == [True] * 50
     assert luhn_ok("6011000990139424") and not luhn_ok("6011000990139425")
 
 

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runledger.protect import redaction
-from runledger.protect.redaction import Redactor, _Mint
+from runledger.protect import redaction, redaction_unwrap
+from runledger.protect.redaction import Redactor
+from runledger.protect.redaction_scan import _Mint
 
 KEY = b"k" * 32
 REGISTERED = "hunter2-rosebud"
@@ -126,7 +127,7 @@ def _pair() -> tuple[Redactor, Redactor]:
 def _full_outputs(full: Redactor, values: list[Any]) -> list[Any]:
     # The full path's probes mask with one character per kind (no Latin-1 mask), as before.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(redaction, "_FLAT_MASKS", {})
+        patch.setattr(redaction_unwrap, "_FLAT_MASKS", {})
         return [full.redact(v) for v in values]
 
 

@@ -134,7 +134,7 @@ def _work(monkeypatch: pytest.MonkeyPatch, text: str) -> Work:
         return decode(data, *args, **kwargs)
 
     _OWN_CODE.add(counted_decode.__code__)
-    monkeypatch.setattr(redaction.binascii, "a2b_base64", counted_decode)
+    monkeypatch.setattr(binascii, "a2b_base64", counted_decode)
     redactor = Redactor(KEY, redaction.RedactionPolicy(detectors=detectors))
     with _counting() as work:
         active.append(work)

@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from runledger.protect.redaction import RedactionPolicy, SecretResolver
     from runledger.record.budgets import Budgets
     from runledger.record.events import Event
-    from runledger.record.versions import VersionTuple
     from runledger.record.fold import Checkpoint, fold
+    from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
     from runledger.sdk.api import Run
     from runledger.sdk.context import EffectContext

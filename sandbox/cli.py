@@ -23,8 +23,8 @@ from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import LABEL, OWNER, SandboxPolicy, SandboxPool
 from runledger.sandbox.diff import diff, render
-from runledger.sandbox.image import IMAGE_REPO, build_image, current_image, docker_client
-from runledger.sandbox.image_extras import build_extras_image
+from runledger.sandbox.image import IMAGE_REPO, current_image, docker_client
+from runledger.sandbox.image_extras import build_sandbox_image
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 from runledger.sandbox.worker import run_worker, submit
 
@@ -33,10 +33,17 @@ DEAD_LETTERED = " dead-lettered after "  # in the message of a RerunDeadLettered
 
 def cmd_build(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger sandbox build`")
-    tag = build_image(args.base, log=lambda m: print(m, file=sys.stderr))
-    if args.extra:  # agents that import a framework (a LangGraph graph) need its packages in the guest
-        tag = build_extras_image(tag, args.extra, log=lambda m: print(m, file=sys.stderr))
-        docker_client().images.get(tag).tag(IMAGE_REPO, "latest")
+    # Agents that import a framework (a LangGraph graph) need its packages in the guest: --extra adds
+    # them, and a build without it keeps those the current image holds (runledger.sandbox.image_extras).
+    tag, kept = build_sandbox_image(
+        args.base, args.extra or (), keep_extras=not args.no_extras, log=lambda m: print(m, file=sys.stderr)
+    )
+    if kept:
+        print(
+            f"{IMAGE_REPO}:latest keeps the extras it held ({', '.join(kept)}): built with them on the new image; "
+            "`runledger sandbox build --no-extras` builds it without",
+            file=sys.stderr,
+        )
     print(tag)
     return 0
 
@@ -301,8 +308,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sandbox.add_parser("build", help="build the sandbox image (offline when no registry is reachable)")
     p.add_argument("--base", help="base image with python3 (default: python:3.11-slim, else built offline)")
     p.add_argument(
-        "--extra", action="append", metavar="NAME", help="add the packages of an extra the agents import (langgraph)"
+        "--extra",
+        action="append",
+        metavar="NAME",
+        help="add the packages of an extra the agents import (langgraph); without it, the extras of the current "
+        "image are kept",
     )
+    p.add_argument("--no-extras", action="store_true", help="build the image without the extras the current one holds")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("rerun", parents=[common], help="re-run a recorded run in a sandbox")

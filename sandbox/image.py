@@ -11,7 +11,8 @@
 Everything comes from the installed package (its files and its metadata), so the image builds
 from ``pip install runledger[sandbox]`` as well as from a checkout.
 3. tag: ``runledger/sandbox:<sha256 of base image id + context>``; an existing tag is reused,
-   so the image is rebuilt only when its inputs change. ``runledger/sandbox:latest`` follows.
+   so the image is rebuilt only when its inputs change. ``runledger/sandbox:latest`` follows (with
+   the extras it held kept, when ``runledger sandbox build`` rebuilds it: runledger.sandbox.image_extras).
 """
 
 from __future__ import annotations
@@ -178,8 +179,10 @@ def _context(python_version: str) -> tuple[Path, str]:
     return ctx, h.hexdigest()[:16]
 
 
-def build_image(base: str | None = None, log: Callable[[str], None] | None = None) -> str:
-    """Build (or reuse) the sandbox image; returns its tag.
+def build_image(base: str | None = None, log: Callable[[str], None] | None = None, *, latest: bool = True) -> str:
+    """Build (or reuse) the sandbox image; returns its tag, which becomes ``runledger/sandbox:latest``
+    unless ``latest`` is false (``runledger sandbox build`` decides that tag itself, keeping the
+    extras the image it named held: ``runledger.sandbox.image_extras.build_sandbox_image``).
 
     Steps that take minutes are reported to ``log`` (default: this module's logger, at INFO)."""
     log = log or logger.info
@@ -192,7 +195,8 @@ def build_image(base: str | None = None, log: Callable[[str], None] | None = Non
         if not _has_image(client, tag):
             log(f"building {tag} on {base}")
             _build_offline(client, ctx, tag, base, "docker build")
-        client.images.get(tag).tag(IMAGE_REPO, "latest")
+        if latest:
+            client.images.get(tag).tag(IMAGE_REPO, "latest")
         return tag
     finally:
         shutil.rmtree(ctx, ignore_errors=True)

@@ -8,6 +8,12 @@ of the extra's requirements for the image's Python, downloaded on the host (pip,
 extra's own packages are pinned to the versions installed on the host (the guest loads values the
 host recorded), and every package the image already holds keeps its version.
 
+``runledger/sandbox:latest`` (what ``rerun`` and ``worker`` use) keeps its extras: each extras image
+carries the label ``runledger.extras`` (the extras it holds), and a later ``runledger sandbox build``
+without ``--extra`` builds the same extras on the new core image and says so, so rebuilding the
+core after an upgrade does not leave a LangGraph agent's re-runs without LangGraph
+(``--no-extras`` builds the core image alone). ``--extra`` names the extras outright.
+
 Rejected: a second ``site`` directory for the layer (the containers' ``PYTHONPATH`` names the
 image's one directory) and installing the extras into the base image (one image per set of
 extras would rebuild the core's layer each time).
@@ -24,10 +30,19 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from runledger.log.server import runledger_home
 from runledger.sandbox.errors import ImageError
-from runledger.sandbox.image import IMAGE_REPO, _build_offline, _has_image, _image_python, _wheels, docker_client
+from runledger.sandbox.image import (
+    IMAGE_REPO,
+    _build_offline,
+    _has_image,
+    _image_python,
+    _wheels,
+    build_image,
+    docker_client,
+)
 
 DOCKERFILE = """\
 ARG BASE
@@ -45,6 +60,10 @@ S.mkdir(parents=True, exist_ok=True); \\
     chmod -R a+rX,go-w /opt/runledger
 USER sandbox
 """
+
+LATEST = f"{IMAGE_REPO}:latest"
+# On every extras image: the extras it holds, sorted and comma-separated.
+EXTRAS_LABEL = "runledger.extras"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -116,13 +135,15 @@ def build_extras_image(base_tag: str, extras: Sequence[str], log: Callable[[str]
     requirements = sorted({r for extra in extras for r in extra_requirements(extra)})
     wheels = _extra_wheels(python_version, requirements, _wheels(python_version))
     base_id = client.images.get(base_tag).id
-    content = "\n".join([base_id, DOCKERFILE, *(w.name for w in wheels)])
+    # The names were checked by extra_requirements: runledger's own extras, no quote among them.
+    dockerfile = DOCKERFILE + f'LABEL {EXTRAS_LABEL}="{",".join(sorted(set(extras)))}"\n'
+    content = "\n".join([base_id, dockerfile, *(w.name for w in wheels)])
     tag = f"{IMAGE_REPO}:{hashlib.sha256(content.encode()).hexdigest()[:16]}"
     if _has_image(client, tag):
         return tag
     ctx = Path(tempfile.mkdtemp(prefix="runledger-image-extras-"))
     try:
-        (ctx / "Dockerfile").write_text(DOCKERFILE)
+        (ctx / "Dockerfile").write_text(dockerfile)
         (ctx / "wheels").mkdir()
         for wheel in wheels:
             shutil.copy(wheel, ctx / "wheels" / wheel.name)
@@ -131,3 +152,34 @@ def build_extras_image(base_tag: str, extras: Sequence[str], log: Callable[[str]
         return tag
     finally:
         shutil.rmtree(ctx, ignore_errors=True)
+
+
+def latest_extras(client: Any) -> list[str]:
+    """The extras ``runledger/sandbox:latest`` holds (its ``runledger.extras`` label): none when it
+    is the core image, or when there is no such image yet."""
+    if not _has_image(client, LATEST):
+        return []
+    label = (client.images.get(LATEST).labels or {}).get(EXTRAS_LABEL, "")
+    return [name for name in label.split(",") if name]
+
+
+def build_sandbox_image(
+    base: str | None = None,
+    extras: Sequence[str] = (),
+    *,
+    keep_extras: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> tuple[str, list[str]]:
+    """What ``runledger sandbox build`` does: build (or reuse) the core image, then the layer of
+    ``extras``, or, when none are given and ``keep_extras``, of the extras ``runledger/sandbox:latest``
+    held; tag the result ``latest`` once it is built (a failed build leaves ``latest`` as it was).
+    Returns the tag and the extras kept from the previous ``latest`` (empty unless that decided them).
+    Raises ImageError."""
+    log = log or (lambda message: None)
+    client = docker_client()
+    kept = [] if extras or not keep_extras else latest_extras(client)
+    tag = build_image(base, log=log, latest=False)
+    if extras or kept:
+        tag = build_extras_image(tag, list(extras) or kept, log=log)
+    client.images.get(tag).tag(IMAGE_REPO, "latest")
+    return tag, kept

@@ -14,8 +14,14 @@ whatever the agent reads.
 
 The object store is addressed by name, not content (identical bodies under two names are
 stored twice), so objects are named by their sha256 and put only when absent: two identical bodies are stored once and a
-retried put is a no-op. Reads stream chunks into a temporary file
-(``get(name, writeinto=...)``): ``get()`` into memory is quadratic in the size.
+retried put is a no-op. ``fetch`` reads a blob as the object store lays it out: its metadata by
+one direct get, then its chunks by one subject read (runledger.log.fastread), not through
+nats-py's ``get``, which looks up the stream, creates an ordered consumer and hands each chunk to
+a worker thread (a snapshot's journal, a replayed step's large output). A blob not stored the
+usual way (a delete marker, a link, an odd chunk name) or a connection that cannot read so
+(TLS, nkeys: ``ReaderUnavailable``) goes through nats-py's ``get``, which streams chunks into a
+temporary file (``get(name, writeinto=...)``: ``get()`` into memory is quadratic in the size).
+Either way the bytes are checked against the name (sha256) before they are returned.
 
 ``nats`` is imported inside ``BlobStore``'s methods: ``runledger.protect.capture`` needs this module's
 references but not the store, and the sandbox guest imports capture without a NATS client.
@@ -23,14 +29,16 @@ references but not the store, and the sandbox guest imports capture without a NA
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import json
 import logging
 import re
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from runledger.errors import BlobCorruptError, BlobError, BlobMissingError
+from runledger.errors import BlobCorruptError, BlobError, BlobMissingError, LedgerError
 from runledger.log.subjects import BLOB_BUCKET
 
 if TYPE_CHECKING:
@@ -39,6 +47,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 MEDIA_JSON = "application/json"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_NUID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_BLOB_STREAM = f"OBJ_{BLOB_BUCKET}"  # nats.js.object_store.OBJ_STREAM_TEMPLATE
 
 
 def is_blob_ref(value: Any) -> bool:
@@ -100,10 +110,53 @@ class BlobStore:
 
     async def fetch(self, ref: dict[str, Any]) -> bytes:
         """The stored bytes of ``ref``, hash-verified. Raises BlobMissingError or BlobCorruptError."""
+        sha = ref["sha256"]
+        data = await self._read_direct(sha)
+        return data if data is not None else await self._read_through_store(sha)
+
+    async def _read_direct(self, sha: str) -> bytes | None:
+        """The bytes of blob ``sha`` read as the object store lays them out: its metadata (one direct
+        get), then its chunks in one subject read. Raises BlobCorruptError when they are not the
+        bytes ``sha`` names.
+
+        None when the blob is not stored the usual way (no metadata, a delete marker, a link, an odd
+        chunk name) or this connection cannot read it so: ``_read_through_store`` decides then."""
+        import nats.errors
+        from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_META_PRE_TEMPLATE
+
+        from runledger.log.fastread import read_subject
+
+        name = base64.urlsafe_b64encode(sha.encode()).decode()
+        meta_subject = OBJ_META_PRE_TEMPLATE.format(bucket=BLOB_BUCKET, obj=name)
+        try:
+            meta = await self._client.js.get_last_msg(_BLOB_STREAM, meta_subject, direct=True)
+            info = json.loads(meta.data or b"")
+        except (TimeoutError, nats.errors.Error, ValueError):
+            return None
+        nuid = info.get("nuid") if isinstance(info, dict) else None
+        options = info.get("options") if isinstance(info, dict) else None
+        if (
+            not isinstance(nuid, str) or not _NUID.match(nuid) or info.get("deleted")
+            or (isinstance(options, dict) and options.get("link"))
+        ):  # fmt: skip
+            return None
+        chunk_subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=BLOB_BUCKET, obj=nuid)
+        try:
+            chunks = await read_subject(self._client, _BLOB_STREAM, chunk_subject)
+        except LedgerError:  # ReaderUnavailable, a refused or incomplete read
+            return None
+        data = b"".join(chunk.data for chunk in chunks)
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != sha:
+            raise BlobCorruptError(sha, actual)
+        return data
+
+    async def _read_through_store(self, sha: str) -> bytes:
+        """nats-py's read of blob ``sha`` (any layout it knows), and the body behind a delete marker
+        whose chunks were never purged; hash-verified."""
         import nats.js.errors
         from nats.js.errors import NotFoundError, ObjectNotFoundError
 
-        sha = ref["sha256"]
         store = await self._os()
         with tempfile.TemporaryFile() as f:
             try:

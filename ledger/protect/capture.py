@@ -293,7 +293,8 @@ class PayloadOpener:
                 keys = await self.key(value["kid"], strict=strict)
                 if keys is None:
                     if strict:
-                        raise PayloadUnavailableError(f"content sealed under {value['kid']}", _no_key(value["kid"]))
+                        what = f"content sealed under {value['kid']}"
+                        raise PayloadUnavailableError(what, missing_key_reason(value["kid"]))
                     return value
                 value = _loads(keys.unseal(base64.b64decode(value["ct"])))
             elif is_blob_ref(value):
@@ -305,7 +306,7 @@ class PayloadOpener:
                 keys = await self.key(enc_kid, strict=strict) if enc_kid else None
                 if enc_kid and keys is None:
                     if strict:
-                        raise PayloadUnavailableError(f"blob {value['sha256']}", _no_key(enc_kid))
+                        raise PayloadUnavailableError(f"blob {value['sha256']}", missing_key_reason(enc_kid))
                     return value
                 try:
                     data = await self._blobs.fetch(value)
@@ -329,12 +330,13 @@ class PayloadOpener:
         keys = await self.key(m.group(1))
         if keys is None:
             if strict:
-                raise PayloadUnavailableError(f"text sealed under {m.group(1)}", _no_key(m.group(1)))
+                raise PayloadUnavailableError(f"text sealed under {m.group(1)}", missing_key_reason(m.group(1)))
             return text
         return keys.unseal(base64.b64decode(m.group(2))).decode("utf-8")
 
 
-def _no_key(kid: str) -> str:
+def missing_key_reason(kid: str) -> str:
+    """Why content sealed under ``kid`` cannot be opened (every reader that needs the key says so)."""
     return f"the key {kid} is not in the key store (the run was erased, or this role may not read it)"
 
 

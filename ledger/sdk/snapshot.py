@@ -24,10 +24,8 @@ is a snapshot (a suspended run: the snapshot follows ``run.suspended``) the run 
 the snapshot's head on, and the journal its event names is read at the same time; otherwise (a
 crash) the run is read from ``TAIL_WINDOW`` stream sequences back, and only the last snapshot
 found there and what follows it are decoded. The run's keys are read meanwhile (the resumed
-writer needs them too: ``JournalLoad.keys``). The journal's blob is read as the object store
-lays it out (its metadata by one direct get, its chunks by one subject read), not through
-nats-py's ``get``, which looks up the stream, creates an ordered consumer and hands each chunk
-to a worker thread; a blob not stored the usual way goes through ``BlobStore.fetch``. Its steps
+writer needs them too: ``JournalLoad.keys``). The journal's blob is read by ``BlobStore.fetch``
+(its metadata by one direct get, its chunks by one subject read, the hash checked). Its steps
 are stored as a table (``stored_journal``) and parsed by pydantic-core. Nothing in a snapshot
 is believed until:
 
@@ -57,33 +55,27 @@ fields, for a read that is one subject read either way.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import logging
-import re
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import nats
 from nats.js.errors import NotFoundError
-from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_META_PRE_TEMPLATE, OBJ_STREAM_TEMPLATE
 from pydantic_core import from_json
 
-from runledger.errors import BlobCorruptError, BlobError, LedgerError, PayloadUnavailableError
-from runledger.log.fastread import read_subject
+from runledger.errors import BlobError, LedgerError, PayloadUnavailableError
 from runledger.log.reader import RunLog, decode_records, read_raw
 from runledger.log.subjects import (
     AGENT_WRITER,
-    BLOB_BUCKET,
     LEDGER_STREAM,
     WORKER_WRITER,
     run_filter,
     run_subject,
     writer_of,
 )
-from runledger.protect.blobs import MEDIA_JSON, is_blob_ref
-from runledger.protect.capture import PayloadOpener, is_marker, is_sealed_text
+from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
+from runledger.protect.capture import PayloadOpener, is_marker, is_sealed_text, missing_key_reason
 from runledger.protect.keystore import ALG, RunKeys, run_kid
 from runledger.record.canonical import canonical_json
 from runledger.record.events import JournalSnapshotted, decode_fast
@@ -412,51 +404,16 @@ async def _journal(
     client: LedgerClient, ref: dict[str, Any], keys: asyncio.Future[RunKeys | None], opener: PayloadOpener
 ) -> Any:
     """The journal ``ref`` names (a checked snapshot's: a blob, sealed under the run's key
-    ``keys`` when it has ``enc``), hash checked, opened and parsed. Raises LedgerError."""
-    data = await _stored(client, ref)
-    if data is None:  # not stored the usual way: the object store's own read, which knows the others
-        return await opener.open_value(ref, strict=True, fetch=True)
+    ``keys`` when it has ``enc``), hash checked (``BlobStore.fetch``), opened and parsed. Raises
+    LedgerError."""
+    data = await BlobStore(client).fetch(ref)
     if ref.get("enc"):
         run_keys = await keys
         if run_keys is None:
-            raise PayloadUnavailableError(f"blob {ref['sha256']}", f"the key {ref.get('kid')} is not in the key store")
+            raise PayloadUnavailableError(f"blob {ref['sha256']}", missing_key_reason(str(ref.get("kid"))))
         data = run_keys.unseal(data)
     value = _parsed(data)
     return await opener.open_value(value, strict=True, fetch=True) if is_marker(value) else value
-
-
-_BLOB_STREAM = OBJ_STREAM_TEMPLATE.format(bucket=BLOB_BUCKET)
-_NUID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-async def _stored(client: LedgerClient, ref: dict[str, Any]) -> bytes | None:
-    """The bytes of the blob ``ref``, read as the object store lays them out: its metadata (one
-    direct get), then its chunks in one subject read (runledger.log.fastread; nats-py's ``get``
-    looks up the stream, creates an ordered consumer and writes each chunk through a worker
-    thread). Raises BlobCorruptError when they are not the bytes ``ref`` names (sha256).
-
-    None when the blob is not stored the usual way (no metadata, a delete marker, a link, an
-    odd chunk name) or this connection cannot read it so: ``BlobStore.fetch`` decides then."""
-    sha = ref["sha256"]
-    name = base64.urlsafe_b64encode(sha.encode()).decode()
-    try:
-        meta = await client.js.get_last_msg(_BLOB_STREAM, OBJ_META_PRE_TEMPLATE.format(bucket=BLOB_BUCKET, obj=name),
-                                            direct=True)  # fmt: skip
-        info = json.loads(meta.data or b"")
-    except (TimeoutError, nats.errors.Error, ValueError):
-        return None
-    nuid = info.get("nuid") if isinstance(info, dict) else None
-    if not isinstance(nuid, str) or not _NUID.match(nuid) or info.get("deleted") or info.get("options", {}).get("link"):
-        return None
-    try:
-        chunks = await read_subject(client, _BLOB_STREAM, OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=BLOB_BUCKET, obj=nuid))
-    except LedgerError:  # ReaderUnavailable, a refused or incomplete read
-        return None
-    data = b"".join(chunk.data for chunk in chunks)
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != sha:
-        raise BlobCorruptError(sha, actual)
-    return data
 
 
 def _verified(

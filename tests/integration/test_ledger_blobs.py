@@ -96,6 +96,15 @@ async def test_blobs_are_named_by_hash_stored_once_and_verified(client: LedgerCl
     store = await client.js.object_store(BLOB_BUCKET)
     assert len([o for o in await store.list() if o.name == ref["sha256"]]) == 1
     assert await blobs.fetch(ref) == body
+    # Read as the object store lays it out (metadata by direct get, chunks by one subject read),
+    # the same bytes nats-py's own read gives.
+    assert await blobs._read_direct(ref["sha256"]) == body == await blobs._read_through_store(ref["sha256"])
+    # A deleted blob (its metadata a delete marker) is left to nats-py's read, which finds it erased.
+    gone = await blobs.put(b'"to be erased"')
+    assert await blobs.delete(gone["sha256"])
+    assert await blobs._read_direct(gone["sha256"]) is None
+    with pytest.raises(BlobMissingError):
+        await blobs.fetch(gone)
 
     # An object whose content does not match its name is refused.
     forged = b'"forged body"'

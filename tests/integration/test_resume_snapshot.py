@@ -186,14 +186,14 @@ async def test_the_snapshot_of_an_erased_run_is_unreadable(client: LedgerClient)
 async def test_the_journal_is_read_as_the_object_store_lays_it_out(
     client: LedgerClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Its metadata by a direct get and its chunks by one subject read, not through nats-py's
-    object store ``get`` (BlobStore.fetch), which stays the way for blobs stored otherwise."""
+    """Its metadata by a direct get and its chunks by one subject read (BlobStore.fetch), not
+    through nats-py's object store ``get``, which stays the way for blobs stored otherwise."""
     await suspended_run(client, "snap-direct")
 
-    async def refused(self: BlobStore, ref: dict[str, Any]) -> bytes:
-        raise AssertionError("BlobStore.fetch was used")
+    async def refused(self: BlobStore, sha: str) -> bytes:
+        raise AssertionError("nats-py's object store read was used")
 
-    monkeypatch.setattr(BlobStore, "fetch", refused)
+    monkeypatch.setattr(BlobStore, "_read_through_store", refused)
     with caplog.at_level(logging.WARNING, logger="runledger.sdk.snapshot"):
         journal = await load_journal(client, "snap-direct", AGENT, client_opener(client))
     assert journal is not None and "not usable" not in caplog.text

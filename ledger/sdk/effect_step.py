@@ -1,0 +1,401 @@
+"""The effect step of a run: an action outside the run done at most once per idempotency key.
+
+``RecordedRun.effect`` (and an effect tool's ``RecordedRun.tool``) claims the key on its own
+subject, acts, and records the outcome on the key first and then on the run; a resume that finds
+a claim without an outcome settles it (waits for its lease, reconciles, or reports it in doubt).
+Separate from runledger.sdk.run (the journal and the other steps) because it is the one step
+with a second writer's subject and its own fencing; ``RecordedRun`` inherits it, so the names
+are the run's as before.
+
+The NATS-bound modules (effects, publish) are imported where an effect is settled, for the
+reason runledger.sdk.run gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from runledger.errors import (
+    ConfigurationError,
+    EffectClaimedElsewhereError,
+    EffectFailedError,
+    EffectInDoubtError,
+    FencedError,
+    NondeterminismError,
+)
+from runledger.record import canonical
+from runledger.record.canonical import CHAIN_FORMAT, CONTENT_FORMAT, as_recorded, digest, jsonable
+from runledger.record.events import (
+    EffectCommitted,
+    EffectFailed,
+    EffectIntended,
+    EffectResolved,
+    Payload,
+    RunSuspended,
+)
+from runledger.sdk.context import EffectContext, call_effect, call_key, effect_lease
+from runledger.sdk.crashpoints import crash_point, pause_point
+from runledger.sdk.errorinfo import error_info
+from runledger.sdk.holder import this_holder
+from runledger.sdk.tools import NOT_FOUND, EffectClass, ToolFn, call_maybe_async
+
+if TYPE_CHECKING:
+    from runledger.log.client import LedgerClient
+    from runledger.log.publish import RetryPolicy, SubjectWriter
+    from runledger.log.subjects import Writer
+    from runledger.protect.capture import PayloadProtector
+    from runledger.record.events import Event
+    from runledger.record.fold import Checkpoint, StepRecord
+    from runledger.sdk.effects import KeyState
+
+logger = logging.getLogger("runledger.sdk.run")  # the run's log, as before the step had its own module
+P = TypeVar("P", bound=Payload)
+
+# How many times _settle reads the key again after another writer got to it first, before it gives up.
+_SETTLE_ROUNDS = 20
+
+
+def _report_lease_wait(seconds: float, state: KeyState) -> None:
+    logger.info(
+        "effect %r: attempt %d (fencing token %d) of run %s step %s has no outcome and holds its lease for "
+        "another %.1fs (its process may be paused, not dead); waiting for the lease to expire",
+        state.key, state.attempt, state.fencing_token, state.run_id, state.step, seconds,
+    )  # fmt: skip
+
+
+class EffectStep:
+    """The effect step of ``RecordedRun`` (its base: every method here runs on a RecordedRun).
+
+    Also the key's side of it: claims and outcomes fenced on the key's own subject, and the
+    outcome mirrored onto the run's subject after the key holds it."""
+
+    # What the run holds and does, declared for the type checker: RecordedRun defines each.
+    _client: LedgerClient
+    _writer: SubjectWriter
+    _key_writer: Writer
+    _cp: Checkpoint
+    _policy: RetryPolicy
+    _protector: PayloadProtector | None
+    _next_step: int
+    _continuing: bool
+    _mirroring: set[asyncio.Task[None]]
+    _unmirrored: BaseException | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def run_id(self) -> str: ...
+        @property
+        def agent(self) -> str: ...
+        async def _append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event: ...
+        def _take_step(self) -> tuple[int, StepRecord | None]: ...
+        def _check(
+            self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None, args: Any = None
+        ) -> None: ...
+        async def _check_budgets(self, step: int, *, model_call: bool) -> None: ...
+        def _after_step(self, step: int) -> None: ...
+        async def _open(self, value: Any) -> Any: ...
+        def _resolve(self, args: Any) -> Any: ...
+
+    async def effect(
+        self,
+        name: str,
+        args: Any,
+        *,
+        key: str,
+        fn: ToolFn,
+        reconcile: Any = None,
+        effect_class: EffectClass = "write",
+        tool_call_id: str | None = None,
+        lease_s: float | None = None,
+    ) -> Any:
+        """Perform a side effect at most once per idempotency ``key``, across processes.
+
+        Claims the key on its own subject (first claim wins, server-side), calls ``fn(args)``,
+        records the outcome. A key already committed returns its recorded result without
+        acting. A claim with no outcome is in doubt: ``reconcile(key)`` decides (it returns the
+        result, or NOT_FOUND when the external system has no trace), else EffectInDoubtError.
+
+        ``fn`` receives the attempt's ``EffectContext`` (key, run id, step, attempt, the model's
+        ``tool_call_id``, the fencing token) when it declares a parameter for it (``ctx``, or
+        annotated ``EffectContext``), and through ``EffectContext.current()`` anywhere below it
+        (runledger.sdk.context): pass ``ctx.key`` to the service as its idempotency key. The claim
+        carries a lease of ``lease_s`` seconds (default ``$RUNLEDGER_EFFECT_LEASE_S``, else 30):
+        a resume that finds the claim without an outcome waits for the lease to expire before it
+        settles it, so a holder that is only paused is not overtaken while it may still act.
+        """
+        if not key:
+            raise ConfigurationError(f"effect {name!r} needs a non-empty idempotency key")
+        lease = effect_lease(lease_s)
+        args = jsonable(args)
+        args_json, args_digest = canonical.encoded_digest(args, self._cp.chain_format)  # the bytes sealed too
+        if self._continuing:
+            # A run continued without replay (lifecycle.open_run) whose earlier attempt stopped inside
+            # this effect: settle that step, as a replay of it would, instead of a new one that would
+            # find the key claimed by another step. An outcome still on its way to the run is no orphan.
+            await self._mirrored()
+            orphan = next(
+                (r for r in self._cp.steps.values() if r.kind == "effect" and r.key == key and r.status == "intended"),
+                None,
+            )
+            if orphan is not None:
+                self._check(orphan.step, orphan, "effect", name, args_digest, args)
+                return await self._settle(
+                    orphan.step, name, args, key, fn, reconcile,
+                    effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+                )  # fmt: skip
+        step, rec = self._take_step()
+        if rec is not None:
+            self._check(step, rec, "effect", name, args_digest, args)
+            if rec.key != key:
+                raise NondeterminismError(self.run_id, step, f"effect key {rec.key!r}", f"effect key {key!r}")
+            if rec.status == "committed":
+                return await self._open(rec.output)
+            if rec.status == "failed":
+                raise EffectFailedError(key, (rec.error or {}).get("message", "failed"))
+            # Recorded as intended only: the process died (or stopped) somewhere inside the effect.
+            return await self._settle(
+                step, name, args, key, fn, reconcile,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+            )  # fmt: skip
+        await self._check_budgets(step, model_call=False)
+        # A claim is seen by other processes: the run's last effect outcome lands on the run first (a
+        # process that lost the run stops here, before it claims anything).
+        await self._mirrored()
+        # Write-ahead, both before acting and published together: the run's intent, and the claim
+        # of the key, optimistically as its first event (fenced on "the subject is empty"). A key
+        # with a history refuses that claim; then _settle reads the key and decides. Either order
+        # of the two writes is a state a crash between them could leave, and resume handles both.
+        intent = await self._protected(EffectIntended(
+            step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class,
+            lease_s=lease, tool_call_id=tool_call_id, holder=this_holder() or None,
+        ), {"args": args_json})  # fmt: skip
+        claim = asyncio.ensure_future(self._claim_new_key(intent))
+        try:
+            await self._append(intent)
+            await self._writer.commit()  # output durability: the run's log holds the intent before acting
+        except BaseException:
+            await asyncio.gather(claim, return_exceptions=True)  # never act, never leave it running
+            raise
+        claimed = await claim
+        if claimed is None:
+            return await self._settle(
+                step, name, args, key, fn, reconcile,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+            )  # fmt: skip
+        return await self._act(step, args, key, fn, claimed, tool_call_id)
+
+    def _effect_key(self, key_fn: Callable[..., Any], args: Any, *, tool_call_id: str | None = None) -> str:
+        """The idempotency key ``key_fn`` builds from ``args`` for the effect about to take the next
+        step. A key function that declares a parameter for it (``ctx``, or annotated
+        ``EffectContext``) receives the context before any claim: run id, step, tool-call id, with
+        ``key=""``, ``attempt=0`` and ``fencing_token=0`` (runledger.sdk.context)."""
+        ctx = EffectContext(
+            key="", run_id=self.run_id, step=self._next_step, attempt=0, fencing_token=0, tool_call_id=tool_call_id
+        )
+        return call_key(key_fn, args, ctx)
+
+    async def _claim_new_key(self, intent: EffectIntended) -> KeyState | None:
+        """Claim a key that has never been used; None when it has a history (the fence refused)."""
+        from runledger.sdk.effects import KeyState
+
+        return await self._try_append_key(KeyState(intent.key), intent)
+
+    async def _settle(
+        self,
+        step: int,
+        name: str,
+        args: Any,
+        key: str,
+        fn: ToolFn,
+        reconcile: Any,
+        *,
+        effect_class: EffectClass,
+        tool_call_id: str | None,
+        lease_s: float,
+    ) -> Any:
+        """Bring the key to an outcome for this step: reuse, reconcile, or claim and act.
+
+        A claim of this step without an outcome whose lease has not expired is waited for (its
+        holder may be paused, not dead); then it is settled by ``reconcile`` (or the run
+        suspends in doubt), and a free key is claimed by a new attempt (a new fencing token),
+        which fences the old holder's writes out. Every write here is fenced on the key as read:
+        when another writer got there first, the key is read again and the decision taken anew."""
+        from runledger.sdk.effects import lease_remaining, read_key, wait_for_lease
+
+        state = await read_key(self._client, key, self.agent)
+        for _ in range(_SETTLE_ROUNDS):
+            if state.status == "claimed":
+                if state.run_id != self.run_id or state.step != step:
+                    holder = -1 if state.step is None else state.step
+                    raise EffectClaimedElsewhereError(key, state.run_id or "?", holder)
+                if lease_remaining(state) > 0:
+                    state = await wait_for_lease(self._client, state, on_wait=_report_lease_wait)
+                    continue
+                if reconcile is None:
+                    await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
+                    raise EffectInDoubtError(self.run_id, step, key)
+                found = await call_maybe_async(reconcile, key)
+                resolution = EffectResolved(
+                    key=key,
+                    by="reconcile",
+                    outcome="not_committed" if found is NOT_FOUND else "committed",
+                    result=None if found is NOT_FOUND else jsonable(found),
+                )
+                state = await self._try_append_key(state, resolution) or await read_key(self._client, key, self.agent)
+                continue
+            if state.status == "committed":
+                await self._append(
+                    EffectCommitted(
+                        step=step,
+                        key=key,
+                        result=state.result,
+                        via="reconcile" if state.via == "reconcile" else "record",
+                    )
+                )
+                self._after_step(step)
+                return await self._open(state.result)
+            # free (never claimed, released, or an earlier attempt failed): claim a new attempt, act, record.
+            intent = EffectIntended(
+                step=step, name=name, key=key, args=args, args_digest=digest(args, self._cp.chain_format),
+                effect_class=effect_class, lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
+            )  # fmt: skip
+            claimed = await self._try_append_key(state, intent)
+            if claimed is not None:
+                return await self._act(step, args, key, fn, claimed, tool_call_id)
+            state = await read_key(self._client, key, self.agent)
+        raise EffectClaimedElsewhereError(key, state.run_id or "?", -1 if state.step is None else state.step)
+
+    async def _act(
+        self, step: int, args: Any, key: str, fn: ToolFn, state: KeyState, tool_call_id: str | None = None
+    ) -> Any:
+        """The key is claimed by this step: call the function, record the outcome (key first, then run).
+
+        The function gets this attempt's context; the outcome is fenced on this attempt's claim."""
+        crash_point(f"effect:{key}:claimed")
+        pause_point(f"effect:{key}:claimed")
+        ctx = EffectContext(
+            key=key, run_id=self.run_id, step=step, attempt=state.attempt, fencing_token=state.fencing_token,
+            tool_call_id=tool_call_id, lease_s=state.lease_s,
+        )  # fmt: skip
+        started = time.perf_counter()
+        try:
+            result = jsonable(await call_effect(fn, self._resolve(args), ctx))
+        except Exception as exc:
+            info = error_info(exc, False)
+            failed = EffectFailed(step=step, key=key, error=info, fencing_token=ctx.fencing_token)
+            await self._append_key(state, failed)
+            await self._append(failed)
+            self._after_step(step)
+            raise EffectFailedError(key, f"{info.type}: {info.message}") from exc
+        duration = (time.perf_counter() - started) * 1000
+        crash_point(f"effect:{key}:acted")
+        pause_point(f"effect:{key}:acted")
+        committed = await self._protected(
+            EffectCommitted(step=step, key=key, result=result, duration_ms=duration, fencing_token=ctx.fencing_token)
+        )
+        await self._append_key(state, committed)
+        crash_point(f"effect:{key}:recorded")
+        await self._mirror(committed, step)
+        return as_recorded(result, self._cp.chain_format)
+
+    async def _protected(self, body: P, encoded: Mapping[str, bytes] | None = None) -> P:
+        """``body`` as the run records it, protected once for the run and the key alike (the same
+        sealed content on both subjects), when protecting it again changes nothing: its content
+        sealed or hashed, so the writers' own pass leaves the markers as they are, and the run's
+        chain in the key's content format. Otherwise ``body`` as it is: each writer protects it.
+        ``encoded``: content fields' canonical JSON in the run's format (PayloadProtector.protect)."""
+        protector = self._protector
+        if (
+            protector is None
+            or self._writer.transform != protector.protect
+            or not (protector.policy.encrypt or protector.policy.capture == "hash-only")
+            or self._writer.chain_format != CHAIN_FORMAT
+        ):
+            return body
+        token = CONTENT_FORMAT.set(CHAIN_FORMAT)
+        try:
+            return cast(P, await protector.protect(body, encoded))
+        finally:
+            CONTENT_FORMAT.reset(token)
+
+    async def _mirror(self, committed: EffectCommitted, step: int) -> None:
+        """Mirror the outcome the key just acknowledged onto the run: published now, in the run's
+        append order (after the steps already waiting, before any later one), acknowledged before
+        the run's next event and by ``commit``, not before this returns. The step is durable
+        already: its key holds the outcome, and a crash before the mirror lands leaves the state
+        a resume completes from the key (``_settle``: ``effect.committed`` with ``via: "record"``).
+        A mirror that fails (FencedError: another process owns the run; PublishError) stops the
+        run at its next append or commit, which raise it: nothing is written after it."""
+        task = asyncio.ensure_future(self._mirror_outcome(committed, step))
+        self._mirroring.add(task)  # held until it is done (the loop holds tasks weakly)
+        task.add_done_callback(self._mirroring.discard)
+        # The task's first step takes the append lock or joins its queue (asyncio.Lock is FIFO):
+        # one turn of the loop and it is ahead of whatever the agent appends next.
+        await asyncio.sleep(0)
+
+    async def _mirror_outcome(self, committed: EffectCommitted, step: int) -> None:
+        try:
+            await self._append(committed)
+        except BaseException as exc:
+            self._unmirrored = exc
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._after_step(step)
+
+    async def _mirrored(self) -> None:
+        """Return once every effect outcome on its way is on the run; raise what stopped one."""
+        if self._mirroring:
+            await asyncio.wait(list(self._mirroring))  # never cancelled with a caller that gives up waiting
+        if self._unmirrored is not None:
+            raise self._unmirrored
+
+    async def _write_key(self, state: KeyState, body: Payload) -> KeyState:
+        """Append to the key right after ``state``, fenced on it (FencedError when another writer was first).
+
+        The run's own steps are acknowledged first (output durability): a key is seen by others. A
+        FencedError from that commit is the run's (another process owns it), never the key's."""
+        from runledger.sdk.effects import append_to_key
+
+        await self._writer.commit()
+        return await append_to_key(
+            self._client,
+            state,
+            body,
+            run_id=self.run_id,
+            agent=self.agent,
+            policy=self._policy,
+            transform=self._writer.transform,
+            writer=self._key_writer,
+        )
+
+    async def _try_append_key(self, state: KeyState, body: Payload) -> KeyState | None:
+        """Append to the key right after ``state`` (fenced on it); None when another writer got there first."""
+        await self._writer.commit()  # the run's own fencing raises, before the key's is caught
+        try:
+            return await self._write_key(state, body)
+        except FencedError:
+            return None
+
+    async def _append_key(self, state: KeyState, body: Payload) -> KeyState:
+        """Record this attempt's outcome on the key, fenced on its claim.
+
+        Anything written to the key since the claim (a resolution, a newer attempt's claim, taken
+        over after the lease) means this process lost the claim while it acted (it was paused, or
+        slower than its lease): it stops with FencedError and records nothing more. Whatever it
+        did in the world carried the same idempotency key as the attempt that took over."""
+        await self._writer.commit()  # the run's own fencing raises as it is, not as a lost claim
+        try:
+            return await self._write_key(state, body)
+        except FencedError:
+            logger.warning(
+                "effect %r: attempt %d (fencing token %d) of run %s step %s lost its claim before recording "
+                "its outcome (the key was settled or claimed again after the lease); this process stops",
+                state.key, state.attempt, state.fencing_token, self.run_id, state.step,
+            )  # fmt: skip
+            raise

@@ -22,14 +22,16 @@ import time
 from pathlib import Path
 
 ENV = "RUNLEDGER_CRASH_AT"
+SKIP_ENV = "RUNLEDGER_CRASH_SKIP"
+_target = os.environ.get(ENV)
+_skip = int(os.environ.get(SKIP_ENV, "0")) if _target is not None else 0
 _passed = 0
 
 
 def crash_point(name: str) -> None:
     global _passed
-    target = os.environ.get(ENV)
-    if target is not None and target == name:
-        if _passed >= int(os.environ.get("RUNLEDGER_CRASH_SKIP", "0")):
+    if _target is not None and _target == name:
+        if _passed >= _skip:
             os.kill(os.getpid(), signal.SIGKILL)
         _passed += 1
 

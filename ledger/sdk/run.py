@@ -286,10 +286,9 @@ class RecordedRun(EffectStep):
 
     async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         """Call the agent's model. Live: the call, its response and token usage are recorded."""
-        messages = jsonable(messages)
-        params = jsonable(params)
+        request = jsonable({"messages": messages, "params": params})  # one conversion of both
+        messages, params = request["messages"], request["params"]
         name = self._spec.model.name
-        request = {"messages": messages, "params": params}
         # Encoded once: its digest is the step's, and the same bytes are what is sealed.
         request_json, args_digest = canonical.encoded_digest(request, self._cp.chain_format)
         step, rec = self._take_step()
@@ -359,15 +358,17 @@ class RecordedRun(EffectStep):
 
     # -- tools ---------------------------------------------------------------------------------------
 
-    def _resolve_tool(self, tool: str | Tool, fn: ToolFn | None) -> Tool:
+    def _resolve_tool(self, tool: str | Tool, fn: ToolFn | None) -> tuple[str, Tool | None]:
+        """The tool's name and declaration; None for a read tool given by name and ``fn``, whose
+        ``Tool`` is built only if the step runs live (a replayed step needs only its name)."""
         if isinstance(tool, Tool):
-            return tool
+            return tool.name, tool
         declared = self._spec.tool_map.get(tool)
         if declared is not None:
-            return declared
+            return declared.name, declared
         if fn is None:
             raise ConfigurationError(f"tool {tool!r} is not declared on agent {self._spec.name} and no fn= was given")
-        return Tool(tool, fn)
+        return tool, None
 
     async def tool(
         self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None, tool_call_id: str | None = None
@@ -380,14 +381,14 @@ class RecordedRun(EffectStep):
         ``tool.called`` step (ToolArgumentsError; an effect tool then builds and claims no key) and
         raise ToolFailedError, as a replay of the step does. The function runs through
         ``Tool.call``: sync ones in a worker thread, async ones awaited."""
-        declared = self._resolve_tool(tool, fn)
+        name, declared = self._resolve_tool(tool, fn)
         invalid = None
-        if declared.effect_class != "read":
+        if declared is not None and declared.effect_class != "read":
             invalid = declared.argument_error(jsonable(args))
             if invalid is None:
                 assert declared.key is not None
                 return await self.effect(
-                    declared.name,
+                    name,
                     args,
                     key=self._effect_key(declared.key, jsonable(args), tool_call_id=tool_call_id),
                     fn=declared.call,
@@ -400,12 +401,15 @@ class RecordedRun(EffectStep):
         args_json, args_digest = canonical.encoded_digest(args, self._cp.chain_format)  # the bytes sealed too
         step, rec = self._take_step()
         if rec is not None:
-            self._check(step, rec, "tool", declared.name, args_digest, args)
+            self._check(step, rec, "tool", name, args_digest, args)
             if rec.status != "retrying":
                 if rec.error:
-                    raise await self._recorded_failure(declared.name, step, rec.error)
+                    raise await self._recorded_failure(name, step, rec.error)
                 return await self._open(rec.output)
         # Live, or the next attempt of a step whose last recorded attempt failed and was to be retried.
+        if declared is None:
+            assert fn is not None  # _resolve_tool refuses a name without fn
+            declared = Tool(name, fn)
         retry = declared.retry or NO_RETRY
         attempt = 1 if rec is None else rec.attempts + 1
         first = time.monotonic()
@@ -436,7 +440,7 @@ class RecordedRun(EffectStep):
             await self._append(
                 ToolCalled(
                     step=step,
-                    name=declared.name,
+                    name=name,
                     args=args,
                     args_digest=args_digest,
                     output=output,
@@ -449,13 +453,13 @@ class RecordedRun(EffectStep):
             )
             if not again:
                 break
-            logger.info("tool %s (step %d) attempt %d failed (%s); retrying in %.1fs", declared.name, step,
+            logger.info("tool %s (step %d) attempt %d failed (%s); retrying in %.1fs", name, step,
                         attempt, info.type if info else "?", wait)  # fmt: skip
             await asyncio.sleep(wait)
             attempt += 1
         self._after_step(step)
         if info is not None:
-            raise ToolFailedError(declared.name, step, info.type, info.message, retryable=info.retryable) from failure
+            raise ToolFailedError(name, step, info.type, info.message, retryable=info.retryable) from failure
         return json.loads(output_json)  # as_recorded(output): the value a replay returns
 
     # -- effects: runledger.sdk.effect_step (EffectStep, this class's base) --------------------------

@@ -284,7 +284,9 @@ class Redactor(_WrapperOpener):
     def _walk(self, value: Any, path: tuple[str, ...] | None) -> Any:
         # ``path`` None: no field paths configured (the default policy), so no value's path is built.
         if path and self._fields.match(path):
-            return self._whole(f"field:{path[-1]}", value)
+            # The matched key as a token kind may hold (a wildcard matches any key, "Card Number" too),
+            # so the token is one is_token knows and redacting the output again leaves it as it is.
+            return self._whole("field:" + _KIND_JUNK.sub("_", path[-1].lower()), value)
         if isinstance(value, str):
             return self.redact_text(value)
         if isinstance(value, dict):

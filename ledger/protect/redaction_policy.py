@@ -55,10 +55,6 @@ class FieldPaths:
     def match(self, path: tuple[str, ...]) -> bool:
         return any(_match(p, path) for p in self.paths)
 
-    def could_match_below(self, path: tuple[str, ...]) -> bool:
-        """Whether some configured path might match a descendant of ``path`` (prunes the walk)."""
-        return any(_prefix_match(p, path) for p in self.paths)
-
 
 def _match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
     if not pattern:
@@ -67,17 +63,6 @@ def _match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
     if head == "**":
         return any(_match(rest, path[i:]) for i in range(len(path) + 1))
     return bool(path) and fnmatch.fnmatchcase(path[0], head) and _match(rest, path[1:])
-
-
-def _prefix_match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
-    if not path:
-        return True
-    if not pattern:
-        return False
-    head = pattern[0]
-    if head == "**":
-        return True
-    return fnmatch.fnmatchcase(path[0], head) and _prefix_match(pattern[1:], path[1:])
 
 
 WRAPPERS = ("base64", "urlencoded")  # the encodings redaction looks inside, in this order

@@ -7,7 +7,8 @@ run in output durability, runledger.log.window),
 ``effect:<key>:claimed`` / ``effect:<key>:acted`` / ``effect:<key>:recorded``, and
 ``child:<n>:started`` (a parent's ``child.started`` of step n acknowledged, the child not started).
 ``RUNLEDGER_CRASH_SKIP=N`` passes the point N times before the kill (the 5th re-run of a
-worker, say). Costs one environment lookup when unset.
+worker, say). Both are read once, when this module is imported (a test sets them in the environment
+of the process it starts): a point then costs one comparison.
 
 ``RUNLEDGER_PAUSE_AT=<name>`` with ``RUNLEDGER_PAUSE_DIR`` and ``RUNLEDGER_PAUSE_COUNT``
 makes processes wait at a named point until COUNT of them arrived (a barrier

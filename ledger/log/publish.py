@@ -21,7 +21,10 @@ single node): the subject's last message is read and its msg id compared.
 On a cluster (replicated stream) a publish can also meet a leader election: 503 / no
 responders / "JetStream system temporarily unavailable" for a few seconds. Those are
 retried with the same msg id and fence until the policy's deadline, so a step is stored
-exactly once, and a run never goes past a step that was not acknowledged. Direct gets may
+exactly once, and a run never goes past a step that was not acknowledged. So is 10164, the
+leader's "wrong last sequence" without a number while another fenced publish of the same run or
+key is in process: asked again once that one is applied, the server says 10071 (FencedError,
+unless the last message is our own) or stores ours. Direct gets may
 be answered by a replica that lags the leader: a read that must see a given sequence asks
 again until it does.
 """
@@ -48,9 +51,13 @@ from runledger.record.events import GENESIS, Event, Payload, RunStarted, make_ev
 
 T = TypeVar("T")
 WRONG_LAST_SEQUENCE = 10071
-# JetStream errors of a cluster between leaders: temporarily unavailable, not the leader,
-# stream offline, no quorum. The publish is retried (same msg id, same fence).
-CLUSTER_TRANSIENT = frozenset({10008, 10009, 10118, 10158})
+# A replicated stream's leader cannot check a fence yet: a fenced publish on the same run or key
+# is in process (proposed, not applied). "wrong last sequence" with no number; not a verdict.
+FENCE_IN_PROCESS = 10164
+# JetStream errors of a cluster between leaders (temporarily unavailable, not the leader, stream
+# offline, no quorum), and answers that are not verdicts yet (our own msg id in process, a fence in
+# process). The publish is retried (same msg id, same fence): the server's next answer decides.
+CLUSTER_TRANSIENT = frozenset({10008, 10009, 10118, 10158, FENCE_IN_PROCESS})
 
 
 class PayloadTransform(Protocol):

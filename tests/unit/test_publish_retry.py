@@ -99,6 +99,22 @@ async def test_another_writer_is_fenced_out() -> None:
         await publish_fenced(js, "s", b"x", "r:3", 11, FAST)  # type: ignore[arg-type]
 
 
+def in_process() -> APIError:
+    return APIError(code=400, err_code=10164, description="wrong last sequence")
+
+
+async def test_a_fence_in_process_is_asked_again_not_taken_as_a_verdict() -> None:
+    # 10164: the leader could not check the fence (another fenced publish of the run in process).
+    js = ScriptedJS(publishes=[in_process(), in_process(), PubAck(stream="LEDGER", seq=12)])
+    assert await publish_fenced(js, "s", b"x", "r:3", 11, FAST) == 12  # type: ignore[arg-type]
+    assert js.published == 3
+    # Asked again once the other one is applied, the server's verdict is the fence's.
+    theirs = Msg(seq=12, data=b"y", headers={"Nats-Msg-Id": "zombie:3"})
+    js = ScriptedJS(publishes=[in_process(), wrong_last(12)], lasts=[theirs])
+    with pytest.raises(FencedError):
+        await publish_fenced(js, "s", b"x", "r:3", 11, FAST)  # type: ignore[arg-type]
+
+
 async def test_retrying_waits_out_transient_failures_only() -> None:
     answers: list[Any] = [nats.js.errors.NoStreamResponseError(), ServiceUnavailableError(code=503), "keys"]
 

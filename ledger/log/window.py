@@ -148,8 +148,6 @@ class WindowedWriter(SubjectWriter):
         )  # fmt: skip
         self.nc = nc
         self.window = window
-        # Read at every append: the (frozen) window's bounds as plain attributes.
-        self._max_events, self._flush_at, self._max_ms = window.max_events, window.flush_at, window.max_ms
         # Atomic batches came with nats-server 2.12 (an older one would store a batch's messages
         # one by one, the later ones unfenced); a stream without allow_atomic refuses them (10174).
         version = nc.connected_server_version
@@ -175,15 +173,13 @@ class WindowedWriter(SubjectWriter):
 
         Waits only when the window is full (``max_events`` unacknowledged). Raises the failure
         of an earlier flush (FencedError, PublishError): nothing more is written after it."""
-        if self._failure is not None:
-            raise self._failure
-        while len(self._pending) + self._in_flight >= self._max_events:
+        self._raise_if_failed()
+        while self.unacknowledged >= self.window.max_events:
             await self._drain_once()
         event, data = await self._next_event(body, encoded)
-        pending = self._pending
-        if not pending:
+        if not self._pending:
             self._oldest = time.monotonic()
-        pending.append(_Pending(f"{self.msg_id_prefix}:{self.next_seq}", data))
+        self._pending.append(_Pending(f"{self.msg_id_prefix}:{self.next_seq}", data))
         self.next_seq += 1
         self.prev_hash = event.hash
         self._maybe_flush()
@@ -220,10 +216,10 @@ class WindowedWriter(SubjectWriter):
         if self._flight is not None or not self._pending or self._failure is not None:
             return
         age_ms = (time.monotonic() - self._oldest) * 1000
-        if len(self._pending) >= self._flush_at or age_ms >= self._max_ms:
+        if len(self._pending) >= self.window.flush_at or age_ms >= self.window.max_ms:
             self._start_flush()
         elif self._timer is None:
-            delay = (self._max_ms - age_ms) / 1000
+            delay = (self.window.max_ms - age_ms) / 1000
             self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:

@@ -135,7 +135,7 @@ def _seconds_between(start: str, end: str) -> float:
     # ``end`` is a new event's ts at nearly every call: parsed as it is (fromisoformat reads a "Z"
     # since Python 3.11; the same aware datetime), not memoised, where the memo's miss, its
     # insertion and an eviction of the segment starts it holds cost more than the parse.
-    stop = dt.datetime.fromisoformat(end) if end.endswith("Z") else _ts(end)
+    stop = dt.datetime.fromisoformat(end)
     return max(0.0, (stop - _ts(start)).total_seconds())
 
 

@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 FILES = Path(__file__).resolve().parent / "image_files"
 IMAGE_REPO = "runledger/sandbox"
+LATEST = f"{IMAGE_REPO}:latest"  # the image re-runs use when none is named
 OFFLINE_BASE = "runledger/debian-python:bookworm"
 OFFICIAL_BASE = "python:3.11-slim"
 # The guest imports the ledger SDK: it needs the project's runtime dependencies except the
@@ -204,6 +205,6 @@ def build_image(base: str | None = None, log: Callable[[str], None] | None = Non
 
 def current_image(client: Any) -> str:
     """The newest built sandbox image, or a clear error saying how to build one."""
-    if _has_image(client, f"{IMAGE_REPO}:latest"):
-        return f"{IMAGE_REPO}:latest"
+    if _has_image(client, LATEST):
+        return LATEST
     raise ImageError("no sandbox image: build it with `runledger sandbox build`")

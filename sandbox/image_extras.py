@@ -36,6 +36,7 @@ from runledger.log.server import runledger_home
 from runledger.sandbox.errors import ImageError
 from runledger.sandbox.image import (
     IMAGE_REPO,
+    LATEST,
     _build_offline,
     _has_image,
     _image_python,
@@ -60,8 +61,6 @@ S.mkdir(parents=True, exist_ok=True); \\
     chmod -R a+rX,go-w /opt/runledger
 USER sandbox
 """
-
-LATEST = f"{IMAGE_REPO}:latest"
 # On every extras image: the extras it holds, sorted and comma-separated.
 EXTRAS_LABEL = "runledger.extras"
 

@@ -1,7 +1,8 @@
-"""``python -m runledger``: the ``runledger`` program."""
+"""``python -m runledger``: the ``runledger`` program. Importing this module only defines it."""
 
 import sys
 
 from runledger.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,6 +4,11 @@
     python -m runledger.examples.openai_sdk.agent --nats URL --run R-1 "What is an idempotency key?"
     python -m runledger.examples.openai_sdk.agent --nats URL --run R-1 --resume   # answered from the record
 
+From the ``runledger`` program, ``env_spec`` is the same agent configured by the SDK's own variables
+(``OPENAI_BASE_URL``, ``OPENAI_API_KEY``) and ``OPENAI_MODEL``::
+
+    runledger run --agent runledger.examples.openai_sdk.agent:env_spec --input '"What is an idempotency key?"'
+
 ``--base-url`` points the SDK at any OpenAI-compatible server. The second command resumes the run:
 the recorded answer comes back as a ``ChatCompletion`` without calling the API. ``--sync`` runs the
 same agent written as blocking code (``sync_agent``) with the blocking client, ``openai.OpenAI``.
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from typing import Any
 
 import openai
@@ -34,6 +40,11 @@ def spec(base_url: str | None, model: str) -> AgentSpec:
             return answer.choices[0].message.content
 
     return AgentSpec(NAME, agent, OpenAIModel(model=model), agent_version="v1")
+
+
+def env_spec() -> AgentSpec:
+    """``spec`` as the SDK configures itself: ``OPENAI_BASE_URL`` (read by the SDK) and ``OPENAI_MODEL``."""
+    return spec(None, os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
 
 
 def sync_spec(base_url: str | None, model: str) -> AgentSpec:

@@ -26,6 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="runledger", description="A flight recorder and re-drive bench for AI-agent runs."
     )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0,
+        help="also show other libraries' log lines (httpx's requests...); -vv: debug",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = common_parser()
     registrars = {ep.name: ep for ep in entry_points(group="runledger.commands")}
@@ -55,10 +59,25 @@ def _unavailable(sub: Any, extra: str) -> None:
         p.set_defaults(func=explain)
 
 
+def configure_logging(verbosity: int = 0) -> None:
+    """runledger's own messages (INFO and up) on stderr; other libraries' only at WARNING and up unless
+    ``verbosity`` asks for them (1: INFO, so httpx's ``HTTP Request:`` lines; 2: DEBUG, runledger's too).
+
+    Under a host that configured logging already (a test runner, an application), its handlers and
+    root level stay as they are: only the ``runledger`` logger's level is set."""
+    third_party = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    logging.basicConfig(level=third_party, format="%(message)s", stream=sys.stderr)
+    if verbosity:  # asked for outright: the root level too, whoever configured it
+        logging.getLogger().setLevel(third_party)
+    logging.getLogger("runledger").setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    configure_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.verbose:
+        configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

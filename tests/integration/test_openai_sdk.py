@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -587,3 +590,22 @@ async def test_openai_model_alone_answers_run_model_through_either_client(
     })  # fmt: skip
     attempts = await model_steps(client, "oa-direct")
     assert [(a["attempt"], a["will_retry"]) for a in attempts] == [(1, True), (2, False)]
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["quiet", "verbose"])
+def test_the_cli_shows_httpx_request_lines_only_when_asked(
+    server: Server, nats_url: str, verbose: list[str], tmp_path: Path
+) -> None:
+    """`runledger run` of an agent on the OpenAI SDK: the user sees the run's outcome, not the HTTP
+    client's INFO lines about each request (``-v`` brings them back)."""
+    server.script = [Answer(body=completion("quiet answer"))]
+    env = {**os.environ, "OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": API_KEY, "OPENAI_MODEL": "gpt-test",
+           "RUNLEDGER_HOME": str(tmp_path / "home")}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "runledger", *verbose, "run", "--nats", nats_url,
+         "--agent", "runledger.examples.openai_sdk.agent:env_spec", "--input", '"What is a key?"'],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "quiet answer" in done.stdout and len(server.requests) == 1
+    assert ("HTTP Request:" in done.stderr) == bool(verbose), done.stderr

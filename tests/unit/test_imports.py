@@ -74,3 +74,11 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_every_module_of_the_package_imports_without_running_anything() -> None:
+    """Tools that walk a package (documentation generators, test collectors, a harness looking for
+    saver subclasses) import every module: ``runledger.__main__`` included, which must only define."""
+    command = [sys.executable, "-c", "import runledger.__main__"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

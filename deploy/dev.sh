@@ -15,10 +15,30 @@ ensure_venv() {
     "$python" -m venv "$venv"
   fi
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$venv/bin/python" -m pip install -q -e ".[dev,bench]"
+    # pip's and the build backend's chatter goes to a log: the user sees one line, or the log's end on failure.
+    local log="$venv/install.log" started=$SECONDS
+    echo "dev.sh: installing runledger and its dependencies into .venv (first run: a minute or two; log: .venv/install.log)" >&2
+    if ! { "$venv/bin/python" -m pip install -q --upgrade pip &&
+           "$venv/bin/python" -m pip install -q -e ".[dev,bench]"; } >"$log" 2>&1; then
+      tail -n 40 "$log" >&2
+      echo "dev.sh: installing into .venv failed (the whole log: .venv/install.log)" >&2
+      exit 1
+    fi
     echo "$want" > "$stamp"
+    echo "dev.sh: installed in $((SECONDS - started))s" >&2
   fi
+}
+
+# Everything slow the tests need is made here, before pytest and outside its per-test time limits, so a
+# new machine (no Docker engine, no images) passes as a prepared one does: the Docker engine, then the
+# sandbox image (its offline Debian base included: minutes on a new machine, seconds once built) with the
+# LangGraph layer the LangGraph re-run tests use. The tests' fixtures only check that the images exist.
+prepare_sandbox() {
+  bash deploy/docker/ensure-docker.sh
+  local started=$SECONDS
+  echo "dev.sh: building the sandbox image for the tests (a new machine builds its Debian base first: about 2-4 minutes)" >&2
+  "$venv/bin/runledger" sandbox build --extra langgraph >/dev/null
+  echo "dev.sh: sandbox image ready in $((SECONDS - started))s" >&2
 }
 
 # mypy cannot follow setuptools' editable finder (the folders ledger/, projections/, sandbox/ and
@@ -44,12 +64,10 @@ case "${1:-}" in
   test)
     ensure_venv
     shift
-    if [ -x deploy/docker/ensure-docker.sh ] && [ -d tests/integration/sandbox ]; then
-      bash deploy/docker/ensure-docker.sh
-    fi
     "$venv/bin/ruff" check ledger projections sandbox examples tests bench
     typecheck_tree
     "$venv/bin/mypy"
+    prepare_sandbox
     exec "$venv/bin/pytest" -q -p no:cacheprovider "$@"
     ;;
   bench)

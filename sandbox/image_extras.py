@@ -25,9 +25,8 @@ import hashlib
 import importlib.metadata
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 from runledger.log.server import runledger_home
 from runledger.sandbox.errors import ImageError
 from runledger.sandbox.image import (
+    EXTRAS_LABEL,
     IMAGE_REPO,
     LATEST,
     _build_offline,
@@ -42,7 +42,9 @@ from runledger.sandbox.image import (
     _image_python,
     _wheels,
     build_image,
+    build_lock,
     docker_client,
+    download_wheels,
 )
 
 DOCKERFILE = """\
@@ -61,8 +63,6 @@ S.mkdir(parents=True, exist_ok=True); \\
     chmod -R a+rX,go-w /opt/runledger
 USER sandbox
 """
-# On every extras image: the extras it holds, sorted and comma-separated.
-EXTRAS_LABEL = "runledger.extras"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -104,23 +104,10 @@ def _pins(core: Path) -> list[str]:
 def _extra_wheels(python_version: str, requirements: Sequence[str], core: Path) -> list[Path]:
     """Wheels of ``requirements`` for ``python_version`` that the core image does not hold."""
     key = hashlib.sha256("\n".join([*requirements, *_pins(core)]).encode()).hexdigest()[:12]
-    cache = runledger_home() / "wheels" / f"{python_version}-extras-{key}"
-    if not (cache / ".complete").exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        constraints = cache / "constraints.txt"
-        constraints.write_text("\n".join(_pins(core)) + "\n")
-        import platform
-
-        arch = platform.machine()
-        cmd = [
-            sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", python_version,
-            "--platform", f"manylinux2014_{arch}", "--platform", f"manylinux_2_28_{arch}", "--platform", "any",
-            "-c", str(constraints), "-d", str(cache), *requirements,
-        ]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise ImageError(f"downloading the extras' wheels failed: {done.stderr[-2000:]}")
-        (cache / ".complete").touch()
+    cache = download_wheels(
+        runledger_home() / "wheels" / f"{python_version}-extras-{key}", python_version, requirements,
+        "the extras' wheels", constraints=_pins(core),
+    )  # fmt: skip
     held = {w.name for w in core.glob("*.whl")}
     return sorted(w for w in cache.glob("*.whl") if w.name not in held)
 
@@ -129,28 +116,32 @@ def build_extras_image(base_tag: str, extras: Sequence[str], log: Callable[[str]
     """``base_tag`` (a sandbox image built by ``build_image``) with the packages of ``extras``; returns
     its tag (``runledger/sandbox:<digest>``, reused when it exists). Raises ImageError."""
     log = log or (lambda message: None)
-    client = docker_client()
-    python_version = _image_python(client, base_tag)
-    requirements = sorted({r for extra in extras for r in extra_requirements(extra)})
-    wheels = _extra_wheels(python_version, requirements, _wheels(python_version))
-    base_id = client.images.get(base_tag).id
-    # The names were checked by extra_requirements: runledger's own extras, no quote among them.
-    dockerfile = DOCKERFILE + f'LABEL {EXTRAS_LABEL}="{",".join(sorted(set(extras)))}"\n'
-    content = "\n".join([base_id, dockerfile, *(w.name for w in wheels)])
-    tag = f"{IMAGE_REPO}:{hashlib.sha256(content.encode()).hexdigest()[:16]}"
-    if _has_image(client, tag):
-        return tag
-    ctx = Path(tempfile.mkdtemp(prefix="runledger-image-extras-"))
-    try:
-        (ctx / "Dockerfile").write_text(dockerfile)
-        (ctx / "wheels").mkdir()
-        for wheel in wheels:
-            shutil.copy(wheel, ctx / "wheels" / wheel.name)
-        log(f"building {tag}: {base_tag} with {', '.join(extras)} ({len(wheels)} wheels)")
-        _build_offline(client, ctx, tag, base_tag, "docker build of the extras' layer")
-        return tag
-    finally:
-        shutil.rmtree(ctx, ignore_errors=True)
+    with build_lock(log):
+        client = docker_client()
+        python_version = _image_python(client, base_tag)
+        requirements = sorted({r for extra in extras for r in extra_requirements(extra)})
+        wheels = _extra_wheels(python_version, requirements, _wheels(python_version))
+        base_id = client.images.get(base_tag).id
+        # The names were checked by extra_requirements: runledger's own extras, no quote among them.
+        dockerfile = DOCKERFILE + f'LABEL {EXTRAS_LABEL}="{",".join(sorted(set(extras)))}"\n'
+        content = "\n".join([base_id, dockerfile, *(w.name for w in wheels)])
+        tag = f"{IMAGE_REPO}:{hashlib.sha256(content.encode()).hexdigest()[:16]}"
+        if _has_image(client, tag):
+            log(f"{tag} ({base_tag} with {', '.join(extras)}) is built already: reused")
+            return tag
+        ctx = Path(tempfile.mkdtemp(prefix="runledger-image-extras-"))
+        try:
+            (ctx / "Dockerfile").write_text(dockerfile)
+            (ctx / "wheels").mkdir()
+            for wheel in wheels:
+                shutil.copy(wheel, ctx / "wheels" / wheel.name)
+            log(f"building {tag}: {base_tag} with {', '.join(extras)} ({len(wheels)} wheels)")
+            started = time.monotonic()
+            _build_offline(client, ctx, tag, base_tag, "docker build of the extras' layer")
+            log(f"built {tag} in {time.monotonic() - started:.0f}s")
+            return tag
+        finally:
+            shutil.rmtree(ctx, ignore_errors=True)
 
 
 def latest_extras(client: Any) -> list[str]:
@@ -175,10 +166,11 @@ def build_sandbox_image(
     Returns the tag and the extras kept from the previous ``latest`` (empty unless that decided them).
     Raises ImageError."""
     log = log or (lambda message: None)
-    client = docker_client()
-    kept = [] if extras or not keep_extras else latest_extras(client)
-    tag = build_image(base, log=log, latest=False)
-    if extras or kept:
-        tag = build_extras_image(tag, list(extras) or kept, log=log)
-    client.images.get(tag).tag(IMAGE_REPO, "latest")
-    return tag, kept
+    with build_lock(log):  # another build's `latest` must not land between this one's decision and its tag
+        client = docker_client()
+        kept = [] if extras or not keep_extras else latest_extras(client)
+        tag = build_image(base, log=log, latest=False)
+        if extras or kept:
+            tag = build_extras_image(tag, list(extras) or kept, log=log)
+        client.images.get(tag).tag(IMAGE_REPO, "latest")
+        return tag, kept

@@ -1,5 +1,9 @@
 """Sandbox fixtures: the real Docker engine and the sandbox image. They fail, never skip,
-when Docker is missing (`deploy/dev.sh test` installs and starts it)."""
+when Docker is missing (`deploy/dev.sh test` installs and starts it).
+
+The image is built before the tests (`deploy/dev.sh test`: minutes on a new machine, outside any test's
+time limit); the fixtures only find the image of this very code, and fail naming the command that
+builds it."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import pytest
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
-from runledger.sandbox.image import build_image, docker_client
+from runledger.sandbox.image import docker_client, find_image
 from runledger.sandbox.rerun import Rerunner
 from tests.integration.sandbox.owned import containers_of
 
@@ -27,7 +31,7 @@ def docker() -> Any:
 
 @pytest.fixture(scope="session")
 def sandbox_image(docker: Any) -> str:
-    return build_image(log=lambda m: None)
+    return find_image(docker)
 
 
 @pytest.fixture

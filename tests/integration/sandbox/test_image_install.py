@@ -86,7 +86,7 @@ def test_the_installed_package_builds_the_sandbox_image_the_checkout_builds(
 CONTEXT_FILES = """
 import hashlib, json, shutil, sys
 import runledger.sandbox.image as image
-ctx, _ = image._context(sys.argv[1])
+ctx = image._context(sys.argv[1])[0]
 try:
     print(json.dumps({str(p.relative_to(ctx)): hashlib.sha256(p.read_bytes()).hexdigest()
                       for p in ctx.rglob("*") if p.is_file()}))

@@ -29,7 +29,7 @@ from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
 from runledger.sandbox.diff import diff, render
 from runledger.sandbox.errors import RerunRequestError
-from runledger.sandbox.image_extras import build_extras_image
+from runledger.sandbox.image import find_image
 from runledger.sandbox.rerun import Rerunner, RerunRequest
 from tests.integration.sandbox.owned import containers_of
 
@@ -39,8 +39,8 @@ STRICT = "runledger.examples.langgraph_support.agent:strict_model"
 
 
 @pytest.fixture(scope="session")
-def langgraph_image(sandbox_image: str) -> str:
-    return build_extras_image(sandbox_image, ["langgraph"])
+def langgraph_image(docker: Any) -> str:
+    return find_image(docker, ["langgraph"])  # built before the tests: `runledger sandbox build --extra langgraph`
 
 
 @pytest.fixture

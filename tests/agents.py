@@ -242,3 +242,22 @@ def windowed_spec() -> AgentSpec:
         "windowed", windowed, ScriptedModel(_windowed_model, name="scripted-windowed"), agent_version="v1",
         durability="output", window_events=WINDOW_EVENTS, window_ms=1000.0,
     )  # fmt: skip
+
+
+# -- a model that is always rate limited: the run fails retryably ------------------------------------------
+
+
+def _rate_limited(messages: list[dict[str, Any]]) -> Any:
+    from runledger.errors import ModelError
+
+    raise ModelError("429: rate limited", retryable=True, status=429)
+
+
+async def asker(run: Run) -> str:
+    return (await run.model([{"role": "user", "content": "hi"}])).content
+
+
+def rate_limited_spec() -> AgentSpec:
+    from runledger.sdk.retry import NO_RETRY
+
+    return AgentSpec("asker", asker, ScriptedModel(_rate_limited, name="limited", retry=NO_RETRY), agent_version="v1")

@@ -347,8 +347,20 @@ def cmd_resume(args: argparse.Namespace) -> int:
     reason = args.reason or ""
     accept = VersionAcceptance(args.accept_version, by=args.by, reason=reason) if args.accept_version else None
     retry = RetryRequest(by=args.by, reason=reason) if args.retry else None
-    return _print_result(
-        with_client(args, lambda c: resume_run(c, spec, args.run, accept_version=accept, retry=retry))
+    result = with_client(args, lambda c: resume_run(c, spec, args.run, accept_version=accept, retry=retry))
+    if result.nothing_to_do and result.status == "failed" and result.retryable:
+        print(_retry_hint(result, args.agent))
+        return 0
+    return _print_result(result)
+
+
+def _retry_hint(result: Any, agent: str) -> str:
+    """What a plain ``resume`` of a run failed on a retryable error says: nothing ran, and the
+    exact command that runs its failed step again (an operator's decision, recorded with --by)."""
+    cause = f" ({result.error})" if result.error else f" ({result.reason})" if result.reason else ""
+    return (
+        f"run {result.run_id} failed on a retryable error{cause}: nothing was run. To run its failed step "
+        f"again: `runledger resume {result.run_id} --agent {agent} --retry --by NAME --reason ...`"
     )
 
 

@@ -83,6 +83,7 @@ class RunResult:
     pending: list[str] = field(default_factory=list)
     resumed: bool = False
     nothing_to_do: bool = False
+    retryable: bool = False  # a failed run that ``resume --retry`` may continue (run.failed ``retryable``)
 
 
 def _writer(
@@ -234,7 +235,12 @@ async def resume_run(
         if cp.status == "failed" and retry is None:
             error = await opener.open_value(cp.error, strict=False)
             message = error.get("message") if isinstance(error, dict) else None
-            return RunResult(run_id, "failed", error=message, reason=cp.failure_reason, nothing_to_do=True)
+            if isinstance(message, str):
+                message = await opener.open_text(message, strict=False)  # a sealed error text reads as written
+            return RunResult(
+                run_id, "failed", error=message, reason=cp.failure_reason, nothing_to_do=True,
+                retryable=cp.failure_retryable,
+            )  # fmt: skip
         if retry is not None and not (cp.status == "failed" and cp.failure_retryable):
             raise ConfigurationError(
                 f"run {run_id} is {cp.status}"

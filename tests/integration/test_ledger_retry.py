@@ -161,3 +161,20 @@ async def test_a_tool_declares_which_failures_it_retries(client: LedgerClient) -
     cp = fold((await load_run(client, "retry-tool")).records)
     assert (cp.steps[0].attempts, cp.steps[0].status) == (3, "ok")
     assert (cp.steps[1].attempts, cp.steps[1].status) == (1, "error")
+
+
+async def test_a_plain_resume_of_a_retryable_failure_names_the_retry_command(
+    client: LedgerClient, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.agents import rate_limited_spec
+
+    first = await start_run(client, rate_limited_spec(), run_id="retry-hint")
+    assert first.status == "failed"
+    capsys.readouterr()
+    args = ["resume", "retry-hint", "--agent", "tests.agents:rate_limited_spec", "--nats", nats_url]
+    assert await asyncio.to_thread(main, args) == 0
+    assert capsys.readouterr().out == (
+        "run retry-hint failed on a retryable error (model 'limited' (step 0) raised ModelError: 429: rate limited): "
+        "nothing was run. To run its failed step again: `runledger resume retry-hint "
+        "--agent tests.agents:rate_limited_spec --retry --by NAME --reason ...`\n"
+    )

@@ -157,3 +157,25 @@ def test_random_sigkills_of_parallel_steps_resume_to_the_same_result(nats_url: s
             assert results and all(r.ok for r in results), [r for r in results if not r.ok]
 
     asyncio.run(verify())
+
+
+async def test_eight_tool_calls_are_in_flight_at_once(client: LedgerClient) -> None:
+    """Eight parallel calls of one tool meet at a barrier of eight: an SDK that ran them one at a time
+    (under one lock, say) would leave the first waiting there alone, and the run would fail."""
+    barrier = asyncio.Barrier(8)
+    met: list[int] = []
+
+    async def lookup(shard: int) -> dict[str, int]:
+        async with asyncio.timeout(10):
+            await barrier.wait()
+        met.append(shard)
+        return {"shard": shard}
+
+    async def agent(run: Run) -> list[Any]:
+        return list(await asyncio.gather(*(run.tool("lookup", {"shard": s}, fn=lookup) for s in range(8))))
+
+    spec = AgentSpec("barrier", agent, ScriptedModel([]), agent_version="v1")
+    result = await start_run(client, spec, {}, run_id="par-barrier")
+    assert result.status == "completed", result
+    assert sorted(met) == list(range(8))
+    assert [r["shard"] for r in result.output] == list(range(8))  # each step holds its own call's result

@@ -2,7 +2,8 @@
 
     LedgerError
     ├── ConfigurationError            bad command-line or environment input
-    │   └── SecretNotFoundError       a ``secret://NAME`` reference resolves nowhere where the tool runs
+    │   ├── SecretNotFoundError       a ``secret://NAME`` reference resolves nowhere where the tool runs
+    │   └── CodeNotAllowedError       a request names code outside the operator's allow-list (not imported, not called)
     ├── MissingExtraError             an optional part is not installed (also an ImportError)
     ├── ServerError                   the embedded nats-server could not start / stop
     │   ├── PortInUseError
@@ -86,6 +87,27 @@ class SecretNotFoundError(ConfigurationError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.name, self.where), self.__dict__)
+
+
+class CodeNotAllowedError(ConfigurationError):
+    """A name in a request (``--agent``, ``--set model=``/``agent=``, a queued re-run, the page's form)
+    points outside the code this host's operator allowed (``runledger.sdk.agent.CodeAllowList``):
+    refused before anything of it is imported or called."""
+
+    def __init__(self, ref: str, what: str, allowed: str, env: str) -> None:
+        self.ref = ref
+        self.what = what
+        self.allowed = allowed
+        self.env = env
+        super().__init__(
+            f"{what} {ref!r} is not on this host's allow-list of code, so it is neither imported nor called. "
+            f"Allowed: {allowed}. An operator allows more with ${env}=PACKAGE,... (each package with its "
+            "modules; '.' for the packages of the working directory), set where the re-run is checked: the "
+            "worker, the page, or `runledger rerun`"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.ref, self.what, self.allowed, self.env), self.__dict__)
 
 
 class MissingExtraError(LedgerError, ImportError):

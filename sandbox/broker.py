@@ -8,7 +8,8 @@ suspension, a broken protocol) propagates to the runner, which records it and ki
 container.
 
 The guest proposes, the host decides. Every message is validated before use
-(runledger.sandbox.channel: size, depth, encoding, fields and their types); an effect
+(runledger.sandbox.channel: size, depth and values in one pass before the parse, encoding,
+fields and their types: what the host spends on one request is bounded by its values); an effect
 request names no key (the branch computes it from the tool's key function); model
 parameters go through the branch's allowlist; every value and error text sent back is
 scrubbed of the secrets the re-run resolved; every read and every write has a deadline
@@ -25,7 +26,7 @@ import time
 from typing import Any
 
 from runledger.errors import ApprovalDeniedError, ChildFailedError, EffectFailedError, ToolFailedError
-from runledger.sandbox.channel import check_request, encode, read_message
+from runledger.sandbox.channel import MAX_VALUES, check_request, encode, read_message
 from runledger.sandbox.containers import SandboxPolicy
 from runledger.sandbox.errors import AgentFailedError, ChannelError, SandboxViolation
 
@@ -56,7 +57,7 @@ class Broker:
         if remaining <= 0:
             raise SandboxViolation(WALL_CLOCK)
         try:
-            return await asyncio.wait_for(read_message(self.reader), timeout=remaining)
+            return await asyncio.wait_for(read_message(self.reader, MAX_VALUES), timeout=remaining)
         except TimeoutError as exc:
             raise SandboxViolation(WALL_CLOCK) from exc
         except ChannelError as exc:

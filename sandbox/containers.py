@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from runledger.log.server import pid_alive
-from runledger.sandbox.channel import MAX_LINE, read_message
+from runledger.sandbox.channel import MAX_LINE, MAX_VALUES, read_message
 from runledger.sandbox.errors import SandboxError, SandboxViolation
 
 LABEL = "runledger.sandbox"
@@ -248,13 +248,16 @@ class SandboxPool:
     async def _warm_up(self, sandbox: Sandbox) -> Sandbox:
         reader, _ = await sandbox.channel(self.policy.connect_timeout_s)
         try:
-            sandbox.hello = await asyncio.wait_for(read_message(reader), timeout=self.policy.connect_timeout_s)
+            sandbox.hello = await asyncio.wait_for(
+                read_message(reader, MAX_VALUES), timeout=self.policy.connect_timeout_s
+            )
         except Exception as exc:
             raise SandboxViolation(f"the sandbox did not say hello ({exc})") from exc
         return sandbox
 
     async def acquire(self, code_root: Path, package: str, agent: str = "") -> Sandbox:
-        """A sandbox whose guest is connected and waiting: warm if one is ready, else cold.
+        """A sandbox whose guest is connected and waiting: warm if one is ready, else cold. A cold one
+        that does not say hello is removed before the error (SandboxViolation) is raised.
 
         ``agent`` (``module:attribute``), when given, is loaded by the guest before it says hello;
         sandboxes are pooled per (code directory, package, agent)."""
@@ -271,7 +274,12 @@ class SandboxPool:
             # A sandbox is already warming up for this agent: it will be ready sooner than a new cold one.
             await asyncio.wait(list(self._refills), return_when=asyncio.FIRST_COMPLETED)
         self.cold_starts += 1
-        sandbox = await self._warm_up(await self._create(code_root, package, agent))
+        sandbox = await self._create(code_root, package, agent)
+        try:
+            await self._warm_up(sandbox)
+        except BaseException:  # garbage before the hello, no connection, or cancelled: removed now
+            await self.discard(sandbox)
+            raise
         self._refill(*key)
         return sandbox
 

@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 from runledger.errors import LedgerError
 from runledger.record.fold import Checkpoint, StepRecord
-from runledger.sandbox.rerun import RerunRequest, branch_spec
-from runledger.sdk.agent import load_agent
+from runledger.sandbox.rerun import RerunRequest, branch_spec, check_names
+from runledger.sdk.agent import CodeAllowList, load_agent
 
 Action = Literal["record", "live", "stub", "refused"]
 ACTIONS: tuple[Action, ...] = ("record", "live", "stub", "refused")
@@ -145,8 +145,14 @@ def plan_steps(parent: Checkpoint, request: RerunRequest, fork_step: int) -> lis
     return out
 
 
-def problems(parent: Checkpoint, request: RerunRequest, fork_step: int) -> list[str]:
-    """Why a worker would refuse ``request`` before its first step (``Rerunner.rerun``'s checks)."""
+def problems(
+    parent: Checkpoint, request: RerunRequest, fork_step: int, allowed: CodeAllowList | None = None
+) -> list[str]:
+    """Why a worker would refuse ``request`` before its first step (``Rerunner.rerun``'s checks).
+
+    A name outside the operator's ``allowed`` code (default: ``$RUNLEDGER_ALLOW_CODE``) is reported
+    and nothing is loaded: the plan imports and calls no more than a worker would."""
+    allowed = CodeAllowList.from_env() if allowed is None else allowed
     found = []
     if request.mode == "replay":
         found.append("trace replay executes nothing: `runledger show RUN` reads the record")
@@ -157,7 +163,8 @@ def problems(parent: Checkpoint, request: RerunRequest, fork_step: int) -> list[
     if parent.erased is not None:
         found.append("the run was erased: nothing of its content can be re-run")
     try:
-        host = load_agent(request.agent)
+        check_names(request, allowed)
+        host = load_agent(request.agent, allowed=allowed)
     except LedgerError as exc:
         found.append(str(exc))
         return found
@@ -167,19 +174,20 @@ def problems(parent: Checkpoint, request: RerunRequest, fork_step: int) -> list[
             "refuse it. Name the recorded agent; change one element with a counterfactual"
         )
     try:
-        branch_spec(host, request)
+        branch_spec(host, request, allowed)
     except LedgerError as exc:
         found.append(str(exc))
     return found
 
 
-def plan_branch(parent: Checkpoint, request: RerunRequest) -> BranchPlan:
-    """The plan of ``request`` over its parent's checkpoint (loads the named agent to check it)."""
+def plan_branch(parent: Checkpoint, request: RerunRequest, allowed: CodeAllowList | None = None) -> BranchPlan:
+    """The plan of ``request`` over its parent's checkpoint (loads the named agent to check it, if
+    ``allowed``: default ``$RUNLEDGER_ALLOW_CODE``)."""
     fork_step = max(parent.last_step, 0) if request.fork_step is None else request.fork_step
     base = request.base_mode if request.mode == "counterfactual" else request.mode
     plan = BranchPlan(parent.run_id, request.branch_run_id, request.mode, base, fork_step, request.allow_effects)
     plan.steps = plan_steps(parent, request, fork_step)
-    plan.problems = problems(parent, request, fork_step)
+    plan.problems = problems(parent, request, fork_step, allowed)
     return plan
 
 

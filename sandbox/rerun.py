@@ -6,7 +6,14 @@ element), starts the branch run (``run.started`` + ``run.forked``) or resumes it
 re-run request is redelivered, hands a sandbox the agent (acquired while the branch is
 started; a warm one has the agent loaded already), and lets the broker answer it through
 a BranchRun until the agent reports its outcome. The outcome is
-recorded on the branch by the same ``drive`` that records live runs.
+recorded on the branch by the same ``drive`` that records live runs. The sandbox is awaited inside
+that ``drive``: whatever goes wrong with it, before its hello (garbage on the channel, no
+connection) or after, is the branch's ``run.failed``, and its container is removed before ``rerun``
+returns.
+
+The names a request carries (its agent, a counterfactual's agent or model) are checked against the
+operator's allow-list (``CodeAllowList``, ``$RUNLEDGER_ALLOW_CODE``) before anything is read,
+imported or called (``check_names``).
 
 The re-run's wall-clock limit is the host's: the request's ``timeout_s``, capped at the pool's
 ``SandboxPolicy.timeout_s`` (a request cannot buy more time than its worker allows; the result
@@ -30,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runledger.errors import RunNotFoundError, VersionMismatchError
+from runledger.errors import CodeNotAllowedError, ConfigurationError, RunNotFoundError, VersionMismatchError
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.log.reader import RunLog
@@ -47,7 +54,7 @@ from runledger.sandbox.branch import BranchRun
 from runledger.sandbox.broker import Broker
 from runledger.sandbox.containers import Sandbox, SandboxPool
 from runledger.sandbox.errors import RerunDeadLetteredError, RerunRequestError, RunErasedError, SandboxViolation
-from runledger.sdk.agent import AgentSpec, load_agent
+from runledger.sdk.agent import AgentSpec, CodeAllowList, load_agent, load_model
 from runledger.sdk.lifecycle import RunResult, drive
 
 Mode = Literal["replay", "redrive", "live", "counterfactual"]
@@ -110,41 +117,57 @@ def describe(exc: BaseException) -> str:
     return safe_text(text, 2000)
 
 
-def _load_object(ref: str) -> Any:
-    module, _, attr = ref.partition(":")
-    if not module or not attr:
-        raise RerunRequestError(f"expected module:attribute, got {ref!r}")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise RerunRequestError(f"cannot load {ref!r}: {exc}") from exc
-
-
-def branch_spec(host: AgentSpec, request: RerunRequest) -> tuple[AgentSpec, str, str | None, Any, Any]:
-    """The spec the branch runs with, its agent ref, and (changed, from, to) of the version tuple."""
+def check_change(request: RerunRequest) -> None:
+    """Raise RerunRequestError unless ``request`` changes nothing, or (a counterfactual) one element."""
     if request.mode != "counterfactual":
         if request.change:
             raise RerunRequestError("only a counterfactual branch changes the version tuple (--mode counterfactual)")
-        return host, request.agent, None, None, None
+        return
     if len(request.change) != 1 or next(iter(request.change)) not in CHANGEABLE:
         raise RerunRequestError(
             f"a counterfactual branch changes exactly one of {', '.join(CHANGEABLE)}: --set NAME=VALUE, got "
             f"{request.change or 'nothing'}"
         )
+
+
+def check_names(request: RerunRequest, allowed: CodeAllowList) -> None:
+    """Raise CodeNotAllowedError if ``request`` names code (its agent, a counterfactual's agent or model)
+    outside ``allowed``: before anything of it is imported or called on this host (RerunRequestError
+    first if its change is malformed)."""
+    check_change(request)
+    allowed.check(request.agent, "agent")
+    for what in ("agent", "model"):
+        value = request.change.get(what)
+        if value is not None:
+            allowed.check(value, what)
+
+
+def branch_spec(
+    host: AgentSpec, request: RerunRequest, allowed: CodeAllowList | None = None
+) -> tuple[AgentSpec, str, str | None, Any, Any]:
+    """The spec the branch runs with, its agent ref, and (changed, from, to) of the version tuple.
+
+    A changed agent or model is loaded only from the operator's ``allowed`` code (default: the
+    environment's, ``CodeAllowList.from_env``); anything else raises CodeNotAllowedError before it
+    is imported or called."""
+    allowed = CodeAllowList.from_env() if allowed is None else allowed
+    check_change(request)
+    if request.mode != "counterfactual":
+        return host, request.agent, None, None, None
     ((what, value),) = request.change.items()
     before = host.version()
     ref = request.agent
-    if what == "model":
-        model = _load_object(value)
-        if callable(model) and not hasattr(model, "complete"):
-            model = model()
-        if not hasattr(model, "complete") or not hasattr(model, "name"):
-            raise RerunRequestError(f"{value!r} is not a model adapter (needs .name and .complete())")
-        spec = dataclasses.replace(host, model=model)
-    elif what == "prompt":
-        spec = dataclasses.replace(host, prompt=value)
-    else:
-        spec, ref = load_agent(value), value
+    try:
+        if what == "model":
+            spec = dataclasses.replace(host, model=load_model(value, allowed=allowed))
+        elif what == "prompt":
+            spec = dataclasses.replace(host, prompt=value)
+        else:
+            spec, ref = load_agent(value, allowed=allowed), value
+    except CodeNotAllowedError:
+        raise
+    except ConfigurationError as exc:  # a bad name: no retry can cure the request
+        raise RerunRequestError(str(exc)) from exc
     after = spec.version()
     field = {"agent": "agent_version", "prompt": "prompt_hash"}.get(what, what)
     differs = [k for k in VersionTuple.model_fields if getattr(before, k) != getattr(after, k)]
@@ -175,14 +198,20 @@ def code_location(spec: AgentSpec) -> tuple[Path, str]:
 
 
 class Rerunner:
-    def __init__(self, client: LedgerClient, pool: SandboxPool, policy: RetryPolicy = RetryPolicy()) -> None:
+    def __init__(
+        self, client: LedgerClient, pool: SandboxPool, policy: RetryPolicy = RetryPolicy(),
+        allowed: CodeAllowList | None = None,
+    ) -> None:  # fmt: skip
+        """``allowed``: the code a request may name (default: ``$RUNLEDGER_ALLOW_CODE``, read now)."""
         self.client = client
         self.pool = pool
         self.policy = policy
+        self.allowed = CodeAllowList.from_env() if allowed is None else allowed
 
     async def rerun(self, request: RerunRequest) -> RerunResult:
         if request.mode == "replay":
             raise RerunRequestError("trace replay executes nothing: use `runledger show RUN`")
+        check_names(request, self.allowed)  # before anything is read, imported or called
         # Content stays sealed here: the branch opens each parent value only when it serves it.
         parent_log = await load_run(self.client, request.parent_run_id, open_content=False)
         parent = fold(parent_log.records, check_chain=False)
@@ -190,10 +219,10 @@ class Rerunner:
             raise RerunRequestError(f"run {request.parent_run_id} has no run.started event")
         if parent.erased is not None:
             raise RunErasedError(parent.run_id, parent.erased)
-        host = load_agent(request.agent)
+        host = load_agent(request.agent, allowed=self.allowed)
         if host.version().model_dump() != parent.version:
             raise VersionMismatchError(request.parent_run_id, parent.version, host.version().model_dump())
-        spec, ref, changed, before, after = branch_spec(host, request)
+        spec, ref, changed, before, after = branch_spec(host, request, self.allowed)
         last = max(parent.last_step, 0)
         fork_step = last if request.fork_step is None else request.fork_step
         if not 0 <= fork_step <= parent.last_step + 1:
@@ -231,16 +260,29 @@ class Rerunner:
             sandbox_policy=self.pool.policy,
         )  # fmt: skip
         run._input = run_input
-        sandbox, warm = await acquiring
-        reader, channel_writer = await sandbox.channel(5.0)
         start = {
             "agent": ref, "agent_version": spec.version().agent_version, "run_id": branch_id,
             "agent_name": spec.name, "input": run_input, "prompt": spec.prompt,
         }  # fmt: skip
         limit, asked = self.time_limit(request)
         deadline = time.monotonic() + limit
-        broker = Broker(reader, channel_writer, start, deadline=deadline, policy=self.pool.policy)
+        got: list[Sandbox] = []  # the sandbox, once acquired
+        warm = False
+        requests = 0
         clean_exit = False
+
+        async def serve(run: Any) -> Any:
+            # Inside drive: a sandbox that cannot be had (garbage before its hello, no connection)
+            # fails the branch like anything after the hello.
+            nonlocal warm, requests
+            sandbox, warm = await asyncio.shield(acquiring)  # never cancelled mid-creation (see _release)
+            got.append(sandbox)
+            reader, channel_writer = await sandbox.channel(5.0)
+            broker = Broker(reader, channel_writer, start, deadline=deadline, policy=self.pool.policy)
+            try:
+                return await broker.serve(run, sandbox.hello)
+            finally:
+                requests = broker.requests
 
         async def in_sandbox(run: Any) -> Any:
             nonlocal clean_exit
@@ -248,10 +290,11 @@ class Rerunner:
                 # The limit covers everything the branch waits for, not only the guest's next
                 # message: a host tool, a model call or a write that hangs is cancelled too.
                 remaining = max(0.0, deadline - time.monotonic())
-                output = await asyncio.wait_for(broker.serve(run, sandbox.hello), timeout=remaining)
+                output = await asyncio.wait_for(serve(run), timeout=remaining)
             except SandboxViolation as exc:
                 if time.monotonic() < deadline:
-                    raise SandboxViolation(f"{exc}; the container {await sandbox.describe()}") from exc
+                    where = f"; the container {await got[0].describe()}" if got else ""
+                    raise SandboxViolation(f"{exc}{where}") from exc
                 raise await over_limit() from exc
             except TimeoutError as exc:
                 if time.monotonic() < deadline:
@@ -261,20 +304,29 @@ class Rerunner:
             return output
 
         async def over_limit() -> SandboxViolation:
-            await self.pool.discard(sandbox)  # killed now, before the outcome is recorded
+            if got:
+                await self.pool.discard(got[0])  # killed now, before the outcome is recorded
             capped = f" (the worker's limit; the request asked for {asked:g}s)" if asked is not None else ""
             return SandboxViolation(
                 f"the re-run exceeded its wall-clock limit of {limit:g}s{capped}: its container was killed"
             )
 
+        stopped = False
         try:
             result = await drive(run, dataclasses.replace(spec, fn=in_sandbox), record_nondeterminism=True)
+        except asyncio.CancelledError:
+            stopped = True
+            raise
         finally:
-            if clean_exit:
-                self.pool.finish_later(sandbox)
+            if got and clean_exit:
+                self.pool.finish_later(got[0])
+            elif got:
+                await self.pool.discard(got[0])
+            elif stopped:
+                acquiring.cancel()  # a worker stopping: no wait; its pool's close() removes the container
             else:
-                await self.pool.discard(sandbox)
-        return RerunResult(**dataclasses.asdict(result), warm=warm, requests=broker.requests, time_limit_s=limit,
+                await self._release(acquiring)  # waited for, then removed: nothing is left running
+        return RerunResult(**dataclasses.asdict(result), warm=warm, requests=requests, time_limit_s=limit,
                            requested_time_limit_s=asked, **common)  # fmt: skip
 
     async def _acquire(self, code_root: Path, package: str, agent: str) -> tuple[Sandbox, bool]:
@@ -317,8 +369,8 @@ class Rerunner:
         when the failure cannot be written."""
         branch_id = request.branch_run_id
         try:
-            policy = load_agent(request.agent).data_policy
-        except Exception:  # any error of the agent's import or factory: the default policy seals
+            policy = load_agent(request.agent, allowed=self.allowed).data_policy
+        except Exception:  # any error of the agent's import or factory, or a name not allowed: the default seals
             policy = DataPolicy()
         common: dict[str, Any] = {"parent_run_id": request.parent_run_id, "mode": request.mode}
         try:

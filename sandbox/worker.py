@@ -17,7 +17,9 @@ names the request, the count and the last cause (``Rerunner.dead_letter``; a bra
 request never started is started from the parent's record to hold it), and the message is
 terminated, which removes it from the work queue. ``runledger runs`` and ``runledger reruns``
 list it; the requests queued behind it go on. Errors no retry can cure (``PERMANENT``) drop
-the request at once, as they always did.
+the request at once, as they always did. A request naming code outside the worker's allow-list
+(``$RUNLEDGER_ALLOW_CODE``, ``runledger.sdk.agent.CodeAllowList``) is dead-lettered on its first
+delivery, with the refusal as its cause: nothing it names was imported or called.
 
 Rejected: a dead-letter subject in LEDGER_CMD. The worker role may not publish under
 ``ledger.cmd.>`` (only operators command), and the branch run is where an operator already
@@ -48,12 +50,13 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
-from runledger.errors import PublishError, RunNotFoundError, VersionMismatchError
+from runledger.errors import CodeNotAllowedError, PublishError, RunNotFoundError, VersionMismatchError
 from runledger.log.client import LedgerClient
 from runledger.log.subjects import CMD_PREFIX, CMD_STREAM
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
 from runledger.sandbox.errors import RerunDeadLetteredError, RerunRequestError
-from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult, describe
+from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult, check_names, describe
+from runledger.sdk.agent import CodeAllowList
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +68,11 @@ PERMANENT = (RerunRequestError, VersionMismatchError, RunNotFoundError)
 BACKSTOP = 3
 
 
-async def submit(client: LedgerClient, request: RerunRequest) -> None:
-    """Queue a re-run request (deduplicated by its request id)."""
+async def submit(client: LedgerClient, request: RerunRequest, allowed: CodeAllowList | None = None) -> None:
+    """Queue a re-run request (deduplicated by its request id). Raises CodeNotAllowedError, queuing
+    nothing, when it names code outside ``allowed`` (default: ``$RUNLEDGER_ALLOW_CODE`` here); a
+    worker checks the request against its own list again."""
+    check_names(request, CodeAllowList.from_env() if allowed is None else allowed)
     await client.js.publish(
         RERUN_SUBJECT, request.model_dump_json().encode(), headers={"Nats-Msg-Id": f"rerun:{request.request_id}"}
     )
@@ -177,6 +183,8 @@ async def run_worker(
         except asyncio.CancelledError:
             await settle(msg.nak(), request.request_id)  # stopping: left for redelivery, its container killed
             raise
+        except CodeNotAllowedError as exc:  # nothing was imported or called: given up at once, with the reason
+            await give_up(msg, request, RerunDeadLetteredError(request.request_id, delivered, describe(exc)), None)
         except PERMANENT as exc:
             report(request, exc)
             await settle(msg.term(), request.request_id)  # retrying cannot help

@@ -5,15 +5,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from runledger.errors import ConfigurationError
+from runledger.errors import CodeNotAllowedError, ConfigurationError
 from runledger.protect.data_policy import DataPolicy
 from runledger.record.budgets import Budgets
 from runledger.record.versions import VersionTuple
@@ -105,35 +107,153 @@ def code_hash(fn: Callable[..., Any]) -> str:
     return _dir_hash(str(Path(source).resolve().parent))
 
 
-def load_agent(ref: str) -> AgentSpec:
-    """Import ``module:attribute`` and return the AgentSpec (or the result of calling a factory)."""
-    module_name, _, attr = ref.partition(":")
-    if not module_name or not attr:
-        raise ConfigurationError(
-            f"--agent takes module:attribute (e.g. runledger.examples.refund_agent.agent:spec), got {ref!r}"
-        )
+# The code a name given in a request may make this host import and call (CodeAllowList.from_env).
+ALLOW_CODE_ENV = "RUNLEDGER_ALLOW_CODE"
+WORKING_DIRECTORY = "."  # the entry for the packages and modules of the working directory
+DEFAULT_ALLOWED_CODE = (WORKING_DIRECTORY, "runledger.examples")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+EXAMPLES = {
+    "agent": "runledger.examples.refund_agent.agent:spec",
+    "model": "runledger.examples.refund_agent.agent:strict_model",
+}
+
+
+@dataclass(frozen=True)
+class CodeAllowList:
+    """The code that a name in a request (``MODULE:ATTRIBUTE`` given as a re-run's ``--agent``, its
+    ``--set agent=`` or ``--set model=``, a queued re-run, the page's form) may make this host
+    import and call. The operator's: ``$RUNLEDGER_ALLOW_CODE``, comma-separated, each entry a
+    package (with its modules) or ``.``: the packages and modules found in the working directory,
+    where ``load_agent`` looks too (``runledger`` itself excepted). Unset: ``.,runledger.examples``.
+
+    Why a list and not only the factory rule (``_call_factory``: a function of the named module with
+    no required argument): the standard library and every installed package are full of such
+    functions (``http.server:test`` serves forever, ``pdb:set_trace`` waits on a terminal), and
+    importing a module runs its code. A name outside the list is refused before its module is
+    imported; inside it, the factory rule still decides what is called."""
+
+    entries: tuple[str, ...] = DEFAULT_ALLOWED_CODE
+
+    @classmethod
+    def from_env(cls) -> CodeAllowList:
+        raw = os.environ.get(ALLOW_CODE_ENV)
+        if raw is None:
+            return cls()
+        return cls(tuple(entry.strip() for entry in raw.split(",") if entry.strip()))
+
+    def describe(self) -> str:
+        named = [
+            f"the packages and modules of the working directory ({os.getcwd()})" if e == WORKING_DIRECTORY
+            else f"{e} and its modules"
+            for e in self.entries
+        ]  # fmt: skip
+        return "; ".join(named) or "nothing"
+
+    def allows(self, module: str) -> bool:
+        """Whether ``module`` (a dotted name) is allowed. Imports nothing."""
+        if not _MODULE.fullmatch(module):
+            return False
+        for entry in self.entries:
+            if entry == WORKING_DIRECTORY:
+                # runledger itself is never the working directory's, even run from its checkout
+                # (`runledger.cli.app:main` would run the CLI): its examples have their own entry.
+                top = module.partition(".")[0]
+                if top != "runledger" and _in_working_directory(top):
+                    return True
+            elif module == entry or module.startswith(entry + "."):
+                return True
+        return False
+
+    def check(self, ref: str, what: str) -> None:
+        """Raise CodeNotAllowedError unless ``ref`` (``module:attribute``) is allowed. Imports nothing."""
+        module, _, attr = ref.partition(":")
+        if not module or not attr:
+            return  # not a name at all: load_named says so, importing nothing
+        if not _ATTRIBUTE.fullmatch(attr) or not self.allows(module):
+            raise CodeNotAllowedError(ref, what, self.describe(), ALLOW_CODE_ENV)
+
+
+def _working_directory_on_path() -> None:
     if "" not in sys.path and os.getcwd() not in sys.path:
         # As `python -m` would: an agent module in the working directory is found from the
         # `runledger` console script too (whose sys.path starts with the script's own folder).
         sys.path.append(os.getcwd())
+
+
+def _in_working_directory(top: str) -> bool:
+    """Whether the top-level module ``top``, as an import would find it now, lies in the working
+    directory. Finding a top-level module runs none of its code; a name the working directory holds
+    but an earlier ``sys.path`` entry shadows (the standard library's ``test``, say) is not there."""
+    _working_directory_on_path()
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if found is None:
+        return False
+    places = [found.origin] if found.origin and found.has_location else []
+    places += list(found.submodule_search_locations or [])
+    cwd = Path.cwd().resolve()
+    return bool(places) and all(Path(p).resolve().is_relative_to(cwd) for p in places)
+
+
+def load_named(
+    ref: str, what: str, noun: str, accept: Callable[[Any], bool], *, allowed: CodeAllowList | None = None
+) -> Any:
+    """The object ``ref`` (``module:attribute``) names, if ``accept`` takes it, or what a factory of that
+    module (``_call_factory``) returns: the one way the host turns a name into code. ``what`` names the
+    option in errors (``agent``, ``model``), ``noun`` what it must be (``an AgentSpec``). With ``allowed``
+    (a name from a request), a name outside it is refused (CodeNotAllowedError) before its module is
+    imported. Raises ConfigurationError for anything else ``accept`` refuses, or that cannot be loaded."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"--{what} takes module:attribute (e.g. {EXAMPLES[what]}), got {ref!r}")
+    if allowed is not None:
+        allowed.check(ref, what)
+    _working_directory_on_path()
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"cannot load agent {ref!r}: {exc}") from exc
-    if callable(obj) and not isinstance(obj, AgentSpec):
-        obj = _call_factory(ref, module_name, obj)
+        raise ConfigurationError(f"cannot load {what} {ref!r}: {exc}") from exc
+    if callable(obj) and not accept(obj):
+        obj = _call_factory(ref, module_name, obj, noun)
+    return obj
+
+
+def load_agent(ref: str, *, allowed: CodeAllowList | None = None) -> AgentSpec:
+    """Import ``module:attribute`` and return the AgentSpec (or the result of calling a factory).
+
+    ``allowed``: the operator's allow-list, for a name that comes in a request (a re-run, the
+    page); without it (the operator's own command line: ``runledger run``, ``resume``, the guest
+    inside its sandbox) only the factory rule applies."""
+    obj = load_named(ref, "agent", "an AgentSpec", lambda o: isinstance(o, AgentSpec), allowed=allowed)
     if not isinstance(obj, AgentSpec):
         raise ConfigurationError(f"{ref!r} is not an AgentSpec (nor a function returning one)")
     return obj
 
 
-def _call_factory(ref: str, module_name: str, obj: Any) -> Any:
+def is_model_adapter(obj: Any) -> bool:
+    return hasattr(obj, "complete") and hasattr(obj, "name")
+
+
+def load_model(ref: str, *, allowed: CodeAllowList | None = None) -> ModelAdapter:
+    """The model adapter ``ref`` names (an object with ``.name`` and ``.complete()``), or what a factory
+    of its module returns; ``allowed`` as for ``load_agent``."""
+    obj = load_named(ref, "model", "a model adapter", is_model_adapter, allowed=allowed)
+    if not is_model_adapter(obj):
+        raise ConfigurationError(f"{ref!r} is not a model adapter (needs .name and .complete())")
+    model: ModelAdapter = obj
+    return model
+
+
+def _call_factory(ref: str, module_name: str, obj: Any, noun: str = "an AgentSpec") -> Any:
     """Call ``obj`` only if it is a factory of that module: a Python function defined there that takes no
     required argument. Anything else an operator (or a page's form) might name, such as ``os:abort`` or a
     class, is refused before it is called."""
     if not inspect.isfunction(obj) or obj.__module__ != module_name:
         raise ConfigurationError(
-            f"{ref!r} is not an AgentSpec nor a function of {module_name} returning one: name the spec or its factory"
+            f"{ref!r} is not {noun} nor a function of {module_name} returning one: name it or its factory"
         )
     required = [
         p for p in inspect.signature(obj).parameters.values()

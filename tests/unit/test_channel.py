@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
-from runledger.sandbox.channel import MAX_DEPTH, check_request, encode, parse
+from runledger.sandbox.channel import MAX_DEPTH, MAX_VALUES, check_request, check_shape, encode, parse
 from runledger.sandbox.errors import ChannelError
 
 BAD_LINES = {
@@ -83,3 +84,32 @@ def test_every_field_the_run_api_sends_is_accepted() -> None:
         {"id": -1, "op": "failed", "error": {"type": "ValueError", "message": "no"}},
     ):
         assert check_request(parse(encode(message))) == (message["id"], message["op"])
+
+
+def test_values_are_counted_outside_strings_and_capped_for_the_host() -> None:
+    at_cap = {"a": [0] * (MAX_VALUES - 2)}  # the object, its list, and the list's values: MAX_VALUES
+    over = {"a": [0] * (MAX_VALUES - 1)}
+    assert parse(encode(at_cap), MAX_VALUES) == at_cap
+    with pytest.raises(ChannelError, match=f"more than {MAX_VALUES} values"):
+        parse(encode(over), MAX_VALUES)
+    assert parse(encode(over)) == over  # the guest reads its host's replies without the cap
+    commas = {"a": "," * (3 * MAX_VALUES), "b": ["[,]", '\\",[,', "{,"] * 10}  # commas and brackets in strings
+    assert parse(encode(commas), MAX_VALUES) == commas
+
+
+def test_the_shape_of_a_huge_deep_message_is_refused_in_one_pass_before_any_parse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unit = b"[" * (MAX_DEPTH - 2) + b"0" + b"]" * (MAX_DEPTH - 2)
+    line = b'{"id":1,"op":"tool","name":"echo","args":[' + b",".join([unit] * 18_000) + b"]}\n"  # 3.6 MB
+    parsed: list[bytes] = []
+    monkeypatch.setattr(json, "loads", lambda *a, **k: parsed.append(a[0]))
+    cpu = time.process_time()
+    with pytest.raises(ChannelError, match="values"):
+        parse(line, MAX_VALUES)
+    # Measured here ~0.1 s (2 shared cores, loaded); the old check made a pass per level: 2.5 s.
+    assert time.process_time() - cpu < 1.0
+    assert parsed == []
+    with pytest.raises(ChannelError, match=f"deeper than {MAX_DEPTH}"):
+        check_shape(b'{"a":' + b"[" * MAX_DEPTH + b"]" * MAX_DEPTH + b"}\n", MAX_DEPTH, None)
+    check_shape(b'{"a":' + b"[" * (MAX_DEPTH - 1) + b"]" * (MAX_DEPTH - 1) + b"}\n", MAX_DEPTH, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import pytest
 
@@ -67,3 +68,19 @@ def test_rerun_replay_local_and_diff(
     code = main(["rerun", "cli-parent", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
                  "--set", "model=x:y", "--set", "prompt=p", "--local"])  # fmt: skip
     assert code == 1 and "exactly one" in capsys.readouterr().err
+
+
+def test_rerun_plan_refuses_a_model_outside_the_allow_list_before_calling_it(
+    nats_url: str, payments: PaymentsService, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record(nats_url, "cli-abort")
+    calls: list[str] = []
+    monkeypatch.setattr(os, "abort", lambda: calls.append("os.abort"))  # before the fix: called, the CLI gone
+    code = main(["rerun", "cli-abort", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
+                 "--set", "model=os:abort", "--plan"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert (code, calls) == (1, [])
+    assert "a worker would refuse it" in out and "model 'os:abort' is not on this host's allow-list" in out
+    code = main(["rerun", "cli-abort", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
+                 "--set", "model=os:abort"])  # fmt: skip
+    assert (code, calls) == (1, []) and "$RUNLEDGER_ALLOW_CODE=" in capsys.readouterr().err  # nothing queued

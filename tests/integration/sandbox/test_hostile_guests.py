@@ -35,6 +35,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(2
 MOD = "tests.sandbox_agents.liars.agents"
 PARENT = "liar-parent"
 CAP_TOKENS = 256
+# Host CPU one hostile request nested 100 deep may cost, measured with time.process_time over the
+# whole re-run (every thread of this process: broker, branch, NATS and docker clients, the sandbox's
+# start and removal) divided by its requests. Generous for a loaded 2-core machine; see the test for
+# what was measured. Before: one 3.6 MB request cost 14-24 s (a check pass per level on the event
+# loop, then every walk of 1.8 million values).
+DEEP_FRAME_CPU_S = 2.0
 SECRETS = {  # the host's environment: values that must never reach a guest
     liars.ALLOWED_SECRET: "allowed-value-7d1e2f",
     liars.DECLARED_ONLY: "declared-only-value-5b9c",
@@ -50,6 +56,8 @@ class Host:
     image: str
     tmp_path: Path
     pools: list[SandboxPool] = field(default_factory=list)
+    cpu_s: float = 0.0  # host CPU (this process, every thread) of the last contained re-run
+    left: list[str] = field(default_factory=list)  # containers of this process right after it
 
     def policy(self, **overrides: Any) -> SandboxPolicy:
         base: dict[str, Any] = {"image": self.image, "timeout_s": 30.0, "io_timeout_s": 2.0, "max_tokens": CAP_TOKENS,
@@ -69,8 +77,11 @@ class Host:
         self.pools.append(pool)
         rerunner = Rerunner(self.client, pool)
         try:
+            cpu = time.process_time()
             result = await rerunner.rerun(RerunRequest(parent_run_id=PARENT, agent=f"{MOD}:{agent}", mode="live",
                                                        fork_step=0, timeout_s=30, **request))  # fmt: skip
+            self.cpu_s = time.process_time() - cpu
+            self.left = containers_of(self.docker, os.getpid())  # before the pool closes: nothing may wait for it
             branch = fold((await load_run(self.client, result.run_id)).records)
             assert branch.status == result.status and branch.status in ("completed", "failed"), branch.status
             # The host is alive and serves the next request with the same pool.
@@ -122,8 +133,8 @@ async def test_host_secrets_are_unreachable_through_any_request(host: Host, monk
         traffic.append(data)
         return data
 
-    async def tee_read(reader: Any) -> Any:
-        message = await original_read(reader)
+    async def tee_read(reader: Any, *limits: Any) -> Any:
+        message = await original_read(reader, *limits)
         traffic.append(repr(message).encode())
         return message
 
@@ -251,3 +262,24 @@ async def test_a_flood_fails_the_branch_at_its_cap(
     assert (result.status, result.reason) == ("failed", "sandbox"), result
     assert fragment in failure(branch)
     assert len(branch.steps) <= limits.get("max_events", 10_000)
+
+
+@pytest.mark.parametrize("variant", ["text", "binary", "deep"])
+async def test_garbage_before_hello_fails_the_branch_and_leaves_no_container(host: Host, variant: str) -> None:
+    result, branch = await host.contained(f"garbage_{variant}_spec")
+    assert (result.status, result.reason) == ("failed", "sandbox"), result
+    assert branch.status == "failed" and result.run_id == branch.run_id
+    assert "did not say hello" in failure(branch), failure(branch)
+    assert host.left == [], "the sandbox that sent garbage was left running"
+    assert host.payments()[1:] == []
+
+
+async def test_deep_frames_cost_the_host_a_bounded_cpu_per_request(host: Host) -> None:
+    result, branch = await host.contained("deep_frames_spec")
+    per_request = host.cpu_s / liars.DEEP_FRAMES
+    print(f"host CPU of the re-run: {host.cpu_s:.2f}s for {liars.DEEP_FRAMES} requests ({per_request:.2f}s each)")
+    assert per_request < DEEP_FRAME_CPU_S, host.cpu_s
+    # Three frames at the cap were served; the huge one was refused before it was parsed.
+    assert (result.status, result.reason, result.requests) == ("failed", "sandbox", liars.DEEP_FRAMES - 1), result
+    assert "more than 100000 values" in failure(branch), failure(branch)
+    assert host.left == []

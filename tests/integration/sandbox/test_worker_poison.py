@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runledger.errors import RunNotFoundError
+from runledger.errors import CodeNotAllowedError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.subjects import CMD_STREAM
 from runledger.protect.runs import load_run
@@ -130,6 +130,48 @@ async def test_a_poison_request_is_retried_then_dead_lettered_and_the_worker_ser
     assert out.count(f"re-run {poison.request_id}: error:") == 3, out  # two retries, then the dead letter
     assert f"re-run {good.request_id}: branch {good.branch_run_id} completed" in out
     assert "time limit capped at the worker's 60s (the request asked for 600s)" in out
+    await eventually(lambda: not containers_of(docker, proc.pid), timeout=20)
+
+
+async def test_a_queued_request_naming_os_abort_is_dead_lettered_at_once_without_any_call(
+    client: LedgerClient, nats_url: str, docker: Any, sandbox_image: str, parent: str, tmp_path: Path
+) -> None:
+    # As an attacker with the operator's queue would: published raw, past submit's own check.
+    hostile = [
+        RerunRequest(parent_run_id=parent, agent=f"{MOD}:steady_spec", mode="counterfactual", fork_step=0,
+                     change={"model": "os:abort"}),
+        RerunRequest(parent_run_id=parent, agent="os:abort", mode="redrive", fork_step=0),
+    ]  # fmt: skip
+    with pytest.raises(CodeNotAllowedError, match="os:abort"):
+        await submit(client, hostile[0])
+    assert await queued(client) == 0
+    for req in hostile:
+        await client.js.publish(RERUN_SUBJECT, req.model_dump_json().encode(),
+                                headers={"Nats-Msg-Id": f"rerun:{req.request_id}"})  # fmt: skip
+    good = request(parent, "steady_spec")
+    await submit(client, good)
+    log = tmp_path / "worker.log"
+    proc = worker(nats_url, log, "--max-attempts", "3", "--retry-delay", "0.3", "--timeout", "60")
+    try:
+        await eventually(lambda: ended(client, *hostile, good), timeout=120, interval=0.5)
+        assert proc.poll() is None, log.read_text()  # before: SIGABRT, and the next worker too
+        for req, what in zip(hostile, ("model", "agent"), strict=True):
+            found = await branch(client, req)
+            assert found is not None
+            types, cp = found
+            assert types == ["run.started", "run.forked", "run.failed"]  # nothing of it ran
+            assert_dead_lettered(types, cp, 1, f"CodeNotAllowedError: {what} 'os:abort' is not on this host's "
+                                 "allow-list", "$RUNLEDGER_ALLOW_CODE=")  # fmt: skip
+        found = await branch(client, good)
+        assert found is not None and found[1].status == "completed"
+        await eventually(lambda: empty(client), timeout=10)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 60)
+    out = log.read_text()
+    assert code == 0, out
+    for req in hostile:
+        assert out.count(f"re-run {req.request_id}: error:") == 1, out  # dead-lettered on its first delivery
     await eventually(lambda: not containers_of(docker, proc.pid), timeout=20)
 
 

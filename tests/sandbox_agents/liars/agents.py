@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import uuid
 from typing import Any
 
@@ -212,6 +213,60 @@ MALFORMED = {
 }
 
 
+def deep_frame(values: int, depth: int = 100, ident: int = 7) -> bytes:
+    """A tool request nested ``depth`` levels deep with the message itself (what a depth limit of
+    ``depth`` accepts), of about ``values`` values: lists in lists, the shape whose every walk on the
+    host costs the most per value."""
+    unit = b"[" * (depth - 2) + b"0" + b"]" * (depth - 2)  # depth - 2 values
+    head, tail = b'{"id":%d,"op":"tool","name":"echo","args":[' % ident, b"]}\n"
+    return head + b",".join([unit] * max(1, values // (depth - 1))) + tail
+
+
+AT_THE_CAP = 99_000  # values of each accepted frame: under the broker's MAX_VALUES (100,000)
+HUGE = 1_800_000  # values of the last frame: about 3.6 MB, within the 4 MiB line limit
+DEEP_FRAMES = 4  # frames deep_frames sends: three at the cap, then a huge one
+
+
+async def deep_frames(run: Run) -> Any:
+    """Requests of deep frames, raw on the channel; the replies read as raw lines (an echo of a frame
+    100 deep is deeper than the guest's own reader takes)."""
+    answered = []
+    for n in range(DEEP_FRAMES):
+        size = AT_THE_CAP if n < DEEP_FRAMES - 1 else HUGE
+        run._writer.write(deep_frame(size, ident=100 + n))  # type: ignore[attr-defined]
+        await run._writer.drain()  # type: ignore[attr-defined]
+        try:
+            answered.append(len(await run._reader.readuntil(b"\n")))  # type: ignore[attr-defined]
+        except asyncio.IncompleteReadError:  # the broker hung up
+            break
+    return answered
+
+
+# Written to the broker's socket from the guest before the guest itself says hello (the first
+# connection is the one the broker reads; the guest's own is refused after it).
+GARBAGE = {
+    "text": b"GET / HTTP/1.1\r\nHost: broker\r\n\r\n\n",
+    "binary": bytes(range(256)) * 64 + b"\n",
+    "deep": b"[" * 2_000_000 + b"]" * 1_000_000 + b"\n",
+    "not_hello": b'{"id":0,"op":"done","output":"skipped the handshake"}\n',
+}
+SOCKET_IN_GUEST = "/run/runledger/broker.sock"
+
+
+def _garbage_first(variant: str) -> AgentSpec:
+    """The spec, after writing garbage to the broker from inside the guest (the guest loads the agent
+    before it connects). On the host, where no broker socket exists at that path, nothing is written."""
+    if os.path.exists(SOCKET_IN_GUEST):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(SOCKET_IN_GUEST)
+        sock.sendall(GARBAGE[variant])
+        GARBAGE_SOCKETS.append(sock)  # held open: the broker reads the garbage, not an end of stream
+    return _spec(honest)
+
+
+GARBAGE_SOCKETS: list[Any] = []
+
+
 def _malformed(line: bytes) -> Any:
     async def send(run: Run) -> Any:
         await run.tool("echo", {"q": "before"})
@@ -279,9 +334,17 @@ def flood_bytes_spec() -> AgentSpec:
     return _spec(flood_bytes)
 
 
+def deep_frames_spec() -> AgentSpec:
+    return _spec(deep_frames)
+
+
 def malformed_spec(variant: str) -> AgentSpec:
     return _spec(_malformed(MALFORMED[variant]))
 
 
 for _variant in MALFORMED:  # malformed_<variant>_spec, one factory per line above
     globals()[f"malformed_{_variant}_spec"] = lambda v=_variant: malformed_spec(v)
+
+
+for _variant in GARBAGE:  # garbage_<variant>_spec: garbage on the channel before the guest's hello
+    globals()[f"garbage_{_variant}_spec"] = lambda v=_variant: _garbage_first(v)

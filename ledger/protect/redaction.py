@@ -4,8 +4,10 @@ A ``Redactor`` walks a JSON-native value and replaces
 
 - every match of a secret *detector* inside any string (provider API keys and tokens,
   bearer tokens, PEM private keys, passwords in URLs, JWTs, card numbers that pass the
-  Luhn check, ``password=...``-style assignments, whose value goes whole: to the end of
-  its quoted string, of the line, or of its URL query parameter),
+  Luhn check, ``password=...``-style assignments, whose value goes whole and no more: to the
+  end of its quoted string or of its URL query parameter; unquoted, over words to the end of
+  the line or of a sentence, or to a password-shaped word before prose: ``pwd=Tr0ub4dor&3
+  next`` keeps ``next``; ``redaction_detectors._unquoted_end``),
 - the same, inside base64 and URL-encoded wrappers: a wrapper whose decoded text holds a
   secret goes whole, as ``«redacted:base64:<kind>:...»`` (``urlencoded:<kind>``),
 - the whole value under a dict key that names a credential (``SENSITIVE_KEYS``: patterns,
@@ -30,6 +32,7 @@ contains nothing any detector matches (checked by a test), so redaction is idemp
 Rejected: entropy-based detection of "random-looking" strings (high false-positive rate on
 ids and hashes, which the ledger is full of); redacting serialized bytes (escapes split
 secrets); stopping a password at its first blank or ``&`` (most of a passphrase was stored);
+taking the rest of its line after an unquoted password (what the agent read after it was lost);
 a cap on the text scanned per value (whatever lies past the cap would be stored unscanned:
 the caps are on the work per match attempt instead, below).
 

@@ -2,6 +2,7 @@
 
 A ``Detector`` is a regular expression with an optional validator and an optional *extent* (the
 secret's span worked out from a match: the value after ``password:``, a PEM key up to its footer).
+Where a credential's value ends, and no further, is ``_credential_extent``'s and ``_unquoted_end``'s.
 ``DETECTORS`` is their order of application (structured secrets first, so that a generic pattern
 never sees half of a key a specific one takes whole). How a pattern keeps the scan linear (a literal
 first, a bounded ``reach``, possessive tails) is in ``runledger.protect.redaction``'s notes; how they
@@ -181,6 +182,29 @@ _ESCAPED_QUOTED = {q: re.compile(rf"(?:[^\\\n\r\x00\uffff]++|\\{{2,}}+{q}?|\\(?!
 _AUTH_SCHEME = re.compile(r"(?i)(?:bearer|basic|digest|negotiate|ntlm|token)[ \t]++")
 _IDENT_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
 
+# Where an unquoted value ends (``_unquoted_end``). Words are runs of anything but blanks and line
+# ends; a token's ``«`` and ``»`` end a word too, so a token is never a password-shaped word. A *prose
+# word* is letters only, in brackets or quotes or not, with punctuation after it or not (``next``,
+# ``ok.``, ``(then``). What follows a value's end is kept: the value never takes the prose word.
+_W = r"[^ \t\n\r\x00\uffff«»]"
+_PROSE_NEXT = r"(?=[ \t]++[(\[\"']?+[^\W\d_]++[)\]\"'.,;:!?]*+(?![^ \t\n\r\x00\uffff]))"
+# A password-shaped word (a letter and a digit in it: ``Tr0ub4dor&3``, ``hunter2``) followed by a prose
+# word. The digit is looked for possessively (a word without one is read once), the letter is
+# mostly the first character.
+_PASSWORD_WORD = rf"(?=[^0-9 \t\n\r\x00\uffff«»]*+[0-9])(?=[^\W\d_]|{_W}*?[^\W\d_]){_W}++{_PROSE_NEXT}"
+_FIRST_WORD_END = re.compile(_PASSWORD_WORD)  # the value's first word, which no blank precedes
+# Every end but the first word's, each at one of the characters of the leading class: CPython's
+# engine skips to those in C when a pattern starts with a class (not with an alternation or a
+# look-around: 2.5x slower on a line of prose). A match of one character other than ``.!?`` is an end
+# before it: the first blank before a comment (``   # from the vault``), the end of the line.
+_VALUE_END = re.compile(
+    r"[ \t.!?\n\r\x00\uffff]"
+    rf"(?:(?<=[ \t]){_PASSWORD_WORD}"  # a password-shaped word later in the value, before prose
+    rf"|(?<=[.!?]){_PROSE_NEXT}"  # the end of a sentence, before prose: ``nine! ok``
+    r"|(?<=[ \t])(?<![ \t]{2})(?=[ \t]*+#(?![^ \t\n\r\x00\uffff]))"  # blanks, then a ``#`` alone
+    r"|(?<=[\n\r\x00\uffff]))"  # the end of the line
+)
+
 
 def _run_end(pattern: re.Pattern[str], text: str, start: int) -> int:
     """Where a pattern that matches the empty string too (``x*+``) stops, from ``start``."""
@@ -188,14 +212,55 @@ def _run_end(pattern: re.Pattern[str], text: str, start: int) -> int:
     return m.end() if m is not None else start
 
 
+def _unquoted_end(text: str, start: int) -> int:
+    """Where an unquoted value that starts at ``start`` ends: over blank-separated words, up to the
+    first of
+
+    - a password-shaped word (a letter and a digit in it) followed by a prose word: the value ends
+      with that word (``pwd=Tr0ub4dor&3 next``: ``next`` is kept);
+    - a word ending in ``.``, ``!`` or ``?`` followed by a prose word: the value ends with that
+      punctuation (``passphrase=lima-bravo nine! ok``: ``ok`` is kept);
+    - a ``#`` alone after blanks (a comment: ``password: a b c   # from the vault``);
+    - the end of the line (or of the text), blanks before it left out.
+
+    A value of plain words (``correct horse battery staple``), or of words with symbols and no
+    password-shaped word before a prose word (``Vortex#9 plinth&quasar !jubilee``), goes to the end
+    of its line, sentence or comment. Nothing in the text says where an unquoted passphrase ends, so
+    the rule guesses, on the safe side where it can: prose after plain words goes with them, and
+    punctuation stuck to the last word goes with it. Where it cuts, it may cut a passphrase short: one
+    that goes on in prose words after a password-shaped word (``hunter2 rosebud``), after a sentence
+    end (``correct horse! battery``) or after a ``#`` alone leaves those words in the record (the
+    docs say so, and say to quote such a value or pass it as a ``secret://`` reference).
+    Rejected: the first blank (most of a passphrase was stored); the end of the line (what the
+    agent wrote after a password on its line was lost: ``pwd=Tr0ub4dor&3 next``); one word for
+    some names and the line for others (``pwd=``, ``X-Auth-Token:`` hold passphrases too, and
+    ``passphrase=`` one word: the name says nothing of the value's shape).
+
+    Linear: a word is read a few times at most (the password-word test starts only at a blank, the
+    comment test only at the first blank of a run)."""
+    m = _FIRST_WORD_END.match(text, start)
+    if m is not None:
+        return m.end()
+    m = _VALUE_END.search(text, start)
+    if m is None:
+        end = len(text)
+    else:
+        end = m.end()
+        if end - m.start() == 1 and text[m.start()] not in ".!?":
+            end -= 1  # a blank before a comment, or a line end: the value ends before it
+    return start + len(text[start:end].rstrip(" \t"))
+
+
 def _credential_extent(text: str, m: re.Match[str]) -> tuple[int, int] | None:
-    """The value of ``name = value`` / ``"name": "value"``, whole.
+    """The value of ``name = value`` / ``"name": "value"``, whole, and no more.
 
     Quoted: up to the closing quote (or the end of the line, if it never closes). In a URL query
-    (``?password=...&next=``): up to the next ``&``, ``#`` or blank. Otherwise to the end of the
-    line: a passphrase has spaces and any symbol, so nothing short of the line end is known to end
-    it. An HTTP auth scheme in front (``Authorization: Bearer ...``) is not part of the secret; a
-    value that starts with a token (an API key a specific detector took whole) ends with it."""
+    (``?password=...&next=``): up to the next ``&``, ``#`` or blank. After an HTTP auth scheme
+    (``Authorization: Digest ...``): to the end of the line (a header's value). Otherwise where
+    ``_unquoted_end`` says: a passphrase has blanks and any symbol, so a value runs over words until a
+    password-shaped word or the end of a sentence is followed by prose, a comment starts, or the line
+    ends. The auth scheme itself is not part of the secret; a value that starts with a token (an API
+    key a specific detector took whole) ends with it."""
     n = len(text)
     j = _run_end(_BLANKS, text, m.end())
     if j >= n:
@@ -212,9 +277,13 @@ def _credential_extent(text: str, m: re.Match[str]) -> tuple[int, int] | None:
         name_at = m.start()
         before = text[max(0, name_at - 64) : name_at]
         ident = name_at - (len(before) - len(before.rstrip(_IDENT_CHARS)))
-        query = ident > 0 and text[ident - 1] in "?&"
-        end = _run_end(_QUERY_VALUE if query else _LINE_REST, text, start)
-        end = start + len(text[start:end].rstrip(" \t"))
+        if ident > 0 and text[ident - 1] in "?&":
+            end = _run_end(_QUERY_VALUE, text, start)
+        elif _AUTH_SCHEME.match(text, start) is not None:
+            end = _run_end(_LINE_REST, text, start)
+            end = start + len(text[start:end].rstrip(" \t"))
+        else:
+            end = _unquoted_end(text, start)
     scheme = _AUTH_SCHEME.match(text, start, end)
     if scheme is not None and scheme.end() < end:
         start = scheme.end()

@@ -68,7 +68,8 @@ SECRETS = [
         "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
     ),
     ("url_password", "postgres://admin:hunter2pw@db.internal:5432/app", "hunter2pw"),
-    # A credential's value goes whole: to the end of its quoted string, of the line, or of its query parameter.
+    # A credential's value goes whole, and no more: to the end of its quoted string, of its query parameter,
+    # or, unquoted, over words to the end of the line, of a sentence, or of a password-shaped word before prose.
     (
         "credential",
         'config: {"password": "correct horse battery staple", "user": "ann"}',
@@ -76,7 +77,9 @@ SECRETS = [
     ),
     ("credential", "password: correct horse battery staple", "correct horse battery staple"),
     ("credential", "pwd=Tr0ub4dor&3\nnext line", "Tr0ub4dor&3"),
-    ("credential", "login with password=Tr0ub4dor&3 ok", "Tr0ub4dor&3 ok"),
+    ("credential", "login with password=Tr0ub4dor&3 ok", "Tr0ub4dor&3"),
+    ("credential", "pwd=Tr0ub4dor&3 next", "Tr0ub4dor&3"),
+    ("credential", "passphrase=lima-bravo nine! ok", "lima-bravo nine!"),
     ("credential", "https://x/login?user=ann&passwd=correct+horse&next=/home", "correct+horse"),
     (
         "credential",

@@ -27,8 +27,8 @@ async def test_no_planted_secret_crosses_the_channel(
         traffic.append(data)
         return data
 
-    async def tee_read(reader: Any) -> Any:
-        message = await original_read(reader)
+    async def tee_read(reader: Any, *limits: Any) -> Any:
+        message = await original_read(reader, *limits)
         traffic.append(repr(message).encode())
         return message
 

@@ -439,18 +439,29 @@ def _rebuild_nondeterminism(state: dict[str, Any]) -> NondeterminismError:
 
 
 class EffectInDoubtError(LedgerError):
-    def __init__(self, run_id: str, step: int, key: str) -> None:
+    """A claim without an outcome that nothing settled: no reconcile function, or one that failed
+    (``reconcile_error``: its service unreachable). The run suspends; the key stays in doubt."""
+
+    def __init__(self, run_id: str, step: int, key: str, reconcile_error: str | None = None) -> None:
         self.run_id = run_id
         self.step = step
         self.key = key
+        self.reconcile_error = reconcile_error
+        why = (
+            "the tool has no reconcile function"
+            if reconcile_error is None
+            else f"its reconcile function failed ({reconcile_error}), so nobody knows whether it happened"
+        )
         super().__init__(
             f"run {run_id} step {step}: effect {key!r} was claimed but has no recorded outcome (the process "
-            "died between claim and record) and the tool has no reconcile function. Check the external "
-            f"system, then run `runledger effects resolve {key} --committed` or `--not-committed`, and resume"
+            f"died between claim and record) and {why}. Check the external system, then run "
+            f"`runledger effects resolve {key} --committed --by NAME` or `--not-committed --by NAME`, "
+            f"and resume the run"
+            + ("" if reconcile_error is None else " (or resume it once the reconcile's service answers again)")
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.run_id, self.step, self.key), self.__dict__)
+        return (type(self), (self.run_id, self.step, self.key, self.reconcile_error), self.__dict__)
 
 
 class EffectFailedError(LedgerError):

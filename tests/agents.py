@@ -46,6 +46,22 @@ def unreconciled_spec() -> AgentSpec:
     return AgentSpec("unreconciled", unreconciled, ScriptedModel([]), agent_version="v1")
 
 
+def _unreachable(key: str) -> Any:
+    raise ConnectionError("payments service unreachable")
+
+
+async def unreachable(run: Run) -> Any:
+    """An effect whose reconcile function cannot reach its service: a crash inside it stays in doubt."""
+    charged = await run.effect(
+        "charge", {"amount": 7}, key="charge:inv-2", fn=lambda a: _count("charge", a), reconcile=_unreachable
+    )
+    return {"charged": charged}
+
+
+def unreachable_spec() -> AgentSpec:
+    return AgentSpec("unreachable", unreachable, ScriptedModel([]), agent_version="v1")
+
+
 def calls(log: Path) -> list[dict[str, Any]]:
     if not log.exists():
         return []

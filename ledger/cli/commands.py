@@ -205,6 +205,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             note = f"retryable: `runledger resume {r.run_id} --retry --by NAME`; " + note
         if r.pending_approvals:
             note = "awaiting approval " + ", ".join(r.pending_approvals)
+        if r.settled and r.status == "suspended":
+            note = f"effect {', '.join(r.settled)} settled: `runledger resume {r.run_id} --agent MODULE:ATTR` continues"
         if r.in_doubt:
             note = "effect in doubt " + ", ".join(r.in_doubt)
         if r.parent:
@@ -421,18 +423,39 @@ def cmd_effects_resolve(args: argparse.Namespace) -> int:
         print(held + ("; resolving now (--force, recorded)" if forced else "; waiting for it to expire (--force: now)"))
         sys.stdout.flush()
 
-    state = with_client(
-        args,
-        lambda c: resolve_key(
-            c, args.key, committed=args.committed, by=args.by, reason=args.reason or "", result=result,
+    async def resolve(client: LedgerClient) -> tuple[Any, str]:
+        state = await resolve_key(
+            client, args.key, committed=args.committed, by=args.by, reason=args.reason or "", result=result,
             force=args.force, on_lease=lease, agent=args.agent,
-        ),
-    )  # fmt: skip
+        )  # fmt: skip
+        return state, await _after_resolution(client, state)
+
+    state, next_step = with_client(args, resolve)
     print(
         f"effect {args.key} resolved as {'committed' if args.committed else 'not committed'} "
-        f"(now {state.status}); resume run {state.run_id} to continue"
+        f"(now {state.status}); {next_step}"
     )
     return 0
+
+
+async def _after_resolution(client: LedgerClient, state: Any) -> str:
+    """What to run after an in-doubt key of run ``state.run_id`` was resolved, by the run's status."""
+    from runledger.errors import RunNotFoundError
+
+    run_id = state.run_id or "?"
+    try:
+        cp = fold((await load_run(client, run_id, agent=state.agent or None, open_content=False)).records,
+                  check_chain=False)  # fmt: skip
+    except RunNotFoundError:
+        return f"resume run {run_id} to continue"
+    if cp.status == "completed":
+        return f"run {run_id} has completed: nothing to resume"
+    if cp.status == "failed":
+        return (
+            f"run {run_id} failed ({cp.failure_reason}), so a resume does not continue it; a later run that "
+            f"claims {state.key!r} gets this outcome"
+        )
+    return f"continue run {run_id} with `runledger resume {run_id} --agent MODULE:ATTR` (the spec of agent {cp.agent})"
 
 
 def cmd_effects_show(args: argparse.Namespace) -> int:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from runledger.errors import RunNotFoundError
+from runledger.errors import LedgerError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import RunLog, decode_records, read_raw
 from runledger.log.subjects import parse_run_subject
@@ -40,6 +40,9 @@ class RunSummary:
     retryable: bool = False  # failed on a retryable error: `runledger resume RUN --retry` continues it
     child_of: str | None = None  # a child run (run.child): the run that started it, at step child_of_step
     child_of_step: int | None = None
+    # Keys the run's record leaves in doubt that their own subject has settled since (an operator's
+    # `effects resolve`): no longer in doubt; the run's next resume records the outcome.
+    settled: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -89,9 +92,31 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
         elif summary.error is not None:
             # Error messages are content (sealed per run): open the one this listing shows.
             summary.error = await opener.open_text(summary.error, strict=False)
+        if summary.in_doubt:
+            await _settle_in_doubt(client, summary)
         if status is None or summary.status == status:
             out.append(summary)
     return sorted(out, key=lambda s: (s.started_at or "", s.run_id))
+
+
+async def _settle_in_doubt(client: LedgerClient, summary: RunSummary) -> None:
+    """Move the keys of ``summary.in_doubt`` that their own subject no longer holds claimed (resolved
+    by an operator, or settled by another run) to ``summary.settled``. The run's record says "in
+    doubt" until a resume records the outcome; the key's subject is the truth about the key."""
+    from runledger.sdk.effects import read_key
+
+    still = []
+    for key in summary.in_doubt:
+        try:
+            state = await read_key(client, key, summary.agent or None)
+        except (LedgerError, TimeoutError):
+            still.append(key)  # a key this connection cannot read stays as the run's record says
+            continue
+        if state.status == "claimed":
+            still.append(key)
+        else:
+            summary.settled.append(key)
+    summary.in_doubt = still
 
 
 def _short(value: Any, width: int) -> str:

@@ -239,7 +239,7 @@ class EffectStep:
                 if reconcile is None:
                     await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
                     raise EffectInDoubtError(self.run_id, step, key)
-                found = await call_maybe_async(reconcile, key)
+                found = await self._reconciled(step, key, reconcile)
                 resolution = EffectResolved(
                     key=key,
                     by="reconcile",
@@ -269,6 +269,18 @@ class EffectStep:
                 return await self._act(step, args, key, fn, claimed, tool_call_id)
             state = await read_key(self._client, key, self.agent)
         raise EffectClaimedElsewhereError(key, state.run_id or "?", -1 if state.step is None else state.step)
+
+    async def _reconciled(self, step: int, key: str, reconcile: Any) -> Any:
+        """What ``reconcile(key)`` found. A reconcile that raises (its service unreachable) answers
+        nothing: the key stays in doubt and the run suspends (``effect_in_doubt``, resumable once the
+        key is resolved or the service answers again), never a final failure of the run."""
+        try:
+            return await call_maybe_async(reconcile, key)
+        except Exception as exc:
+            cause = f"{type(exc).__name__}: {exc}"
+            logger.warning("effect %r of run %s step %s: reconcile failed (%s)", key, self.run_id, step, cause)
+            await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
+            raise EffectInDoubtError(self.run_id, step, key, reconcile_error=cause) from exc
 
     async def _act(
         self, step: int, args: Any, key: str, fn: ToolFn, state: KeyState, tool_call_id: str | None = None

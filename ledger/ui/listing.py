@@ -46,9 +46,16 @@ SORTS: dict[str, str] = {
     "doubt": "len(r.in_doubt_keys)",
 }
 
+# The keys the run's record leaves in doubt that their own subject still holds claimed by the run: a
+# key an operator resolved since is no longer in doubt, though the run records its outcome only on
+# its next resume (``runs.in_doubt_keys`` is the record's word).
+_IN_DOUBT = (
+    "coalesce((SELECT list(k.key ORDER BY k.key) FROM effect_keys k WHERE k.run_id = r.run_id "
+    "AND k.status = 'claimed' AND list_contains(r.in_doubt_keys, k.key)), [])"
+)
 _COLUMNS = (
     "r.run_id, r.status, r.agent, r.agent_version, r.model, r.started_at, r.ended_at, r.duration_s, r.steps, "
-    "r.tokens, c.cost_usd, coalesce(c.priced, true), r.pending_approvals, r.in_doubt_keys, r.parent_run_id, "
+    f"r.tokens, c.cost_usd, coalesce(c.priced, true), r.pending_approvals, {_IN_DOUBT}, r.parent_run_id, "
     "r.fork_step, r.fork_mode, r.child_of_run_id, r.failure_reason"
 )
 

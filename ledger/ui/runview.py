@@ -121,6 +121,28 @@ def effects(cp: Checkpoint) -> list[Effect]:
     return out
 
 
+async def settled(viewer: Viewer, found: list[Effect]) -> list[Effect]:
+    """``found`` with each effect in doubt on the run's record that its key's own subject has settled
+    since (an operator's `effects resolve`) shown as the key holds it: ``committed``, or ``released``
+    (resolved as not committed: the run's next resume acts again). A key the viewer cannot read stays
+    as the record says."""
+    from runledger.errors import LedgerError
+    from runledger.sdk.effects import read_key
+
+    for e in found:
+        if e.state != "in_doubt" or e.key is None:
+            continue
+        try:
+            state = await read_key(viewer.client, e.key, viewer.agent)
+        except (LedgerError, TimeoutError):
+            continue
+        if state.status == "committed":
+            e.state = "committed"
+        elif state.status == "free":
+            e.state = "released"
+    return found
+
+
 async def lineage(follower: ProjectionFollower, viewer: Viewer, cp: Checkpoint) -> LineageNode:
     """parent (a fork's, or a child's starter) -> this run -> its forks and child runs."""
     this = LineageNode(cp.run_id, "this", cp.status)
@@ -155,7 +177,8 @@ async def run_view(follower: ProjectionFollower, viewer: Viewer, prices: PriceTa
     status, fold_error = record_status(log, cp)
     timeline = build_timeline(cp, log.records, prices, now_ms=time.time() * 1000.0)
     cost, priced = prices.run_cost(cp.steps.values())
-    return RunView(log, cp, status, fold_error, timeline, approvals(cp, log.records), effects(cp),
+    shown = await settled(viewer, effects(cp))
+    return RunView(log, cp, status, fold_error, timeline, approvals(cp, log.records), shown,
                    await lineage(follower, viewer, cp), cost, priced,
                    len(log.records) + len(log.quarantined))  # fmt: skip
 

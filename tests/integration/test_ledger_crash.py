@@ -3,6 +3,7 @@ and count the payments service's own log. No sleeps: processes are waited for.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -231,6 +232,71 @@ def test_an_in_doubt_effect_without_reconcile_stops_and_is_resolved_through_the_
     assert done.returncode == 0 and "completed" in done.stdout, done.stdout + done.stderr
     assert len(calls(log)) == 1
     assert status_of(nats_url, "doubt")["output"]["charged"] == {"done": {"amount": 5}}
+
+
+async def on_the_page(url: str, db: Path, run_id: str) -> tuple[list[str], str]:
+    """What the page shows of ``run_id``: its row's keys in doubt (the list) and its first effect's state."""
+    from runledger.log.client import connect
+    from runledger.ui.listing import RunFilter, run_page
+    from runledger.ui.projection import ProjectionFollower
+    from runledger.ui.runview import effects, read_run, settled
+    from runledger.ui.viewers import Viewer
+
+    client = await connect(url)
+    follower = ProjectionFollower(client, db)
+    try:
+        await follower.start()
+        assert await follower.caught_up(timeout=30)
+        viewer = Viewer("local", "local", client)
+        (row,) = [r for r in (await run_page(follower, viewer, RunFilter())).rows if r.run_id == run_id]
+        _log, cp = await read_run(viewer, run_id)
+        return row.in_doubt, (await settled(viewer, effects(cp)))[0].state
+    finally:
+        await follower.close()
+        await client.close()
+
+
+def test_a_reconcile_that_raises_leaves_the_key_in_doubt_and_the_run_resumable(nats_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    env = {"TEST_CALLS_LOG": str(log)}
+    agent = "tests.agents:unreachable_spec"
+    crashed = runledger(
+        nats_url, "run", "--agent", agent, "--run-id", "unreach",
+        env={**env, "RUNLEDGER_CRASH_AT": "effect:charge:inv-2:acted"},
+    )  # fmt: skip
+    assert crashed.returncode == -9 and len(calls(log)) == 1  # it acted, then died before recording
+
+    stopped = runledger(nats_url, "resume", "unreach", "--agent", agent, env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout == (
+        "run unreach: suspended (effect_in_doubt)\n"
+        "run unreach step 0: effect 'charge:inv-2' was claimed but has no recorded outcome (the process died "
+        "between claim and record) and its reconcile function failed (ConnectionError: payments service "
+        "unreachable), so nobody knows whether it happened. Check the external system, then run `runledger "
+        "effects resolve charge:inv-2 --committed --by NAME` or `--not-committed --by NAME`, and resume the run "
+        "(or resume it once the reconcile's service answers again)\n"
+    )
+    assert status_of(nats_url, "unreach")["status"] == "suspended"
+    assert "effect in doubt charge:inv-2" in runledger(nats_url, "runs").stdout
+    assert asyncio.run(on_the_page(nats_url, tmp_path / "before.duckdb", "unreach")) == (["charge:inv-2"], "in_doubt")
+
+    resolved = runledger(
+        nats_url, "effects", "resolve", "charge:inv-2", "--committed", "--by", "bob", "--result", '{"done": 7}'
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    assert resolved.stdout == (
+        "effect charge:inv-2 resolved as committed (now committed); continue run unreach with "
+        "`runledger resume unreach --agent MODULE:ATTR` (the spec of agent unreachable)\n"
+    )
+    listed = runledger(nats_url, "runs").stdout
+    assert "effect in doubt" not in listed
+    assert "effect charge:inv-2 settled: `runledger resume unreach --agent MODULE:ATTR` continues" in listed
+    assert asyncio.run(on_the_page(nats_url, tmp_path / "after.duckdb", "unreach")) == ([], "committed")
+
+    done = runledger(nats_url, "resume", "unreach", "--agent", agent, env=env)
+    assert done.returncode == 0 and "completed" in done.stdout, done.stdout + done.stderr
+    assert len(calls(log)) == 1
+    assert status_of(nats_url, "unreach")["output"] == {"charged": {"done": 7}}
 
 
 def test_not_committed_resolution_lets_the_resume_act_once(nats_url: str, tmp_path: Path) -> None:

@@ -70,6 +70,50 @@ async def test_langgraph_conformance_suite_passes(client: LedgerClient) -> None:
     assert report.passed_all(), failures
 
 
+class _ReadsFromTheLog(RunledgerSaver):
+    """Writes as a RunledgerSaver; answers every read through a new saver on another connection, which
+    knows nothing but the log: the conformance suite then checks what was recorded, not what this
+    saver's in-memory parent (InMemorySaver) kept of its own writes."""
+
+    def __init__(self, client: LedgerClient, reader: LedgerClient, agent: str) -> None:
+        super().__init__(client, agent=agent)
+        self._reader_client = reader
+
+    def _reader(self) -> RunledgerSaver:
+        return RunledgerSaver(self._reader_client, agent=self.agent)
+
+    async def aget_tuple(self, config: RunnableConfig) -> Any:
+        return await self._reader().aget_tuple(config)
+
+    async def alist(  # type: ignore[override]
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[Any]:
+        async for item in self._reader().alist(config, filter=filter, before=before, limit=limit):
+            yield item
+
+
+async def test_langgraph_conformance_suite_passes_reading_from_the_log(client: LedgerClient, nats_url: str) -> None:
+    agents = itertools.count()
+    reader = await connect(nats_url)
+    try:
+
+        @checkpointer_test(name="RunledgerSaver (reads from the log)")
+        async def factory() -> AsyncIterator[RunledgerSaver]:
+            yield _ReadsFromTheLog(client, reader, f"logread{next(agents)}")
+
+        report = await validate(factory)
+    finally:
+        await reader.close()
+    failures = {cap: r.failures for cap, r in report.results.items() if r.failures}
+    assert report.passed_all_base(), failures
+    assert report.passed_all(), failures
+
+
 # -- SqliteSaver's tests, ported (the async twins; the sync ones are below) ----------------------------------------
 
 

@@ -30,6 +30,9 @@
     ├── NondeterminismError           replayed code made a call the record cannot answer (or a re-drive diverged)
     ├── EffectInDoubtError            an effect was claimed but has no recorded outcome
     ├── EffectFailedError             the effect function raised; the failure is recorded
+    ├── StaleClaimError               an effect's claim no longer lets its attempt act (``EffectContext.check``)
+    │   ├── LeaseExpiredError         the claim's lease ran out by this process's clock
+    │   └── ClaimTakenOverError       the key was written after the claim (a resume took it over, a resolution)
     ├── BudgetExhaustedError          a run hit a turn, token or wall-clock limit
     ├── ApprovalDeniedError
     ├── SuspendedForApproval          not a failure: the run waits for an approval
@@ -472,6 +475,79 @@ class EffectFailedError(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.error), self.__dict__)
+
+
+class StaleClaimError(LedgerError):
+    """An effect's claim no longer lets its attempt act: raised by ``EffectContext.check`` /
+    ``acheck`` (runledger.sdk.context), which an effect function calls right before its external
+    call. Raised from the effect function, it means the attempt did nothing in the world: the SDK
+    records the attempt as failed, or stops with ``FencedError`` when the key was taken over."""
+
+    def __init__(self, reason: str, key: str, run_id: str, step: int, attempt: int, fencing_token: int) -> None:
+        self.reason = reason
+        self.key = key
+        self.run_id = run_id
+        self.step = step
+        self.attempt = attempt
+        self.fencing_token = fencing_token
+        super().__init__(
+            f"run {run_id} step {step}: effect {key!r} (attempt {attempt}, fencing token {fencing_token}) "
+            f"must not act: {reason}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.key, self.run_id, self.step, self.attempt, self.fencing_token),
+                self.__dict__)  # fmt: skip
+
+
+class LeaseExpiredError(StaleClaimError):
+    """The claim's lease ran out by this process's own clock (or less of it is left than the caller
+    asked for): the process was paused or slow, and a resume may take the key over at any moment."""
+
+    def __init__(
+        self, key: str, run_id: str, step: int, attempt: int, fencing_token: int, lease_s: float, left_s: float,
+        margin_s: float = 0.0,
+    ) -> None:  # fmt: skip
+        self.lease_s = lease_s
+        self.left_s = left_s
+        self.margin_s = margin_s
+        when = (
+            f"ran out {-left_s:.2f}s ago" if left_s <= 0
+            else f"has {left_s:.2f}s left, less than the {margin_s:g}s the call was given"
+        )  # fmt: skip
+        super().__init__(
+            f"its claim's lease of {lease_s:g}s {when} by this process's clock (it was paused, or slower than "
+            "its lease), so a resume may take the key over at any moment, or already has. Raise this from the "
+            "effect function without calling the service: the attempt is recorded as failed (nothing happened; "
+            "the key is free for the next attempt), or this process is fenced out if the key was taken over. "
+            "Give the effect a lease longer than it takes (run.effect(..., lease_s=...), $RUNLEDGER_EFFECT_LEASE_S)",
+            key, run_id, step, attempt, fencing_token,
+        )  # fmt: skip
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.key, self.run_id, self.step, self.attempt, self.fencing_token, self.lease_s, self.left_s,
+                self.margin_s)  # fmt: skip
+        return (type(self), args, self.__dict__)
+
+
+class ClaimTakenOverError(StaleClaimError):
+    """The key's subject no longer ends at this attempt's claim: something was written after it (a
+    resume's resolution or new claim, an operator's resolution), so this attempt's outcome would be
+    fenced out and another attempt owns the effect."""
+
+    def __init__(self, key: str, run_id: str, step: int, attempt: int, fencing_token: int, last_seq: int) -> None:
+        self.last_seq = last_seq
+        super().__init__(
+            f"the key was written after this attempt's claim (its subject ends at stream sequence {last_seq}): "
+            "a resume took it over after the lease, or an operator resolved it. Raise this from the effect "
+            "function without calling the service; this process's writes to the key are fenced out. See the "
+            f"key: `runledger effects show {key}`",
+            key, run_id, step, attempt, fencing_token,
+        )  # fmt: skip
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.key, self.run_id, self.step, self.attempt, self.fencing_token, self.last_seq)
+        return (type(self), args, self.__dict__)
 
 
 class BudgetExhaustedError(LedgerError):

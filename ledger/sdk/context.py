@@ -22,36 +22,101 @@ How a function receives it:
   anywhere below it (an HTTP helper, a tool function reached through ``Tool.call``, a worker thread
   started with ``asyncio.to_thread``: a ``contextvars`` variable); None elsewhere.
 
+Checking the claim before acting: a holder paused inside its effect function (SIGSTOP, a swapped-out
+VM, a long GC pause) may wake after its lease, when a resume has already taken the key over. The
+ledger fences its writes, not its HTTP call, so the function asks first, right before the call:
+
+- ``ctx.check()`` (sync, about a microsecond): raises ``LeaseExpiredError`` once the claim's lease
+  has run out by this process's own clock, measured from the claim's ``ts`` (the moment the
+  resume's wait starts from), on ``lease_clock()``: monotonic, and counting while the machine sleeps.
+  ``margin_s`` asks for that much lease still left (the time the call itself needs).
+- ``ctx.check(ledger=True)`` / ``await ctx.acheck(ledger=True)``: also reads the key's last message
+  (one direct get, about 0.3-0.4 ms) and raises ``ClaimTakenOverError`` when anything was written after
+  this attempt's claim (an operator's forced resolution within the lease, a takeover the clock
+  cannot see); the clock is read again after the answer. The blocking form works from any thread
+  but the event loop's (a sync effect function is called on the loop: it uses the clock alone, or
+  is made async, or hands its work to ``asyncio.to_thread``).
+
+Both are errors the function raises as they are, without calling the service: the attempt did
+nothing, so it is recorded as failed (or fenced out when the key was taken over). A check narrows
+the window to the call itself; only a service that keeps the highest fencing token per key (or
+honours the key) closes it (docs/wire.md, "The key in the world"). A context made outside
+a claim (a key function's, one made by hand) holds no lease and no ledger: its checks pass.
+
 A key function runs before the key exists and before any claim: its context has ``key=""``,
 ``attempt=0`` and ``fencing_token=0``, and a key must not depend on the step or the attempt (every
 attempt must build the same key), only on the business identity in the arguments and, when the
 effect belongs to the run, the run id.
 
-Pure: no I/O and nothing of NATS (the sandbox guest imports agent code that annotates with it).
+No I/O of its own and nothing of NATS (the sandbox guest imports agent code that annotates with it):
+the ledger check reads through the probe the SDK hands the context (runledger.sdk.key_probe).
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import inspect
 import math
 import os
 import re
+import time
 import typing
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from runledger.errors import ConfigurationError
+from runledger.errors import ClaimTakenOverError, ConfigurationError, LeaseExpiredError
 
 _CURRENT: ContextVar[EffectContext | None] = ContextVar("runledger_effect_context", default=None)
 
 
+if hasattr(time, "CLOCK_BOOTTIME"):
+
+    def lease_clock() -> float:
+        """Seconds on the clock a holder measures its own lease with: CLOCK_BOOTTIME (Linux), which
+        never goes back and, unlike CLOCK_MONOTONIC, keeps counting while the machine is suspended."""
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+else:  # pragma: no cover - other systems
+
+    def lease_clock() -> float:
+        """Seconds on the clock a holder measures its own lease with: ``time.monotonic()``."""
+        return time.monotonic()
+
+
+def lease_ends(claimed_at: str | None, lease_s: float | None) -> float | None:
+    """When (on ``lease_clock()``) the lease of a claim this process wrote runs out: the claim's
+    ``ts`` (this process's wall clock, stamped before the claim was sent) carried over to the lease
+    clock, plus ``lease_s``. Called right after the claim was acknowledged, so the wall clock's age
+    of the claim is a few milliseconds: kept within [0, lease_s], whatever the wall clock did
+    meanwhile. Resumes wait for the lease from the same ``ts``. None without a lease."""
+    if claimed_at is None or lease_s is None:
+        return None
+    claimed = dt.datetime.fromisoformat(claimed_at.replace("Z", "+00:00")).timestamp()
+    age = min(max(time.time() - claimed, 0.0), lease_s)
+    return lease_clock() - age + lease_s
+
+
+class ClaimProbe(Protocol):
+    """What a context asks the ledger through (runledger.sdk.key_probe.KeyProbe): the stream
+    sequence of the key's last message, read on ``loop`` (the run's event loop)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    async def last_sequence(self, at_least: int) -> int: ...
+
+
 @dataclass(frozen=True)
 class EffectContext:
-    """One attempt at one effect (see the module's docstring)."""
+    """One attempt at one effect (see the module's docstring).
+
+    ``lease_ends``: when this attempt's lease runs out on ``lease_clock()`` (None without a claim or
+    a lease); ``check`` / ``acheck`` judge the claim by it, and by the ledger when asked."""
 
     key: str
     run_id: str
@@ -60,11 +125,77 @@ class EffectContext:
     fencing_token: int
     tool_call_id: str | None = None
     lease_s: float | None = None
+    lease_ends: float | None = None
+    _probe: ClaimProbe | None = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def current() -> EffectContext | None:
         """The context of the effect function running in this task or thread; None outside one."""
         return _CURRENT.get()
+
+    def lease_left(self) -> float | None:
+        """Seconds left of this attempt's lease by this process's clock (negative once it ran out);
+        None when the context holds no lease."""
+        return None if self.lease_ends is None else self.lease_ends - lease_clock()
+
+    def check(self, *, margin_s: float = 0.0, ledger: bool = False, timeout_s: float = 10.0) -> None:
+        """Raise unless this attempt may still act: call it right before the external call.
+
+        ``LeaseExpiredError`` when less than ``margin_s`` (default 0) of the lease is left by this
+        process's clock; with ``ledger``, also ``ClaimTakenOverError`` when the key's subject no
+        longer ends at this attempt's claim (one read, waited for at most ``timeout_s``; a failed
+        read raises ``LedgerReadError``: unconfirmed is not confirmed). The ledger is asked from any
+        thread but the run's event loop's, where it would block the loop it needs: ConfigurationError
+        (use ``await ctx.acheck(ledger=True)`` from async code)."""
+        self._check_lease(margin_s)
+        probe = self._probe
+        if not ledger or probe is None:
+            return
+        if _running_loop() is probe.loop:
+            raise ConfigurationError(
+                f"effect {self.key!r}: ctx.check(ledger=True) was called on the run's event loop (a sync effect "
+                "function runs there), where waiting for the ledger would block the loop that reads it. Use "
+                "ctx.check() (the lease, by the clock), make the function async and `await ctx.acheck(ledger=True)`, "
+                "or run the blocking part with asyncio.to_thread"
+            )
+        future = asyncio.run_coroutine_threadsafe(probe.last_sequence(self.fencing_token), probe.loop)
+        self._judge(future.result(timeout_s), margin_s)
+
+    async def acheck(self, *, margin_s: float = 0.0, ledger: bool = False) -> None:
+        """``check`` for async code: the same judgement; the ledger's read is awaited."""
+        self._check_lease(margin_s)
+        probe = self._probe
+        if not ledger or probe is None:
+            return
+        read = probe.last_sequence(self.fencing_token)
+        if _running_loop() is probe.loop:
+            last = await read
+        else:  # another loop (a thread's own): the read runs on the run's
+            last = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(read, probe.loop))
+        self._judge(last, margin_s)
+
+    def _check_lease(self, margin_s: float) -> None:
+        if not (math.isfinite(margin_s) and margin_s >= 0):
+            raise ConfigurationError(f"margin_s must be a non-negative number of seconds, not {margin_s!r}")
+        left = self.lease_left()
+        if left is not None and left <= margin_s:
+            raise LeaseExpiredError(
+                self.key, self.run_id, self.step, self.attempt, self.fencing_token, self.lease_s or 0.0, left, margin_s
+            )
+
+    def _judge(self, last_seq: int, margin_s: float) -> None:
+        # Anything after the claim (even a message the key's rules step over) fences this attempt's
+        # outcome out: it must not act. The clock again: the read may have been slow, or paused.
+        if last_seq > self.fencing_token:
+            raise ClaimTakenOverError(self.key, self.run_id, self.step, self.attempt, self.fencing_token, last_seq)
+        self._check_lease(margin_s)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 DEFAULT_LEASE_S = 30.0

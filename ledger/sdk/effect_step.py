@@ -37,7 +37,7 @@ from runledger.record.events import (
     Payload,
     RunSuspended,
 )
-from runledger.sdk.context import EffectContext, call_effect, call_key, effect_lease
+from runledger.sdk.context import EffectContext, call_effect, call_key, effect_lease, lease_ends
 from runledger.sdk.crashpoints import crash_point, pause_point
 from runledger.sdk.errorinfo import error_info
 from runledger.sdk.holder import this_holder
@@ -287,12 +287,18 @@ class EffectStep:
     ) -> Any:
         """The key is claimed by this step: call the function, record the outcome (key first, then run).
 
-        The function gets this attempt's context; the outcome is fenced on this attempt's claim."""
+        The function gets this attempt's context, which can check the claim before the function acts
+        (``ctx.check()``: its lease by this process's clock, and the key's last message on the ledger);
+        the outcome is fenced on this attempt's claim."""
+        from runledger.sdk.key_probe import KeyProbe
+
+        lease_end = lease_ends(state.claimed_at, state.lease_s)  # read right after the claim's ack, before any pause
         crash_point(f"effect:{key}:claimed")
         pause_point(f"effect:{key}:claimed")
         ctx = EffectContext(
             key=key, run_id=self.run_id, step=step, attempt=state.attempt, fencing_token=state.fencing_token,
-            tool_call_id=tool_call_id, lease_s=state.lease_s,
+            tool_call_id=tool_call_id, lease_s=state.lease_s, lease_ends=lease_end,
+            _probe=KeyProbe(self._client, state.agent or self.agent, key, asyncio.get_running_loop()),
         )  # fmt: skip
         started = time.perf_counter()
         try:

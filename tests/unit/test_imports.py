@@ -17,11 +17,12 @@ HEAVY = ("nats", "cryptography", "duckdb", "pyarrow", "docker")
 # The public API, as a user imports it. A change here is a change of the library's contract.
 PUBLIC = [
     "NOT_FOUND", "AgentSpec", "ApprovalDeniedError", "BudgetExhaustedError", "Budgets", "Checkpoint",
-    "ChildFailedError", "ChildSuspendedError", "ConfigurationError", "DataPolicy", "EffectContext",
-    "EffectFailedError", "EffectInDoubtError", "Event",
-    "FencedError", "LedgerClient", "LedgerError", "MissingExtraError", "ModelAdapter", "ModelResponse",
+    "ChildFailedError", "ChildSuspendedError", "ClaimTakenOverError", "ConfigurationError", "DataPolicy",
+    "EffectContext", "EffectFailedError", "EffectInDoubtError", "Event",
+    "FencedError", "LeaseExpiredError", "LedgerClient", "LedgerError", "MissingExtraError", "ModelAdapter",
+    "ModelResponse",
     "NondeterminismError", "OpenAIChatModel", "PayloadUnavailableError", "PublishError", "RedactionPolicy", "Retry",
-    "Run", "RunResult", "ScriptedModel", "SecretResolver", "SuspendedForApproval", "SyncRun", "Tool",
+    "Run", "RunResult", "ScriptedModel", "SecretResolver", "StaleClaimError", "SuspendedForApproval", "SyncRun", "Tool",
     "ToolFailedError", "VersionMismatchError", "VersionTuple", "connect", "fold", "load_agent", "resume_run",
     "resume_sync", "run_sync", "start_run", "sync_agent", "tool",
 ]  # fmt: skip

@@ -31,7 +31,7 @@ from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import Sandbox, SandboxPolicy, SandboxPool
 from runledger.sandbox.rerun import Rerunner, RerunRequest
-from runledger.sdk.agent import _dir_hash, code_hash, load_agent
+from runledger.sdk.agent import ALLOW_CODE_ENV, _dir_hash, code_hash, load_agent
 from runledger.sdk.lifecycle import start_run
 from tests.sandbox_agents.probes.hardening import connect_all, parent_spec
 
@@ -305,6 +305,8 @@ def agent_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     (package / "__init__.py").write_text("")
     (package / "agent.py").write_text(AGENT_SOURCE.format(mark="original"))
     monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    # Outside the working directory: allowed as an operator would (re-runs load only allowed code).
+    monkeypatch.setenv(ALLOW_CODE_ENV, f".,runledger.examples,{name}")
     try:
         yield package
     finally:

@@ -10,7 +10,8 @@
     │   └── DataDirError
     ├── ConnectionFailedError         no NATS server answered at a URL
     ├── PublishError                  an event was not acknowledged within the retry bound
-    │   └── FencedError               another writer owns the run (server-side fencing)
+    │   ├── FencedError               another writer owns the run (server-side fencing)
+    │   └── PermissionDeniedError     the server refused a publish: these credentials may not write there
     ├── EventDecodeError              bytes that are not a valid event (quarantined by readers)
     │   └── UnknownSchemaVersionError
     ├── RunNotFoundError
@@ -196,6 +197,26 @@ class FencedError(PublishError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.subject, self.msg_id, self.expected, self.actual), self.__dict__)
+
+
+class PermissionDeniedError(PublishError):
+    """The server refused a publish for the connection's permissions (runledger.log.permissions):
+    raised as soon as the denial arrives, not after the publish's retry bound. ``who``: the
+    credentials (role and agent), ``needed``: who may write ``subject``. Nothing was written."""
+
+    def __init__(self, subject: str, who: str, needed: str) -> None:
+        self.who = who
+        self.needed = needed
+        LedgerError.__init__(
+            self,
+            f"permission denied: {who} may not publish to {subject}, and nothing was recorded; {needed}",
+        )
+        self.subject = subject
+        self.msg_id = ""
+        self.reason = "permission denied"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.subject, self.who, self.needed), self.__dict__)
 
 
 class EventDecodeError(LedgerError):

@@ -14,6 +14,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from runledger.errors import ConnectionFailedError
+from runledger.log.permissions import watch
 from runledger.log.publish import retrying
 from runledger.log.streams import StreamSettings, ensure_streams
 
@@ -80,14 +81,19 @@ async def connect(
         # silently when it drops them for a slow consumer).
         if isinstance(exc, nats.errors.SlowConsumerError) and "c" in holder:
             holder["c"].slow_consumer_errors += 1
+        if "c" in holder:
+            # A permissions violation reaches only this callback: a publish waiting on it fails at once.
+            watch(holder["c"].nc, role, agent, where).saw(exc)
 
     creds = user_credentials or os.environ.get("RUNLEDGER_CREDS") or None
     role: str | None = None
+    agent: str | None = None
+    where: str | None = None
     if creds is not None and creds.endswith(".json"):
         from runledger.log.credentials import RoleCredentials
 
         login = RoleCredentials.read(creds)
-        role, creds = login.role, None
+        role, agent, where, creds = login.role, login.agent, os.path.dirname(os.path.abspath(creds)), None
         options = {"user": login.user, "password": login.password, "inbox_prefix": login.inbox_prefix, **options}
     if ensure is None:
         ensure = role in (None, "admin")
@@ -111,6 +117,7 @@ async def connect(
         raise ConnectionFailedError(url, _reason(exc)) from exc
     client = LedgerClient(nc=nc, js=nc.jetstream(timeout=5.0), url=url, clustered=bool(nc._server_info.get("cluster")))
     holder["c"] = client
+    watch(nc, role, agent, where)
     if ensure:
         try:
             await _ensure_when_ready(client, settings, ready_timeout)

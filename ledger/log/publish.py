@@ -45,6 +45,7 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from runledger.errors import FencedError, PublishError
 from runledger.log.fastpublish import inbox_for
+from runledger.log.permissions import refused_at_once
 from runledger.log.subjects import FENCE_HEADER, FENCE_SUBJECT_HEADER, LEDGER_STREAM, fence_filter
 from runledger.record.canonical import CONTENT_FORMAT, LEGACY_CHAIN_FORMAT
 from runledger.record.events import GENESIS, Event, Payload, RunStarted, make_event
@@ -123,7 +124,7 @@ async def publish_fenced(
     while True:
         attempt += 1
         try:
-            ack = await send(subject, data, timeout=policy.ack_timeout_s, headers=headers)
+            ack = await refused_at_once(js, subject, send(subject, data, timeout=policy.ack_timeout_s, headers=headers))
         except APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 actual = _actual_last_seq(exc)

@@ -478,6 +478,7 @@ class KVKeyStore:
         import nats
         from nats.js.errors import KeyWrongLastSequenceError
 
+        from runledger.log.permissions import refused_at_once
         from runledger.log.publish import retrying
 
         keys = RunKeys.generate(kid)
@@ -486,8 +487,9 @@ class KVKeyStore:
         try:
             # update(last=0), not create(): create() re-creates a deleted key, and an erased
             # run's key must stay gone (its purge marker keeps the subject non-empty). Retried
-            # across a leader election: a retry after a lost ack meets our own keys (below).
-            await retrying(lambda: kv.update(kid, record, last=0))
+            # across a leader election: a retry after a lost ack meets our own keys (below). A
+            # permission denial (another agent's keys) fails at once, naming who may create them.
+            await refused_at_once(self._js, f"$KV.{KEY_BUCKET}.{kid}", retrying(lambda: kv.update(kid, record, last=0)))
             return keys
         except KeyWrongLastSequenceError:
             pass

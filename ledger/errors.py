@@ -42,6 +42,7 @@
     ├── ToolFailedError               a tool raised (recorded; replays as this error)
     ├── ToolArgumentsError            a tool's arguments do not match its signature (recorded as its failure)
     ├── EffectClaimedElsewhereError   another run holds an unresolved claim on the key
+    ├── EffectWriteRefusedError       a write on a key that its writer may not make (a worker on an agent's key)
     └── ChainError                    the hash chain or sequence of a run is broken
 
 The projections and the sandbox extend the tree under ``ProjectionError`` and ``SandboxError``
@@ -715,3 +716,19 @@ class EffectClaimedElsewhereError(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.run_id, self.step), self.__dict__)
+
+class EffectWriteRefusedError(LedgerError):
+    """A write on an idempotency key that the key's rules refuse (runledger.sdk.effects.key_refusal):
+    stored, but every reader steps over it, so nothing may be done as if it counted."""
+
+    def __init__(self, key: str, writer: str, reason: str) -> None:
+        self.key = key
+        self.writer = writer
+        self.reason = reason
+        super().__init__(
+            f"effect {key!r}: the write as {writer!r} does not count ({reason}); nothing was done. "
+            f"Look at the key: `runledger effects show {key}`"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.writer, self.reason), self.__dict__)

@@ -296,10 +296,18 @@ LEFT JOIN steps s ON s.run_id = r.child_of_run_id AND s.step_no = r.child_of_ste
 WHERE r.child_of_run_id IS NOT NULL;
 """
 
+# Who claimed a key (``KeyState.writer``): the projector folds a key's later messages by it (a worker's
+# word on a key its agent claimed is refused). NULL in rows projected before: read as "" (never
+# claimed), until `runledger project --rebuild` folds them again.
+_KEY_WRITER = """
+ALTER TABLE effect_keys ADD COLUMN writer VARCHAR;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration("tables", _TABLES),
     Migration("views", _VIEWS),
     Migration("child runs", _CHILD_RUNS),
+    Migration("key writer", _KEY_WRITER),
 ]
 LATEST = len(MIGRATIONS)
 

@@ -47,11 +47,13 @@ from runledger.projections.rows import (
     add_steps,
 )
 from runledger.record.events import Event
-from runledger.record.fold import Checkpoint, apply, fold_error
+from runledger.record.fold import Checkpoint, apply, fold_error, refusal
 from runledger.record.records import RawRecord, Recorded
 from runledger.sdk.effects import KeyState, apply_key
 
 _EFFECT_PREFIX = EFFECT_PREFIX + "."
+# The ``error`` of a quarantined message that decoded but that its writer may not write.
+REFUSED = "RefusedFromWriter"
 STAGED_TABLES = ("events", "quarantine", "runs", "steps", "checkpoints", "effect_keys")
 # What building rows raises on a value no column can hold (pyarrow's ArrowInvalid and
 # ArrowTypeError are a ValueError and a TypeError): the batch is then projected again, event by
@@ -169,22 +171,25 @@ class PartitionProjector:
                 add_quarantined(quarantine, rec, *decoded)
                 continue
             ev = decoded
-            add_event(events, rec, ev)
             route = route_of(rec.subject)
             if route is None:
+                add_event(events, rec, ev)
                 continue  # not a subject of the ledger's layout: kept in events, folded nowhere
             run_id = route[4:]
             if route[0] == "k":
-                self._fold_key(run_id, rec, ev)  # the key's subject, not a run id
+                refused = self._fold_key(run_id, rec, ev)  # the key's subject, not a run id
                 touched_keys.add(run_id)
-                continue
-            rf = runs.get(run_id)
-            if rf is None:
-                rf = runs[run_id] = RunFold(rec.subject, Checkpoint(), rec.stream_seq)
-            if run_id not in before:
-                before[run_id] = _snapshot(rf.checkpoint)
-            if rf.fold_error is None:
-                self._fold_run(rf, rec, ev)
+            else:
+                rf = runs.get(run_id)
+                if rf is None:
+                    rf = runs[run_id] = RunFold(rec.subject, Checkpoint(), rec.stream_seq)
+                if run_id not in before:
+                    before[run_id] = _snapshot(rf.checkpoint)
+                refused = self._fold_run(rf, rec, ev)
+            if refused is None:
+                add_event(events, rec, ev)
+            else:  # a forgery or a stray (runledger.record.fold.refusal): no row of the run or key it names
+                add_quarantined(quarantine, rec, refused, REFUSED)
         erased: list[str] = []
         for run_id, snapshot in before.items():
             rf = self.runs[run_id]
@@ -210,18 +215,22 @@ class PartitionProjector:
         )
 
     @staticmethod
-    def _fold_run(rf: RunFold, rec: RawRecord, ev: Event) -> None:
+    def _fold_run(rf: RunFold, rec: RawRecord, ev: Event) -> str | None:
+        """Fold ``ev`` into its run; why it was refused from its writer (None: it was not)."""
         recorded = _recorded(ev, rec.stream_seq, rec.subject)
+        if rf.fold_error is not None:  # broken: folded no further, but a forgery is still no row of the run
+            return refusal(rf.checkpoint, recorded)
         try:
-            apply(rf.checkpoint, recorded)
+            return apply(rf.checkpoint, recorded)
         except Exception as exc:  # e.g. a gap, a ts that is not RFC 3339: resume fails on it the same way
             rf.fold_error = fold_error(exc, recorded)  # as fold_until_refused reports it
+            return None
 
-    def _fold_key(self, subject: str, rec: RawRecord, ev: Event) -> None:
+    def _fold_key(self, subject: str, rec: RawRecord, ev: Event) -> str | None:
         ks = self.keys.get(subject)
         if ks is None:
             ks = self.keys[subject] = KeyState(key="")
         if not ks.key:
             key = ev.payload.get("key")
             ks.key = key if isinstance(key, str) else ""
-        apply_key(ks, _recorded(ev, rec.stream_seq, rec.subject))
+        return apply_key(ks, _recorded(ev, rec.stream_seq, rec.subject))

@@ -64,7 +64,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
     "effect_keys": pa.schema([
         ("subject", _S), ("key", _S), ("status", _S), ("run_id", _S), ("step", _I64), ("result", _S),
-        ("error", _S), ("via", _S), ("events", _I64), ("last_hash", _S), ("last_stream_seq", _I64),
+        ("error", _S), ("via", _S), ("events", _I64), ("last_hash", _S), ("last_stream_seq", _I64), ("writer", _S),
     ]),
 }  # fmt: skip
 
@@ -236,17 +236,18 @@ def add_effect_key(buf: TableBuffer, subject: str, ks: KeyState) -> None:
         i64(ks.next_seq),
         ks.last_hash,
         ks.last_stream_seq,
+        ks.writer,
     )
 
 
 def key_state_from_row(row: tuple[Any, ...]) -> KeyState:
     """Inverse of ``add_effect_key`` for a row of ``effect_keys`` (subject first)."""
-    _subject, key, status, run_id, step, result, error, via, events, last_hash, last_stream_seq = row
+    _subject, key, status, run_id, step, result, error, via, events, last_hash, last_stream_seq, writer = row
     return KeyState(
         key=key, status=status, run_id=run_id, step=step,
         result=None if result is None else json.loads(result),
         error=None if error is None else json.loads(error),
-        via=via, next_seq=events, last_hash=last_hash, last_stream_seq=last_stream_seq,
+        via=via, next_seq=events, last_hash=last_hash, last_stream_seq=last_stream_seq, writer=writer or "",
     )  # fmt: skip
 
 

@@ -300,8 +300,8 @@ class ProjectionStore:
         rows = (
             self._reader()
             .execute(
-                "SELECT subject, key, status, run_id, step, result, error, via, events, last_hash, last_stream_seq "
-                "FROM effect_keys WHERE subject IN (SELECT unnest(?::VARCHAR[]))",
+                "SELECT subject, key, status, run_id, step, result, error, via, events, last_hash, last_stream_seq, "
+                "writer FROM effect_keys WHERE subject IN (SELECT unnest(?::VARCHAR[]))",
                 [sorted(subjects)],
             )
             .fetchall()

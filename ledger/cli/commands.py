@@ -290,6 +290,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 )
                 for p in r.problems[1:5]:
                     print(f"       also {p}")
+            # Refused from their writers (forged or stray): not the run's, left out by every reader.
+            for q in r.quarantined[:5]:
+                print(f"       quarantined {q}")
+            if len(r.quarantined) > 5:
+                print(f"       ... {len(r.quarantined) - 5} more quarantined (--json lists all)")
         print(f"{len(results) - len(bad)} of {len(results)} runs verified")
     return 1 if bad else 0
 

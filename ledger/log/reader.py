@@ -25,6 +25,7 @@ from runledger.log.client import LedgerClient
 from runledger.log.fastread import read_subject
 from runledger.log.subjects import LEDGER_STREAM, any_agent_run_subject, parse_run_subject, run_filter
 from runledger.record.events import Event, decode_fast
+from runledger.record.fold import split_refused
 from runledger.record.records import Quarantined, RawRecord, Recorded
 
 
@@ -135,7 +136,10 @@ def decode_records(raws: list[RawRecord]) -> tuple[list[Recorded], list[Quaranti
 
 
 async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = None) -> RunLog:
-    """All events of one run as stored (content still sealed), quarantining what does not decode.
+    """All events of one run as stored (content still sealed), quarantining what does not decode and
+    what the fold refuses from its writer (a forged envelope, a worker on an agent's run, another
+    agent's run with the same id: ``runledger.record.fold.refusal``), so every reader of the run
+    leaves out and reports the same messages.
 
     Raises RunNotFoundError. Knowing the ``agent`` reads the run's own subject, which an agent
     role may read; the default finds the run under any agent (roles that may read every run).
@@ -144,9 +148,12 @@ async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = Non
     raws = await read_raw(client, run_filter(agent, run_id) if agent else any_agent_run_subject(run_id))
     if not raws:
         raise RunNotFoundError(run_id)
-    parsed = parse_run_subject(raws[0].subject)
     good, bad = decode_records(raws)
-    return RunLog(
-        run_id=run_id, agent=parsed[0] if parsed else "", subject=raws[0].subject, records=good, quarantined=bad
-    )
-
+    good, refused = split_refused(good)
+    if refused:  # forged or stray messages (runledger.record.fold.refusal): quarantined, in stream order
+        data = {raw.stream_seq: raw.data for raw in raws}
+        bad = sorted(bad + [Quarantined(r.stream_seq, r.subject, data[r.stream_seq], why) for r, why in refused],
+                     key=lambda q: q.stream_seq)  # fmt: skip
+    subject = good[0].subject if good else raws[0].subject
+    parsed = parse_run_subject(subject)
+    return RunLog(run_id=run_id, agent=parsed[0] if parsed else "", subject=subject, records=good, quarantined=bad)

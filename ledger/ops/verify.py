@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from runledger.errors import ChainError, EventDecodeError, KeyStoreError, PayloadUnavailableError
+from runledger.errors import EventDecodeError, KeyStoreError, PayloadUnavailableError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import read_raw
 from runledger.log.subjects import any_agent_run_subject, fence_filter, parse_run_subject
@@ -21,7 +21,7 @@ from runledger.protect.capture import (
 )
 from runledger.record.canonical import CHAIN_FORMATS
 from runledger.record.events import GENESIS, decode
-from runledger.record.fold import Checkpoint, check_writer
+from runledger.record.fold import Checkpoint, refusal
 from runledger.record.records import RawRecord, Recorded
 
 
@@ -35,6 +35,10 @@ class VerifyResult:
     first_bad_seq: int | None = None
     reason: str = ""
     problems: list[str] = field(default_factory=list)
+    # Messages on the run's subjects that its chain does not include, refused from their writer (a
+    # forged envelope, a worker on an agent's run, a decision off the operator's subject:
+    # runledger.record.fold.refusal): named, as every reader quarantines them, and not a break of the run.
+    quarantined: list[str] = field(default_factory=list)
     # The canonical JSON of the run's hashes (run.started's chain_format, docs/wire.md): 1 or 2;
     # None when the run has no readable run.started.
     chain_format: int | None = None
@@ -48,9 +52,12 @@ class VerifyResult:
 
 def verify_subject(subject: str, raws: list[RawRecord]) -> VerifyResult:
     """Check one run's messages (in stream order, every writer's subject of it): each decodes, its
-    hash matches its content, seq runs 0,1,2... with no gap, prev_hash links to the previous hash,
-    and each was written by a writer that may write it (an operator's decision only on the
-    operator's subject: runledger.record.fold.check_writer)."""
+    hash matches its content, seq runs 0,1,2... with no gap and prev_hash links to the previous hash.
+
+    A message its writer may not write (runledger.record.fold.refusal: an envelope that does not
+    match its subject, a worker on an agent's run, an operator's decision anywhere but on the
+    operator's subject) is no part of the chain: it is listed in ``quarantined``, as every reader
+    leaves it out, and the chain is checked without it."""
     parsed = parse_run_subject(subject)
     result = VerifyResult(subject=subject, run_id=parsed[1] if parsed else subject)
     expected_seq, prev = 0, GENESIS
@@ -63,21 +70,18 @@ def verify_subject(subject: str, raws: list[RawRecord]) -> VerifyResult:
         except EventDecodeError as exc:
             problem = f"not a valid event ({exc.reason})"
         else:
-            if parsed and ev.run_id != parsed[1]:
-                problem = f"event claims run {ev.run_id!r} on another run's subject (forged)"
-            elif ev.seq != expected_seq:
+            refused = refusal(writers, Recorded(ev, raw.stream_seq, raw.subject))
+            if refused is not None:
+                result.quarantined.append(f"stream seq {raw.stream_seq}: {refused}")
+                continue
+            if ev.seq != expected_seq:
                 problem = f"seq {ev.seq} where {expected_seq} was expected (missing, duplicated or reordered)"
             elif ev.prev_hash != prev:
                 problem = "prev_hash does not link to the previous event (modified or forged history)"
             else:
-                try:
-                    check_writer(writers, Recorded(ev, raw.stream_seq, raw.subject))
-                except ChainError as exc:
-                    problem = exc.reason
-                else:
-                    if ev.seq == 0 and ev.type == "run.started":
-                        result.chain_format = ev.payload.get("chain_format") or 1
-                    expected_seq, prev = ev.seq + 1, ev.hash
+                if ev.seq == 0 and ev.type == "run.started":
+                    result.chain_format = ev.payload.get("chain_format") or 1
+                expected_seq, prev = ev.seq + 1, ev.hash
         if problem is not None:
             result.problems.append(f"stream seq {raw.stream_seq}: {problem}")
             if result.ok:
@@ -122,11 +126,14 @@ async def verify_content(opener: PayloadOpener, result: VerifyResult, raws: list
     erased run is expected to have no key and no blobs.
     """
     events = []
+    writers = Checkpoint()
     for raw in raws:
         try:
-            events.append((raw, decode(raw.data)))
+            ev = decode(raw.data)
         except EventDecodeError:
             continue  # already reported by the chain check
+        if refusal(writers, Recorded(ev, raw.stream_seq, raw.subject)) is None:  # else quarantined: not the run's
+            events.append((raw, ev))
     erased = any(ev.type == "run.erased" for _, ev in events)
     sealed = any(_is_sealed(v) for _, ev in events for v in content_values(ev))
     for raw, ev in events:

@@ -15,11 +15,19 @@ operator          what an analyst may, plus publish re-run commands (``ledger.cm
                   budget grants, accepted versions, erasure notices, effect resolutions; and erase
                   (delete a run's key, purge its blobs)
 worker            consume re-run commands (the only role with consumers on ``LEDGER_CMD``), read
-                  parents, write branch runs and their effects (as ``w``: never an agent's run,
-                  never a decision), create branch runs' keys (``=w.<agent>.<run_id>``: never an
-                  agent's run's key)
+                  parents, write branch runs and their effects (as ``w``: never an agent's run or a
+                  key its agent claimed, never a decision), create branch runs' keys
+                  (``=w.<agent>.<run_id>``: never an agent's run's key)
 admin             everything (creates and updates the streams: ``runledger up``)
 ================  ==========================================================================
+
+What the server decides and what the fold decides: a permission sees the subject, so it fixes the
+writer token each role may use (``a`` only on its own agent's subjects, ``w``, ``o``); it cannot see
+whether ``ledger.run.alpha.R.w`` is a branch or an agent's run, or whether a ``.w`` message on a key
+answers a branch's claim, because branches and agents share run and key subjects. The fold checks
+the rest (runledger.record.fold.refusal, runledger.sdk.effects.key_refusal): a worker's message in
+a run that did not start on ``w``, or on a key its agent claimed, is quarantined by every reader and
+changes nothing (docs/data-protection.md, "Who may write what").
 
 Nobody but admin may create, update, delete or purge a stream (``$JS.API.STREAM.CREATE|UPDATE|
 DELETE|PURGE``): JetStream permission violations surface in nats-py as timeouts, so a
@@ -146,7 +154,9 @@ def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
     elif role == "worker":
         allow = [
             *read_all,
-            "ledger.run.*.*.w",  # branch runs, as their writer: never an agent's run, never a decision
+            # Branch runs and their keys, as their writer. The subject cannot say a branch from an agent's
+            # run or key: the fold refuses a "w" message in an agent's run or on a key its agent claimed.
+            "ledger.run.*.*.w",
             "ledger.effect.*.*.w",
             f"$O.{BLOB_BUCKET}.>",
             f"$KV.{KEY_BUCKET}.{WORKER_KID_PREFIX}.>",  # its branches' keys only: never purge an agent's run's key

@@ -71,6 +71,7 @@ class Checkpoint:
     last_hash: str = GENESIS
     last_stream_seq: int = 0
     writer: str = ""  # who writes the run: "a" its agent, "w" a worker (a branch); "" when not known
+    refused: list[str] = field(default_factory=list)  # messages the fold refused (``refusal``): where and why
     steps: dict[int, StepRecord] = field(default_factory=dict)
     messages: list[dict[str, int]] = field(default_factory=list)  # references: {step, seq}
     pending_approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -168,7 +169,8 @@ def fold_error(exc: Exception, rec: Recorded) -> str:
 
 
 def fold_until_refused(events: Iterable[Recorded]) -> tuple[Checkpoint, str | None]:
-    """``fold`` with the chain checked, stopping at the first event it refuses instead of raising.
+    """``fold`` with the chain checked, stopping at the first break in it instead of raising (a
+    message refused from its writer, ``refusal``, is stepped over and listed in ``cp.refused``).
 
     Returns the checkpoint as far as the fold got and why it stopped (``fold_error``), or None
     when every event folded. A run whose record is broken so (a gap where an event was
@@ -191,51 +193,115 @@ OPERATOR_TYPES = frozenset({"approval.resolved", "budget.granted", "version.acce
 _RUN_SUBJECT_PREFIX = "ledger.run."
 
 
-def _writer_of(subject: str) -> str | None:
-    """The writer token of a run subject (``ledger.run.<agent>.<run_id>.<writer>``); None when the
-    record does not say where it was stored (an in-memory record)."""
-    if not subject.startswith(_RUN_SUBJECT_PREFIX) or subject.count(".") != 4:
+@functools.lru_cache(maxsize=4096)  # asked at every event; a run's subjects repeat
+def _run_subject_parts(subject: str) -> tuple[str, str, str] | None:
+    """(agent, run_id, writer) of a run subject; None for any other subject."""
+    if not subject.startswith(_RUN_SUBJECT_PREFIX):
         return None
-    return subject.rpartition(".")[2]
+    parts = subject.split(".")
+    return (parts[2], parts[3], parts[4]) if len(parts) == 5 else None
+
+
+def refusal(cp: Checkpoint, rec: Recorded) -> str | None:
+    """Why ``rec`` may not be folded into the run ``cp`` holds (None: it may), judged by its subject.
+
+    A refused message is a forgery or a stray, never a break in the run's history: readers quarantine
+    it and report it (``Checkpoint.refused``, ``verify``, the projection's ``quarantine``, ``show``) and
+    fold the run on without it, so nobody who may publish on some subject of a run can make it
+    unreadable. The rules (docs/data-protection.md, "Who may write what"):
+
+    - the envelope matches its subject: the run id, and the agent (``run.started``'s ``agent`` too);
+    - one agent a run: the first accepted message fixes the subject's agent (another agent's subject
+      with the same run id is another run, which readers that find a run by its id alone must not mix in);
+    - the run's writer is the writer of its ``run.started`` (``a`` its agent, ``w`` a worker's branch);
+      a run never starts on the operator's subject (a message before any ``run.started`` is judged by
+      the chain: the fold breaks the run there, as a gap);
+    - an operator's decision (``OPERATOR_TYPES``) only on the operator's subject (``o``), which carries
+      nothing else; everything else only from the run's own writer. A branch's worker may copy its
+      parent's recorded approvals into the branch (``approval.resolved`` on ``w``).
+
+    Accepting a ``run.started`` records the run's writer in ``cp`` (its agent, the subject's, is
+    ``cp.agent`` once it is folded); nothing else changes."""
+    parts = _run_subject_parts(rec.subject)
+    if parts is None:
+        return None
+    agent, run_id, writer = parts
+    ev = rec.event
+    if ev.run_id != run_id:
+        return f"{ev.type} names run {ev.run_id!r} on the subject of run {run_id!r} (a forged envelope)"
+    if ev.agent != agent:
+        return f"{ev.type} names agent {ev.agent!r} on a subject of agent {agent!r} (a forged envelope)"
+    if not cp.writer:
+        if ev.type == "run.started":
+            if writer == OPERATOR_WRITER:
+                return "a run cannot start on the operator's subject"
+            if ev.payload.get("agent") != agent:
+                return f"run.started names agent {ev.payload.get('agent')!r} on a subject of agent {agent!r} (forged)"
+            cp.writer, cp.agent = writer, agent  # the agent as run.started's own handler sets it
+            return None
+        if not (cp.next_seq and writer != OPERATOR_WRITER and agent == cp.agent):
+            # No run.started yet (it was quarantined, or never written): no writer to judge by. Not a
+            # forgery to step over but a run that does not start: the fold's chain check breaks it.
+            return None
+        cp.writer = writer  # a checkpoint folded without subjects (a live run's) learns whose the run is
+    if agent != cp.agent:
+        return f"{ev.type} on agent {agent!r}'s subject of a run of agent {cp.agent!r} (another run's id)"
+    if writer == OPERATOR_WRITER:
+        if ev.type not in OPERATOR_TYPES:
+            return f"{ev.type} on the operator's subject, which carries only operator decisions"
+        return None
+    if writer != cp.writer:
+        return f"{ev.type} written as {writer!r} in a run written by {cp.writer!r}"
+    if ev.type in OPERATOR_TYPES and not (ev.type == "approval.resolved" and writer == WORKER_WRITER):
+        return (f"{ev.type} is an operator's decision: it is valid only on the run's operator subject, "
+                "where only operators may write (a forged decision)")  # fmt: skip
+    return None
 
 
 def check_writer(cp: Checkpoint, rec: Recorded) -> None:
-    """Refuse an event its writer may not write (ChainError): a decision not on the operator's subject
-    (an agent approving its own approval, granting itself budget), anything else on it, or an event
-    on another writer's subject than the one that started the run. A branch's worker may copy its
-    parent's recorded approvals into the branch (``approval.resolved`` on ``w``)."""
-    writer = _writer_of(rec.subject)
-    if writer is None:
-        return
-    ev = rec.event
-    if ev.type == "run.started" and not cp.writer:
-        if writer == OPERATOR_WRITER:
-            raise ChainError(ev.run_id, ev.seq, rec.stream_seq, "a run cannot start on the operator's subject")
-        cp.writer = writer
-        return
-    if writer == OPERATOR_WRITER:
-        if ev.type not in OPERATOR_TYPES:
-            raise ChainError(ev.run_id, ev.seq, rec.stream_seq,
-                             f"{ev.type} on the operator's subject, which carries only operator decisions")  # fmt: skip
-        return
-    if writer != cp.writer:
-        raise ChainError(ev.run_id, ev.seq, rec.stream_seq,
-                         f"{ev.type} written as {writer!r} in a run written by {cp.writer or '?'!r}")  # fmt: skip
-    if ev.type in OPERATOR_TYPES and not (ev.type == "approval.resolved" and writer == WORKER_WRITER):
-        raise ChainError(ev.run_id, ev.seq, rec.stream_seq,
-                         f"{ev.type} is an operator's decision: it is valid only on the run's operator subject, "
-                         "where only operators may write (a forged decision)")  # fmt: skip
+    """``refusal`` as an error: ChainError when ``rec`` may not be folded into ``cp``."""
+    reason = refusal(cp, rec)
+    if reason is not None:
+        ev = rec.event
+        raise ChainError(ev.run_id, ev.seq, rec.stream_seq, reason)
 
 
-def apply(cp: Checkpoint, rec: Recorded, *, check_chain: bool = True) -> None:
-    """Fold one more event into ``cp`` (in place: the building block of ``fold``)."""
+def split_refused(records: Iterable[Recorded]) -> tuple[list[Recorded], list[tuple[Recorded, str]]]:
+    """A run's records as a reader finds them: those the fold accepts from their writers, and those it
+    refuses (``refusal``) with why, in stream order. Chain breaks are not judged here (the fold's)."""
+    writers = Checkpoint()
+    accepted: list[Recorded] = []
+    refused: list[tuple[Recorded, str]] = []
+    for rec in records:
+        reason = refusal(writers, rec)
+        if reason is None:
+            accepted.append(rec)
+        else:
+            refused.append((rec, reason))
+    return accepted, refused
+
+
+def apply(cp: Checkpoint, rec: Recorded, *, check_chain: bool = True) -> str | None:
+    """Fold one more event into ``cp`` (in place: the building block of ``fold``).
+
+    Returns why the event was refused (``refusal``: recorded in ``cp.refused``, nothing else folded
+    but the stream position, which a writer fences on), or None when it was folded. Raises
+    ChainError, when ``check_chain``, on a gap, a reordering or a broken hash link."""
     ev = rec.event
+    if rec.subject:
+        reason = refusal(cp, rec)
+        if reason is not None:
+            cp.refused.append(f"stream seq {rec.stream_seq}: {reason}")
+            if rec.stream_seq > cp.last_stream_seq:
+                cp.last_stream_seq = rec.stream_seq
+            return reason
     if check_chain:
         if ev.seq != cp.next_seq:
             raise ChainError(ev.run_id, ev.seq, rec.stream_seq, f"expected seq {cp.next_seq}: gap or reorder")
         if ev.prev_hash != cp.last_hash:
             raise ChainError(ev.run_id, ev.seq, rec.stream_seq, "prev_hash does not link to the previous event")
-        check_writer(cp, rec)
+        if not cp.writer and ev.type != "run.started" and rec.subject.startswith(_RUN_SUBJECT_PREFIX):
+            raise ChainError(ev.run_id, ev.seq, rec.stream_seq, f"{ev.type} before the run's run.started")
     cp.next_seq = ev.seq + 1
     cp.last_hash = ev.hash
     if rec.stream_seq:
@@ -250,6 +316,7 @@ def apply(cp: Checkpoint, rec: Recorded, *, check_chain: bool = True) -> None:
         cp.last_step = step
     if cp.segment_start is not None:
         cp.spent["seconds"] = cp.seconds_closed + _seconds_between(cp.segment_start, ev.ts)
+    return None
 
 
 def _run_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:

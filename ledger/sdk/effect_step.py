@@ -225,10 +225,13 @@ class EffectStep:
         suspends in doubt), and a free key is claimed by a new attempt (a new fencing token),
         which fences the old holder's writes out. Every write here is fenced on the key as read:
         when another writer got there first, the key is read again and the decision taken anew."""
-        from runledger.sdk.effects import lease_remaining, read_key, wait_for_lease
+        from runledger.log.subjects import AGENT_WRITER
+        from runledger.sdk.effects import agent_view, lease_remaining, read_key, wait_for_lease
 
         state = await read_key(self._client, key, self.agent)
         for _ in range(_SETTLE_ROUNDS):
+            if self._key_writer == AGENT_WRITER:
+                state = agent_view(state)  # a key only workers' branches claimed is not the agent's word
             if state.status == "claimed":
                 if state.run_id != self.run_id or state.step != step:
                     holder = -1 if state.step is None else state.step

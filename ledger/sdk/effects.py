@@ -63,31 +63,34 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
+import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from runledger.errors import ConfigurationError, FencedError, LedgerError
+from runledger.errors import ConfigurationError, EffectWriteRefusedError, FencedError, LedgerError
 from runledger.log.client import LedgerClient
 from runledger.log.publish import PayloadTransform, RetryPolicy, SubjectWriter
 from runledger.log.reader import decode_records, read_raw, subject_counts
 from runledger.log.subjects import (
     AGENT_WRITER,
     OPERATOR_WRITER,
+    WORKER_WRITER,
     Writer,
     any_agent_effect_subject,
     effect_filter,
     effect_msg_id,
     effect_subject,
     parse_effect_subject,
-    writer_of,
 )
 from runledger.record.canonical import CHAIN_FORMAT
 from runledger.record.events import GENESIS, EffectResolved, Payload
 from runledger.record.records import Recorded
 from runledger.sdk.holder import is_gone
 
+logger = logging.getLogger(__name__)
 EffectStatus = Literal["free", "claimed", "committed", "failed"]
 
 
@@ -111,6 +114,10 @@ class KeyState:
     claimed_at: str | None = None  # the latest claim's ts
     lease_s: float | None = None  # the latest claim's lease (None: recorded before leases)
     holder: str | None = None  # the process that made the latest claim (runledger.sdk.holder)
+    # The writer of the latest claim ("a" the agent, "w" a worker's branch; "" never claimed). Once
+    # the agent claimed a key it is "a" for good: a worker may not claim it any more (key_refusal).
+    writer: str = ""
+    refused: list[str] = field(default_factory=list)  # messages refused from their writer: where and why
 
 
 def fold_key(key: str, records: Iterable[Recorded], agent: str = "") -> KeyState:
@@ -121,28 +128,79 @@ def fold_key(key: str, records: Iterable[Recorded], agent: str = "") -> KeyState
     return st
 
 
-def apply_key(st: KeyState, rec: Recorded) -> None:
+_OUTCOMES = frozenset({"effect.committed", "effect.failed", "effect.resolved"})
+
+
+@functools.lru_cache(maxsize=4096)  # asked at every event of a key
+def _key_subject_parts(subject: str) -> tuple[str, str] | None:
+    """(agent, writer) of a key subject; None for any other subject."""
+    parsed = parse_effect_subject(subject)
+    return None if parsed is None else (parsed[0], subject.rpartition(".")[2])
+
+
+def key_refusal(st: KeyState, rec: Recorded) -> str | None:
+    """Why ``rec`` may not change the key ``st`` holds (None: it may), judged by its subject's writer.
+
+    Who may write what on ``ledger.effect.<agent>.<digest>.<writer>`` (docs/data-protection.md):
+
+    - ``o``, an operator: only ``effect.resolved`` (any ``by``), nothing else;
+    - ``a``, the agent that owns the key (the envelope's agent is the subject's): a claim at any time
+      (the server's fence makes it follow the state its writer read), and the outcome of its own
+      claim: ``effect.committed`` / ``effect.failed``, or ``effect.resolved`` by its ``reconcile``;
+    - ``w``, a worker: the same, but only on a key no run of its agent ever claimed (a key a branch
+      opened, ``KeyState.writer`` ``w``); once the agent claimed a key, a worker's word on it is
+      refused, whatever it says;
+    - an outcome only while its writer's claim holds the key, from the claim's run (its envelope's
+      run id), so an outcome nobody claimed, or one for another writer's claim, changes nothing.
+
+    What the rules cannot tell apart: one worker's branch from another's (all workers write ``w``)."""
+    parsed = _key_subject_parts(rec.subject)
+    if parsed is None:
+        return None
+    agent, writer = parsed
+    ev = rec.event
+    kind = ev.type
+    if writer == OPERATOR_WRITER:
+        return None if kind == "effect.resolved" else f"{kind} on the key's operator subject (resolutions only)"
+    if ev.agent != agent:
+        return f"{kind} names agent {ev.agent!r} on a key of agent {agent!r} (a forged envelope)"
+    if writer == WORKER_WRITER and st.writer == AGENT_WRITER:
+        return f"{kind} written by a worker on a key its agent claimed (a worker writes only keys its branch opened)"
+    if kind not in _OUTCOMES:
+        return None
+    if kind == "effect.resolved" and ev.payload.get("by") != "reconcile":
+        return f"effect.resolved by {ev.payload.get('by')!r} off the operator's subject (a forged resolution)"
+    if st.status != "claimed" or st.writer != writer or ev.run_id != st.run_id:
+        return (f"{kind} from run {ev.run_id!r} as {writer!r}, where the key is {st.status}"
+                + (f" by run {st.run_id!r} as {st.writer!r}" if st.status == "claimed" else "")
+                + ": an outcome only of its writer's own claim")  # fmt: skip
+    return None
+
+
+def apply_key(st: KeyState, rec: Recorded) -> str | None:
     """Fold one more event of the key subject into ``st`` (in place).
 
-    Who may say what: an operator's resolution counts only from the key's operator subject (``o``,
-    which only operators may publish to), which carries nothing else; the agent's (or a branch's)
-    own subject may settle a claim only by what its reconcile function found. An event a writer
-    may not write is stepped over (it still moves the fence)."""
+    An event its writer may not write (``key_refusal``) changes nothing but the fence (it moved the
+    subject: the next append follows it) and is listed in ``st.refused``; the reason is returned
+    (None when the event was folded). Readers quarantine it and go on: a forgery never settles,
+    frees or claims a key, nor makes it unreadable."""
     ev, p = rec.event, rec.event.payload
     st.next_seq, st.last_hash = ev.seq + 1, ev.hash
     if rec.stream_seq:
         st.last_stream_seq = rec.stream_seq
-    writer = writer_of(rec.subject) if rec.subject else None
-    if writer == OPERATOR_WRITER and ev.type != "effect.resolved":
-        return
-    if ev.type == "effect.resolved" and writer not in (None, OPERATOR_WRITER) and p.get("by") != "reconcile":
-        return
+    if rec.subject:
+        reason = key_refusal(st, rec)
+        if reason is not None:
+            st.refused = [*st.refused, f"stream seq {rec.stream_seq}: {reason}"]  # a new list: states are copied
+            return reason
     if ev.type == "effect.intended":
         st.status, st.run_id, st.step = "claimed", ev.run_id, p["step"]
         st.result = st.error = st.via = None
         st.attempt += 1
         st.fencing_token = rec.stream_seq
         st.claimed_at, st.lease_s, st.holder = ev.ts, p.get("lease_s"), p.get("holder")
+        if rec.subject:
+            st.writer = rec.subject.rpartition(".")[2]
     elif ev.type == "effect.committed":
         st.status, st.result, st.via = "committed", p.get("result"), p.get("via", "act")
     elif ev.type == "effect.failed":
@@ -152,6 +210,17 @@ def apply_key(st: KeyState, rec: Recorded) -> None:
             st.status, st.result, st.via = "committed", p.get("result"), p["by"]
         else:
             st.status = "free"
+    return None
+
+
+def agent_view(state: KeyState) -> KeyState:
+    """The key as its agent's own runs take it: a key that only workers' branches ever claimed
+    (``writer`` ``w``: a re-run allowed to act, or a worker's forgery) is free to the agent, which
+    never takes a worker's word for its own key; it claims the key anew (fenced on what the subject
+    holds, so the branch's claim is overtaken and fenced out)."""
+    if state.writer != WORKER_WRITER:
+        return state
+    return replace(state, status="free", run_id=None, step=None, result=None, error=None, via=None)
 
 
 async def key_agent(client: LedgerClient, key: str) -> str:
@@ -178,6 +247,8 @@ async def read_key(client: LedgerClient, key: str, agent: str | None = None) -> 
     state = fold_key(key, good, agent)
     if raws:
         state.last_stream_seq = max(r.stream_seq for r in raws)
+    for refused in state.refused:  # the projection quarantines the same messages
+        logger.warning("effect %r of agent %s: a message was stepped over: %s", key, agent, refused)
     return state
 
 
@@ -222,12 +293,19 @@ async def append_to_key(
 ) -> KeyState:
     """Append one event to the key's ``writer`` subject (fenced) and return the new state.
 
+    Raises EffectWriteRefusedError when the key's rules (``key_refusal``) refuse what was written: a
+    worker's write on a key its agent claimed, an outcome of a claim the writer does not hold.
+
     ``transform`` is the run's content protection (the key subject holds the effect's
     arguments and result, so it is protected like the run's own subject)."""
     appender = key_writer(client, state, run_id=run_id, agent=agent, policy=policy, transform=transform, writer=writer)
     event = await appender.append(body)
     new = replace(state)
-    apply_key(new, Recorded(event, appender.last_stream_seq, appender.subject))
+    refused = apply_key(new, Recorded(event, appender.last_stream_seq, appender.subject))
+    if refused is not None:
+        # Stored, and stepped over by every reader: nothing may be done as if it counted (no act after
+        # a claim the key does not hold).
+        raise EffectWriteRefusedError(state.key, writer, refused)
     return new
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from runledger import AgentSpec, Run, ScriptedModel
 from runledger.cli import main
-from runledger.errors import ChainError, LedgerError, PublishError
+from runledger.errors import EffectWriteRefusedError, LedgerError, PublishError
 from runledger.log.client import LedgerClient, connect
 from runledger.log.credentials import RoleCredentials
 from runledger.log.publish import RetryPolicy, SubjectWriter
@@ -309,13 +309,16 @@ async def test_decisions_are_made_only_by_operators(admin: LedgerClient, secure_
         )  # fmt: skip
         pending = cp.pending_approvals[request]
         await forger.append(ApprovalResolved(request_id=request, digest=pending["digest"], approved=True, by="alpha"))
+        # Quarantined and named by every reader, never folded: the run stays readable and waits on.
         forged = await load_run(alpha, "decide-run", agent="alpha", open_content=False)
-        _, error = fold_until_refused(forged.records)
-        assert error is not None and "forged decision" in error
-        with pytest.raises(ChainError, match="operator's decision"):
-            await resume_run(alpha, agent_spec("alpha"), "decide-run")
+        [quarantined] = forged.quarantined
+        assert "forged decision" in quarantined.reason
+        still, error = fold_until_refused(forged.records)
+        assert error is None and request in still.pending_approvals
+        waiting = await resume_run(alpha, agent_spec("alpha"), "decide-run")
+        assert waiting.status == "suspended" and waiting.pending == [request]
         [result] = await verify_runs(operator, "decide-run")
-        assert not result.ok and "operator's decision" in result.reason
+        assert result.ok and len(result.quarantined) == 1 and "operator's decision" in result.quarantined[0]
         # Effect resolutions: an in-doubt claim on alpha's key (a claim with no outcome, as a crash leaves it).
         key = "pay:decide"
         state = await read_key(alpha, key, "alpha")
@@ -328,7 +331,8 @@ async def test_decisions_are_made_only_by_operators(admin: LedgerClient, secure_
                 resolution_subject,
             )  # fmt: skip
         forged_resolution = EffectResolved(key=key, outcome="committed", by="alpha", result={"paid": True})
-        await append_to_key(alpha, state, forged_resolution, run_id="decide-run", agent="alpha", policy=FAST)
+        with pytest.raises(EffectWriteRefusedError, match="forged resolution"):  # stored, and does not count
+            await append_to_key(alpha, state, forged_resolution, run_id="decide-run", agent="alpha", policy=FAST)
         assert (await read_key(operator, key, "alpha")).status == "claimed"  # stepped over: not the operator's
         settled = await resolve_key(operator, key, committed=False, by="op", reason="not in the bank's log")
         assert settled.status == "free" and (await read_key(alpha, key, "alpha")).status == "free"

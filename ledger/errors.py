@@ -26,7 +26,6 @@
     │   ├── BlobMissingError          a referenced blob is not in the object store
     │   └── BlobCorruptError          a blob does not match its hash
     ├── PayloadUnavailableError       recorded content cannot be read back (hash-only, erased, missing blob)
-    │   └── EffectResultErasedError   an effect's key is committed, but its result was erased: it is not done again
     ├── ModelError                    a model adapter failed (HTTP error, bad response, no scripted reply left)
     ├── VersionMismatchError          resume with a different version tuple
     ├── NondeterminismError           replayed code made a call the record cannot answer (or a re-drive diverged)
@@ -43,6 +42,7 @@
     ├── ToolFailedError               a tool raised (recorded; replays as this error)
     ├── ToolArgumentsError            a tool's arguments do not match its signature (recorded as its failure)
     ├── EffectClaimedElsewhereError   another run holds an unresolved claim on the key
+    ├── BranchOnHostError             a re-run's branch asked to be driven on the host (it runs only in a sandbox)
     ├── EffectWriteRefusedError       a write on a key that its writer may not make (a worker on an agent's key)
     └── ChainError                    the hash chain or sequence of a run is broken
 
@@ -353,26 +353,6 @@ class PayloadUnavailableError(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.what, self.reason), self.__dict__)
-
-
-class EffectResultErasedError(PayloadUnavailableError):
-    """An effect whose key is committed (the action happened: it is not done again) but whose result
-    was erased with the run that committed it (``committed_by``; None when only the record is known).
-    Agent code that can go on without the result catches it; otherwise the run fails on it."""
-
-    def __init__(self, key: str, committed_by: str | None, reason: str) -> None:
-        self.key = key
-        self.committed_by = committed_by
-        PayloadUnavailableError.__init__(self, f"the result of effect {key!r}", reason)
-        by = f" by run {committed_by}" if committed_by else ""
-        LedgerError.__init__(
-            self,
-            f"effect {key!r} is committed{by}, but its result was erased ({reason}): the action happened and is "
-            "not done again. Catch runledger.EffectResultErasedError to go on without its result",
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.key, self.committed_by, self.reason), self.__dict__)
 
 
 class ModelError(LedgerError):
@@ -753,3 +733,23 @@ class EffectWriteRefusedError(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.writer, self.reason), self.__dict__)
+
+class BranchOnHostError(LedgerError):
+    """A branch (a re-run's run, written by a worker) was asked to be resumed or continued on the host.
+
+    A branch runs only in a sandbox, under its own mode (runledger.sandbox: effects stubbed unless
+    its re-run was allowed them): driving it here would call its tools and effects for real with the
+    host's credentials. Nothing was written."""
+
+    def __init__(self, run_id: str, parent_run_id: str, mode: str) -> None:
+        self.run_id = run_id
+        self.parent_run_id = parent_run_id
+        self.mode = mode
+        super().__init__(
+            f"run {run_id} is a branch of {parent_run_id or 'another run'} ({mode or 'a re-run'}): a branch never "
+            f"runs on the host. Resume it in a sandbox: `runledger resume {run_id} --agent MODULE:ATTR` with the "
+            "sandbox installed (pip install 'runledger[sandbox]'), or from the page"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.parent_run_id, self.mode), self.__dict__)

@@ -1,4 +1,5 @@
-"""The sandbox package's sub-commands: sandbox build, rerun, reruns, worker, diff."""
+"""The sandbox package's sub-commands: sandbox build, rerun, reruns, worker, diff; and the core
+``resume`` of a branch, which goes on only in a sandbox (``runledger.sandbox.resume``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from runledger.sandbox.diff import diff, render
 from runledger.sandbox.image import IMAGE_REPO, current_image, docker_client
 from runledger.sandbox.image_extras import build_sandbox_image
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
+from runledger.sandbox.resume import branch_to_resume
 from runledger.sandbox.worker import run_worker, submit
 
 DEAD_LETTERED = " dead-lettered after "  # in the message of a RerunDeadLetteredError, as its branch records it
@@ -190,6 +192,42 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     return with_client(args, queued)
 
 
+def cmd_resume_branch(args: argparse.Namespace) -> int:
+    """``runledger resume BRANCH``: the core's ``resume`` hands a branch here (``resume_run`` refuses
+    to drive one on the host). It is re-driven in a sandbox, here, under the request that opened it
+    (its mode, its ``--allow-effects`` or not); ``--agent`` only names the code of a branch recorded
+    before branches held their request."""
+    require_extra("sandbox", "`runledger resume` of a branch")
+    if getattr(args, "retry", False) or getattr(args, "accept_version", None):
+        raise ConfigurationError(
+            f"run {args.run} is a branch: it is neither retried nor continued with other code; re-run its parent"
+        )
+
+    async def local() -> int:
+        client = await connect(nats_url(args))
+        try:
+            request, done = await branch_to_resume(client, args.run, args.agent)
+            if done is not None:
+                print(f"branch {done.run_id} is {done.status}: nothing to do"
+                      + (f" (pending approvals: {', '.join(done.pending)})" if done.pending else ""))  # fmt: skip
+                return 0
+            print(f"branch {args.run} is re-driven in a sandbox ({request.mode}"
+                  + (", effects allowed by its re-run" if request.allow_effects else ", effects stubbed") + ")",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            docker = docker_client()
+            policy = SandboxPolicy(image=current_image(docker), timeout_s=request.timeout_s)
+            pool = SandboxPool(docker, policy, size=0)
+            try:
+                result = await Rerunner(client, pool).rerun(request)
+            finally:
+                await pool.close()
+            return _print(result)
+        finally:
+            await client.close()
+
+    return run_async(local())
+
+
 def _print_result(request: RerunRequest, outcome: RerunResult | Exception) -> None:
     """One line per re-run handled: its branch's outcome on stdout, an error on stderr."""
     if isinstance(outcome, Exception):
@@ -304,6 +342,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    resume = sub.choices.get("resume")
+    if resume is not None:  # the core's `resume` (registered first): a branch goes on here, never on the host
+        resume.set_defaults(resume_branch=cmd_resume_branch)
     sandbox = sub.add_parser("sandbox", help="the sandbox image").add_subparsers(metavar="ACTION")
     p = sandbox.add_parser("build", help="build the sandbox image (offline when no registry is reachable)")
     p.add_argument("--base", help="base image with python3 (default: python:3.11-slim, else built offline)")

@@ -458,7 +458,9 @@ class Rerunner:
                            # the parent's: the branch's digests are compared with the parent's record
                            chain_format=recorded_chain_format(parent.chain_format)),
                 RunForked(parent_run_id=parent.run_id, fork_step=fork_step, mode=request.mode, changed=changed,
-                          changed_from=before, changed_to=after),
+                          changed_from=before, changed_to=after,
+                          # the branch's own rules, for its resume (runledger.sandbox.resume)
+                          request=request.model_dump(mode="json")),
             ):  # fmt: skip
                 event = await writer.append(body)
                 apply(cp, Recorded(event, writer.last_stream_seq))

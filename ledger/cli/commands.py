@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runledger.cli.connect import run_async, with_client
-from runledger.errors import ConfigurationError, LedgerError
+from runledger.errors import BranchOnHostError, ConfigurationError, LedgerError
 from runledger.log.client import ENV_URL, LedgerClient, connect
 from runledger.log.cluster import LocalCluster
 from runledger.log.server import NO_LOGINS_WARNING, EmbeddedServer, pid_alive
@@ -225,11 +225,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     async def show(client: LedgerClient) -> int:
         log = await load_run(client, args.run)
         cp = fold(log.records, check_chain=False)
-        if cp.erased is not None:
-            from runledger.protect.erasure import erased_log
-
-            log = erased_log(log)  # what the erasure made unreadable reads as erased, not as ciphertext
-            cp = fold(log.records, check_chain=False)
         if args.fetch:
             # Bodies stored by reference are fetched (hash-verified) only on request, and only
             # for the step asked for: a run may have read gigabytes.
@@ -359,7 +354,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     reason = args.reason or ""
     accept = VersionAcceptance(args.accept_version, by=args.by, reason=reason) if args.accept_version else None
     retry = RetryRequest(by=args.by, reason=reason) if args.retry else None
-    result = with_client(args, lambda c: resume_run(c, spec, args.run, accept_version=accept, retry=retry))
+    try:
+        result = with_client(args, lambda c: resume_run(c, spec, args.run, accept_version=accept, retry=retry))
+    except BranchOnHostError:
+        # A branch goes on only in a sandbox: the sandbox package's handler (runledger.sandbox.cli), if installed.
+        resume_branch = getattr(args, "resume_branch", None)
+        if resume_branch is None:
+            raise
+        return int(resume_branch(args))
     if result.nothing_to_do and result.status == "failed" and result.retryable:
         print(_retry_hint(result, args.agent))
         return 0
@@ -471,43 +473,9 @@ async def _after_resolution(client: LedgerClient, state: Any) -> str:
 def cmd_effects_show(args: argparse.Namespace) -> int:
     from runledger.sdk.effects import read_key
 
-    async def show(client: LedgerClient) -> dict[str, Any]:
-        state = await read_key(client, args.key, args.agent)
-        return await _key_view(client, {k: v for k, v in state.__dict__.items() if k not in ("last_hash",)})
-
-    _print_json(with_client(args, show))
+    state = with_client(args, lambda c: read_key(c, args.key, args.agent))
+    _print_json({k: v for k, v in state.__dict__.items() if k not in ("last_hash",)})
     return 0
-
-
-async def _key_view(client: LedgerClient, shown: dict[str, Any]) -> dict[str, Any]:
-    """A key's state as its reader may see it: result and error opened where these credentials can
-    open them; what the erasure of the run that wrote them made unreadable reads as erased (with a
-    ``note``: "committed, result erased"), what they only may not open stays sealed."""
-    from runledger.errors import RunNotFoundError
-    from runledger.protect.capture import client_opener, is_marker
-    from runledger.protect.erasure import erased_now, erased_value
-
-    opener = client_opener(client)
-    if shown.get("result") is not None:
-        shown["result"] = await opener.open_value(shown["result"], strict=False)
-    error = shown.get("error")
-    if isinstance(error, dict):
-        error = dict(error)
-        for name in ("message", "traceback"):
-            if isinstance(error.get(name), str):
-                error[name] = await opener.open_text(error[name], strict=False)
-        shown["error"] = error
-    sealed = is_marker(shown.get("result")) or (isinstance(error, dict) and any(map(is_marker, error.values())))
-    if sealed and shown.get("run_id"):
-        try:
-            erased = await erased_now(client, shown["run_id"])
-        except RunNotFoundError:
-            erased = None
-        if erased is not None:
-            shown["result"], shown["error"] = erased_value(shown.get("result")), erased_value(error)
-            what = "result" if shown.get("status") == "committed" else "content"
-            shown["note"] = f"{shown.get('status')}, {what} erased (run {shown['run_id']} was erased)"
-    return shown
 
 
 def cmd_budget_grant(args: argparse.Namespace) -> int:
@@ -534,6 +502,18 @@ def cmd_accept_version(args: argparse.Namespace) -> int:
 
     with_client(args, lambda c: accept_version(c, args.run, args.version, by=args.by, reason=args.reason or ""))
     print(f"run {args.run} may continue with version {args.version}: resume it with that code")
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    from runledger.ops.decisions import retry_run
+
+    event = with_client(args, lambda c: retry_run(c, args.run, by=args.by, reason=args.reason or ""))
+    step = event.payload.get("step")
+    print(
+        f"run {args.run} may go on" + (f" from its failed step {step}" if step is not None else "")
+        + f": `runledger resume {args.run} --agent MODULE:ATTR` runs it again (with the agent's credentials)"
+    )
     return 0
 
 
@@ -667,6 +647,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--by", required=True)
     p.add_argument("--reason")
     p.set_defaults(func=cmd_accept_version)
+
+    p = sub.add_parser(
+        "retry", parents=[common], help="let a run failed on a retryable error go on (an operator's decision)"
+    )
+    p.add_argument("run")
+    p.add_argument("--by", required=True)
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_retry)
 
 
 def _stderr(msg: str) -> None:

@@ -1,11 +1,11 @@
-"""Operator decisions recorded into a run: approvals, budget grants, accepted versions.
+"""Operator decisions recorded into a run: approvals, budget grants, accepted versions, retries.
 
 A decision travels on the run's operator subject (``ledger.run.<agent>.<run_id>.o``), which only
 operators may publish to (runledger.protect.roles), and the fold honours a decision only from
-there (runledger.record.fold.check_writer): an agent cannot approve its own approval or grant
-itself budget, a worker cannot decide at all. It continues the run's one chain, appended fenced
-on the run's last event whoever wrote it: a decision made against a stale view of the run is
-rejected instead of interleaved.
+there (runledger.record.fold.check_writer): an agent cannot approve its own approval, grant
+itself budget or retry its own failed run, a worker cannot decide at all. It continues the run's
+one chain, appended fenced on the run's last event whoever wrote it: a decision made against a
+stale view of the run is rejected instead of interleaved.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from runledger.errors import ConfigurationError, LedgerError
 from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient
 from runledger.protect.runs import load_run
-from runledger.record.events import ApprovalResolved, BudgetGranted, Event, VersionAccepted
+from runledger.record.events import ApprovalResolved, BudgetGranted, Event, RunRetried, VersionAccepted
 from runledger.record.fold import fold
 
 
@@ -74,5 +74,24 @@ async def accept_version(client: LedgerClient, run_id: str, agent_version: str, 
     if previous == agent_version:
         raise LedgerError(f"run {run_id} already runs version {agent_version!r}")
     body = VersionAccepted(agent_version=agent_version, previous=previous, by=by, reason=reason)
+    event, _ = await append_to_run(client, run_id, body, log=log)
+    return event
+
+
+async def retry_run(client: LedgerClient, run_id: str, *, by: str, reason: str = "") -> Event:
+    """Let a run that failed on a retryable error (``run.failed`` ``retryable``: a rate limit, a
+    timeout) go on: records ``run.retried`` naming its failed step, after which the agent's next
+    ``resume`` runs that step again, live. A final failure cannot be retried (fork a branch)."""
+    if not by:
+        raise ConfigurationError("say who retries the run: --by NAME")
+    log = await load_run(client, run_id, open_content=False)
+    cp = fold(log.records)
+    if cp.status != "failed" or not cp.failure_retryable:
+        state = f"{cp.status} ({cp.failure_reason}, a final failure)" if cp.status == "failed" else cp.status
+        raise LedgerError(
+            f"run {run_id} is {state}: a retry continues only a run that failed on a retryable error (a rate "
+            "limit, a timeout); fork a branch to try something else"
+        )
+    body = RunRetried(step=cp.failed_step, by=by, reason=reason)
     event, _ = await append_to_run(client, run_id, body, log=log)
     return event

@@ -120,8 +120,6 @@ async def _settle_in_doubt(client: LedgerClient, summary: RunSummary) -> None:
 
 
 def _short(value: Any, width: int) -> str:
-    if value == {"$erased": True}:  # runledger.protect.erasure.ERASED
-        return "«erased»"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"

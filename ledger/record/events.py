@@ -98,7 +98,13 @@ class RunStarted(Payload):
 
 
 class RunForked(Payload):
-    """Recorded right after run.started in a branch: where it came from and what changed."""
+    """Recorded right after run.started in a branch: where it came from and what changed.
+
+    ``request``: the re-run request that opened the branch (``runledger.sandbox.rerun.RerunRequest``
+    as JSON: the agent named, mode and base mode, the change, ``allow_effects``, live tools, time
+    limit, request id), so that resuming the branch re-drives it in a sandbox under its own rules
+    (``runledger.sandbox.resume``). Absent from the payload of branches recorded before it existed,
+    which therefore record exactly what they recorded then."""
 
     TYPE = "run.forked"
     parent_run_id: str
@@ -107,6 +113,14 @@ class RunForked(Payload):
     changed: str | None = None
     changed_from: Any = None
     changed_to: Any = None
+    request: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_request(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("request", 0) is None:
+            del data["request"]
+        return data
 
 
 class RunResumed(Payload):

@@ -189,7 +189,10 @@ def fold_until_refused(events: Iterable[Recorded]) -> tuple[Checkpoint, str | No
 
 # Who may say what (runledger.log.subjects): an operator's decisions travel only on a run's operator
 # subject (``...<run_id>.o``), which only operators may publish to, and nothing else travels there.
-OPERATOR_TYPES = frozenset({"approval.resolved", "budget.granted", "version.accepted", "run.erased"})
+# A retry of a failed run is one of them: within a run the agent retries a call only as its Retry
+# policy and the run's budgets allow (runledger.sdk.retry); once the run has failed, only an operator
+# lets it go on (docs/data-protection.md, "Decisions").
+OPERATOR_TYPES = frozenset({"approval.resolved", "budget.granted", "version.accepted", "run.erased", "run.retried"})
 _RUN_SUBJECT_PREFIX = "ledger.run."
 
 
@@ -380,7 +383,8 @@ def _run_failed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
 
 
 def _run_retried(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
-    """The run goes on from its failed step: a failed call there is run again, live, on resume."""
+    """An operator's retry (only from the operator's subject, ``OPERATOR_TYPES``): the run goes on from
+    its failed step, and a failed call there is run again, live, on resume."""
     cp.status, cp.error, cp.failure_reason, cp.failure_retryable, cp.ended_at = "running", None, None, False, None
     rec = cp.steps.get(p["step"]) if p.get("step") is not None else None
     if rec is not None and rec.kind in ("model", "tool") and rec.status == "error":

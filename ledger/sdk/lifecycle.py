@@ -24,6 +24,7 @@ from typing import Any
 
 from runledger.errors import (
     ApprovalDeniedError,
+    BranchOnHostError,
     BudgetExhaustedError,
     ChildSuspendedError,
     ConfigurationError,
@@ -175,7 +176,8 @@ async def start_run(
 
 @dataclass(frozen=True)
 class RetryRequest:
-    """An operator's retry of a run that failed on a retryable error (recorded on resume)."""
+    """An operator's retry of a run that failed on a retryable error (recorded on resume, on the run's
+    operator subject: only operators may retry a failed run, ``runledger.ops.decisions.retry_run``)."""
 
     by: str
     reason: str = ""
@@ -211,7 +213,13 @@ async def resume_run(
     has, only that element may differ, and the acceptance is recorded (``version.accepted``)
     before the run resumes. Replay still checks every recorded step against the new code.
     ``retry`` continues a run that failed on a retryable error (``run.failed`` ``retryable``):
-    recorded as ``run.retried``, and the failed step runs again, live.
+    recorded as ``run.retried``, and the failed step runs again, live. Both are operator decisions,
+    recorded on the run's operator subject (``runledger.ops.decisions``): with credentials that may not
+    write there (an agent's), this raises ConfigurationError naming the operator's command, and a
+    resume after the operator decided needs neither.
+
+    A branch (a re-run's run, written by a worker) is never driven here: BranchOnHostError, before
+    anything is written (it is resumed in a sandbox, ``runledger.sandbox.resume``).
 
     The cyclic garbage collector is paused from the read to the first live step (or the end of
     the drive): loading and replaying allocates tens of thousands of objects that all stay
@@ -229,6 +237,7 @@ async def resume_run(
         else:
             log, whole = await _read_whole(client, run_id, spec.name), True
             cp = fold(log.records)
+        refuse_branch(run_id, log, cp)
         if cp.status == "completed":
             output = await opener.open_value(cp.output, strict=False)
             return RunResult(run_id, "completed", output=output, nothing_to_do=True)
@@ -262,6 +271,18 @@ async def resume_run(
                 ) from exc
             log = await load_run(client, run_id, agent=log.agent or None, open_content=False)
             cp, whole, journal = fold(log.records), True, None
+        if retry is not None:
+            # An operator's decision too (runledger.record.fold.OPERATOR_TYPES): on the operator's subject.
+            retried = RunRetried(step=cp.failed_step, by=retry.by, reason=retry.reason)
+            try:
+                await append_to_run(client, run_id, retried, policy, log=log if whole else None)
+            except PublishError as exc:
+                raise ConfigurationError(
+                    f"retrying run {run_id} was refused ({exc}): it is an operator's decision. With operator "
+                    f"credentials run `runledger retry {run_id} --by NAME --reason ...`, then resume without --retry"
+                ) from exc
+            log = await load_run(client, run_id, agent=log.agent or None, open_content=False)
+            cp, whole, journal = fold(log.records), True, None
         if cp.pending_approvals:
             return RunResult(
                 run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
@@ -282,8 +303,6 @@ async def resume_run(
             opener.remember(protector.keys)  # the run's keys are at hand: no second fetch from the key store
         run._opener = opener  # one opener (and key cache) for the input and every replayed step
         run._input = await opener.open_value(cp.input, strict=False)
-        if retry is not None:
-            await run._append(RunRetried(step=cp.failed_step, by=retry.by, reason=retry.reason))
         await run._append(
             RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
         )
@@ -302,6 +321,14 @@ async def resume_run(
         return result
     finally:
         end_pause()
+
+
+def refuse_branch(run_id: str, log: RunLog, cp: Checkpoint) -> None:
+    """Raise BranchOnHostError when the run is a branch: forked from another run (``run.forked``) or
+    written by a worker. Its tools and effects would run here for real, whatever its mode said."""
+    if cp.parent is not None or writer_of(log.subject) == WORKER_WRITER:
+        parent = cp.parent or {}
+        raise BranchOnHostError(run_id, str(parent.get("parent_run_id") or ""), str(parent.get("mode") or ""))
 
 
 async def _read_whole(client: LedgerClient, run_id: str, agent: str) -> RunLog:
@@ -360,6 +387,7 @@ async def open_run(
         await run.commit()
         return run
     cp = fold(log.records)
+    refuse_branch(run_id, log, cp)  # a branch goes on only in a sandbox
     cp.last_stream_seq = log.last_stream_seq
     data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
     protector = await run_protector(client, log.agent or spec.name, run_id, data)

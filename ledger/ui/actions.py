@@ -5,7 +5,9 @@ on the page                 the CLI's code
 ==========================  =====================================================================
 approve / deny              ``runledger.ops.decisions.approve`` (``runledger approve``)
 resume after the decision   ``runledger.sdk.lifecycle.resume_run`` (``runledger resume``), for the
-                            agents the page was started with (``runledger ui --agent MODULE:ATTR``)
+                            agents the page was started with (``runledger ui --agent MODULE:ATTR``);
+                            a branch, which ``resume_run`` never drives on the host, is queued for a
+                            worker under its own request (``runledger.sandbox.resume.queue_branch_resume``)
 resolve an in-doubt effect  ``runledger.sdk.effects.resolve_key`` (``runledger effects resolve``),
                             then resumed as after a decision
 queue a re-run              ``runledger.sandbox.worker.submit`` of a ``RerunRequest``
@@ -28,13 +30,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from runledger.errors import ConfigurationError, LedgerError
+from runledger.errors import BranchOnHostError, ConfigurationError, LedgerError
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import approve
 from runledger.record.events import Event
 from runledger.record.fold import Checkpoint
 from runledger.sandbox.plan import BranchPlan, plan_branch
 from runledger.sandbox.rerun import RerunRequest, branch_spec
+from runledger.sandbox.resume import queue_branch_resume
 from runledger.sandbox.worker import submit
 from runledger.sdk.agent import AgentSpec, load_agent
 from runledger.sdk.effects import KeyState, resolve_key
@@ -79,7 +82,12 @@ class Resumer:
 
     async def _resume(self, client: LedgerClient, spec: AgentSpec, run_id: str) -> None:
         try:
-            self.results[run_id] = await resume_run(client, spec, run_id)
+            try:
+                self.results[run_id] = await resume_run(client, spec, run_id)
+            except BranchOnHostError:
+                # A branch goes on only in a sandbox: its own request, to a worker (as the page's re-runs).
+                _, done = await queue_branch_resume(client, run_id, self.refs.get(spec.name))
+                self.results[run_id] = done or RunResult(run_id, "running", reason="queued for a worker's sandbox")
         except LedgerError as exc:
             logger.warning("resuming run %s failed: %s", run_id, exc)
             self.results[run_id] = str(exc)

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from runledger.cli.connect import nats_url, run_async, with_client
-from runledger.errors import ConfigurationError, RunNotFoundError
+from runledger.errors import ConfigurationError, LedgerError, RunNotFoundError
 from runledger.extras import require_extra
 from runledger.log.client import LedgerClient, connect
 from runledger.ops.trace import render_run
@@ -98,32 +98,53 @@ def _progress_bar(done: int, total: int) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """``rerun --where``: the CI gate (runledger.sandbox.gate: verdicts, exit codes, JSON, JUnit XML, cost)."""
     require_extra("sandbox", "`runledger rerun --where`")
+    from runledger.ops.prices import PriceTable
     from runledger.projections.projector import default_db_path
-    from runledger.sandbox.sweep import select_runs, sweep
+    from runledger.sandbox.gate import EXIT_SWEEP_FAILED, GateReport, load_check
+    from runledger.sandbox.sweep import projection_prices, select_runs, sweep
 
     template = _request(argparse.Namespace(**{**vars(args), "run": "-"}))
+    check = load_check(args.expect) if args.expect else None
+    file_prices = PriceTable.from_file(args.prices) if args.prices else None
 
-    async def go() -> int:
+    async def go() -> GateReport:
         docker = docker_client()
         policy = SandboxPolicy(image=current_image(docker), timeout_s=args.timeout)
         client = await connect(nats_url(args))
         pool = SandboxPool(docker, policy, size=args.pool)
         try:
-            run_ids = await select_runs(client, default_db_path(), args.where)
+            db = default_db_path()
+            run_ids = await select_runs(client, db, args.where)
             if not run_ids:
-                print(f"no recorded run matches: {args.where}")
-                return 0
+                print(f"no recorded run matches: {args.where}", file=sys.stderr)
+                return GateReport(mode=args.mode, change=dict(template.change), where=args.where)
             print(f"re-driving {len(run_ids)} runs ({args.mode})", file=sys.stderr)
             summary = await sweep(client, pool, run_ids, template, concurrency=args.concurrency,
-                                  progress=_progress_bar)  # fmt: skip
+                                  progress=None if args.json else _progress_bar, check=check,
+                                  prices=file_prices or projection_prices(db))  # fmt: skip
         finally:
             await pool.close()
             await client.close()
-        print(summary.render())
-        return 1 if summary.regressions else 0
+        summary.gate.where = args.where
+        if not args.json:
+            print(summary.render())
+        return summary.gate
 
-    return run_async(go())
+    try:
+        report = run_async(go())
+    except LedgerError as exc:  # the sweep itself could not run: its own exit code, for CI
+        print(f"runledger: error: {exc}", file=sys.stderr)
+        return EXIT_SWEEP_FAILED
+    if args.junit:
+        with open(args.junit, "w", encoding="utf-8") as f:
+            f.write(report.junit())
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True, ensure_ascii=False, default=str))
+    else:
+        print(report.render())
+    return report.exit_code
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -146,8 +167,10 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger rerun`")
     if args.plan and args.where:  # a sweep has no plan: it would queue the re-runs --plan promises not to
         raise ConfigurationError("--plan shows the plan of one run's re-run: name a RUN instead of --where")
-    if args.json and not args.plan:
-        raise ConfigurationError("--json goes with --plan (the plan as JSON)")
+    if args.json and not (args.plan or args.where):
+        raise ConfigurationError("--json goes with --plan (the plan as JSON) or --where (the sweep's report)")
+    if not args.where and (args.junit or args.expect or args.prices):
+        raise ConfigurationError("--junit, --expect and --prices go with a sweep (--where SQL)")
     if args.where:
         if args.run:
             raise ConfigurationError("give either a RUN or --where, not both")
@@ -363,6 +386,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--where", metavar="SQL", help="sweep: re-run every recorded run matching this condition on runs")
     p.add_argument("--concurrency", type=int, default=2, help="sweep: re-runs in flight")
     p.add_argument("--pool", type=int, default=2, help="sweep: warm sandboxes kept ready")
+    p.add_argument("--expect", metavar="MODULE:FN", help="sweep: judge each branch's decision at the fork with "
+                   "FN(fork) -> 'pass' | 'fail' | 'improved' (runledger.sandbox.gate)")  # fmt: skip
+    p.add_argument("--junit", metavar="FILE", help="sweep: write the verdicts as JUnit XML (one test case per run)")
+    p.add_argument("--prices", metavar="FILE", help="sweep: price the branches with this JSON table (default: the "
+                   "projection's model_prices)")  # fmt: skip
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that recorded the run")
     p.add_argument("--mode", required=True, choices=["replay", "redrive", "live", "counterfactual"])
     p.add_argument("--at-step", type=int, help="the fork step k (default: the run's last step)")
@@ -376,7 +404,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true", help="queued: wait for the branch to finish")
     p.add_argument("--plan", action="store_true", help="print what each step would be (record, live, stub, "
                    "refused) and queue nothing")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="with --plan: the plan as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="with --plan: the plan as JSON; with --where: the sweep's report")  # fmt: skip
     p.set_defaults(func=cmd_rerun)
 
     p = sub.add_parser("reruns", parents=[common], help="list the branch runs of queued re-runs, dead letters marked")

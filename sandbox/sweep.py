@@ -6,7 +6,8 @@ branches are excluded), re-drives each in a sandbox with a warm pool, and summar
 the divergence rate and where runs first diverge, outcome changes (a run that completed
 before and does not now is a regression) and token deltas. The exit code is non-zero
 when any outcome regressed, so a team can gate a prompt or model change on last
-month's failures.
+month's failures. Each run is also judged on its own (runledger.sandbox.gate: a verdict, a user
+check of the decision at the fork with ``--expect``, its cost), for JSON, JUnit XML and the exit code.
 
 A live (or live-based counterfactual) branch whose effect reuses a committed key with other
 arguments simulates it and marks it (``reason: args_differ``, sandbox/branch.py); the summary
@@ -17,6 +18,7 @@ it asked for ever happening.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from runledger.errors import LedgerError
 from runledger.log.client import LedgerClient
+from runledger.ops.prices import PriceTable
 from runledger.projections.projector import project
 from runledger.projections.store import ProjectionStore
 from runledger.protect.runs import load_run
@@ -31,6 +34,7 @@ from runledger.record.fold import fold
 from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.diff import diff
 from runledger.sandbox.errors import RerunRequestError
+from runledger.sandbox.gate import Case, Check, Cost, GateReport, judge
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 
 
@@ -49,6 +53,7 @@ class SweepSummary:
     args_differ_runs: list[str] = field(default_factory=list)  # the parents whose branch has any
     branches: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    gate: GateReport = field(default_factory=GateReport)  # each run judged: runledger.sandbox.gate
 
     def render(self) -> str:
         rate = self.diverged / self.total if self.total else 0.0
@@ -75,6 +80,16 @@ class SweepSummary:
         return "\n".join(lines)
 
 
+def projection_prices(db: Path) -> PriceTable:
+    """The price table analysts keep in the projection (``model_prices``): empty when it has none."""
+    with ProjectionStore(db, writer=False) as store:
+        try:
+            rows = store.con.execute("SELECT model, usd_per_1m_input, usd_per_1m_output FROM model_prices").fetchall()
+        except Exception:  # an older projection without the table: no prices
+            return PriceTable()
+    return PriceTable.from_rows(rows)
+
+
 async def select_runs(client: LedgerClient, db: Path, where: str) -> list[str]:
     """Recorded (non-branch) runs matching a SQL condition over the ``runs`` table."""
     await project(client, db)
@@ -96,12 +111,18 @@ async def sweep(
     *,
     concurrency: int = 2,
     progress: Callable[[int, int], None] | None = None,
+    check: Check | None = None,
+    prices: PriceTable | None = None,
 ) -> SweepSummary:
     """Re-drive ``run_ids`` as ``template`` asks, ``concurrency`` at a time, and summarise.
 
-    ``progress(done, total)`` is called after each run (the CLI draws a bar with it)."""
+    ``progress(done, total)`` is called after each run (the CLI draws a bar with it). Each run is judged
+    into ``summary.gate`` (runledger.sandbox.gate): by ``check`` at the fork when given, else by outcomes;
+    priced with ``prices`` when given."""
     rerunner = Rerunner(client, pool)
     summary = SweepSummary(total=len(run_ids))
+    summary.gate = GateReport(mode=template.mode, change=dict(template.change))
+    cases: dict[str, Case] = {}
     queue: asyncio.Queue[str] = asyncio.Queue()
     for run_id in run_ids:
         queue.put_nowait(run_id)
@@ -111,14 +132,24 @@ async def sweep(
         request = template.model_copy(
             update={"parent_run_id": parent_id, "request_id": f"{template.request_id}-{parent_id}"[:120]}
         )
+        case = cases[parent_id] = Case(parent_id)
+        started = time.monotonic()
         try:
             result: RerunResult = await rerunner.rerun(request)
         except LedgerError as exc:  # e.g. a run recorded by another agent: report it, go on
             summary.errors.append(f"{parent_id}: {exc}")
+            case.message = f"not re-run: {exc}"
             return
+        case.seconds = time.monotonic() - started
         summary.branches[parent_id] = result.run_id
         parent = fold((await load_run(client, parent_id)).records, check_chain=False)
         branch = fold((await load_run(client, result.run_id)).records, check_chain=False)
+        case.agent, case.branch_run_id = parent.agent, result.run_id
+        case.parent_status, case.branch_status, case.branch_reason = parent.status, result.status, result.reason
+        case.parent_cost = Cost.of(parent.steps.values(), prices)
+        case.branch_cost = Cost.of(branch.steps.values(), prices)
+        case.verdict, case.message = judge(parent, branch, result.fork_step, branch_reason=result.reason, check=check)
+        case.checked = check is not None
         summary.tokens_parent += parent.spent["tokens"]
         summary.tokens_branch += branch.spent["tokens"]
         if result.status == "completed":
@@ -132,6 +163,7 @@ async def sweep(
         if parent.status == "failed" and result.status == "completed":
             summary.improvements.append(parent_id)
         d = await diff(client, parent_id, result.run_id)
+        case.first_difference = d.first_difference
         if d.first_difference is not None:
             summary.first_divergence[d.first_difference] += 1
         if d.args_differ:
@@ -147,4 +179,5 @@ async def sweep(
                 progress(done, len(run_ids))
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+    summary.gate.cases = [cases[run_id] for run_id in run_ids if run_id in cases]  # in the sweep's order
     return summary

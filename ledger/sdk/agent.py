@@ -116,6 +116,7 @@ _ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EXAMPLES = {
     "agent": "runledger.examples.refund_agent.agent:spec",
     "model": "runledger.examples.refund_agent.agent:strict_model",
+    "expect": "runledger.examples.refund_agent.checks:no_refund_without_a_photo",
 }
 
 

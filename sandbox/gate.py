@@ -1,0 +1,301 @@
+"""The CI gate of a sweep: one verdict per recorded run, judged at the fork, as text, JSON and JUnit XML,
+with an exit code a CI system acts on, and what each branch cost.
+
+A sweep (``runledger rerun --where SQL ...``, runledger.sandbox.sweep) re-drives recorded runs with a
+change. Each becomes a ``Case``. Without a check its verdict compares outcomes:
+
+=================  ==============================================================================
+``pass``           the parent completed and the branch completed
+``improved``       the parent did not complete (failed, suspended) and the branch completed
+``still_failing``  neither completed (the change did not fix this run; the gate stays open)
+``regressed``      the parent completed and the branch did not (the gate closes)
+``error``          the run could not be re-run (another agent's run, an erased run...)
+=================  ==============================================================================
+
+Outcomes at the end of a run are a weak judge of a change to a decision: a branch whose changed model
+asks for a photo where the parent refunded "diverges" from the record (the next call is not one the
+record can answer) and so never completes, although its decision may be exactly the one wanted. A user
+check (``--expect MODULE:FN``) judges the decision at the fork instead: ``FN(fork)`` receives a ``Fork``
+(the parent's and the branch's steps from the fork step on, their outcomes) and returns ``"pass"``,
+``"fail"`` or ``"improved"``, optionally with a message (a ``CheckResult``, a ``(verdict, message)``
+pair, or the verdict alone). A check that raises is a ``fail`` with its error as the message.
+
+Exit codes (``EXIT_*``): 0, the gate is open (no case regressed or failed its check); 1, a case
+regressed or failed its check; 3, the gate is open but some runs could not be re-run; 4, the sweep
+itself could not run (the server, Docker, a bad ``--where``: the message says which); 2, the command
+line is wrong.
+
+JUnit XML: one ``testsuite`` (the sweep) with one ``testcase`` per recorded run (``classname`` the
+agent, ``name`` the run id, ``time`` the re-run's seconds); ``regressed`` and ``fail`` are
+``failure`` elements (message: the verdict's reason; text: the divergence and the ``runledger diff``
+command that shows it), ``error`` an ``error`` element, ``still_failing`` a ``skipped`` one (the run
+failed before the change too), ``pass`` and ``improved`` plain test cases. Each test case carries
+properties: the branch id, verdict, first differing step, tokens and cost.
+"""
+
+from __future__ import annotations
+
+import inspect
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, get_args
+
+from runledger.errors import ConfigurationError
+from runledger.ops.prices import PriceTable
+from runledger.record.fold import Checkpoint, StepRecord
+from runledger.sdk.agent import CodeAllowList, load_named
+
+Verdict = Literal["pass", "improved", "still_failing", "regressed", "fail", "error"]
+CheckVerdict = Literal["pass", "fail", "improved"]
+CLOSES_THE_GATE: frozenset[str] = frozenset({"regressed", "fail"})
+
+EXIT_OPEN = 0
+EXIT_CLOSED = 1
+EXIT_NOT_RERUN = 3
+EXIT_SWEEP_FAILED = 4
+
+
+@dataclass(frozen=True)
+class Fork:
+    """What a user check judges: a recorded run and its branch from the fork step on."""
+
+    parent_run_id: str
+    branch_run_id: str
+    fork_step: int
+    parent_steps: list[StepRecord]  # the parent's steps numbered fork_step and later, in order
+    branch_steps: list[StepRecord]  # the branch's, likewise
+    parent_status: str
+    branch_status: str
+    branch_reason: str | None  # why the branch did not complete (``diverged``...), None when it did
+    parent_output: Any = None
+    branch_output: Any = None
+
+    def step(self, which: Literal["parent", "branch"], n: int) -> StepRecord | None:
+        """Step ``n`` of the parent or the branch (None: that run has no such step)."""
+        steps = self.parent_steps if which == "parent" else self.branch_steps
+        return next((s for s in steps if s.step == n), None)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    verdict: CheckVerdict
+    message: str = ""
+
+
+Check = Callable[[Fork], Any]
+
+
+def load_check(ref: str, *, allowed: CodeAllowList | None = None) -> Check:
+    """The function ``ref`` (``MODULE:FN``) names: a function of one argument, the ``Fork``. A name outside
+    the operator's allow-list (``$RUNLEDGER_ALLOW_CODE``) is refused before its module is imported."""
+
+    def is_check(obj: Any) -> bool:
+        if not callable(obj):
+            return False
+        try:
+            inspect.signature(obj).bind(None)
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    obj = load_named(ref, "expect", "a check of one argument (the Fork)", is_check,
+                     allowed=allowed or CodeAllowList.from_env())  # fmt: skip
+    if not is_check(obj):
+        raise ConfigurationError(f"--expect {ref!r} must name a function of one argument (the Fork)")
+    check: Check = obj
+    return check
+
+
+def run_check(check: Check, fork: Fork) -> CheckResult:
+    """Call ``check`` and read its answer; one that raises, or answers anything else, is a ``fail``."""
+    try:
+        answer = check(fork)
+    except Exception as exc:  # the user's code: whatever it raises is its verdict
+        return CheckResult("fail", f"the check raised {type(exc).__name__}: {exc}")
+    if isinstance(answer, CheckResult):
+        return answer
+    verdict, message = (answer if isinstance(answer, tuple) and len(answer) == 2 else (answer, ""))
+    if verdict not in get_args(CheckVerdict):
+        return CheckResult("fail", f"the check answered {answer!r}: expected 'pass', 'fail' or 'improved'")
+    return CheckResult(verdict, str(message))
+
+
+@dataclass
+class Cost:
+    """Tokens of a run's model steps and what they cost (``usd`` None: no price table, or a model without
+    a price: ``priced`` says whether every model step had one)."""
+
+    tokens: int = 0
+    usd: float | None = None
+    priced: bool = False
+
+    @classmethod
+    def of(cls, steps: Iterable[StepRecord], prices: PriceTable | None) -> Cost:
+        steps = list(steps)
+        tokens = sum(s.tokens for s in steps if s.kind == "model")
+        if prices is None or not prices.prices:
+            return cls(tokens)
+        usd, priced = prices.run_cost(steps)
+        return cls(tokens, usd, priced)
+
+
+@dataclass
+class Case:
+    """One recorded run of the sweep and its branch, judged."""
+
+    parent_run_id: str
+    agent: str = ""
+    branch_run_id: str | None = None
+    parent_status: str = ""
+    branch_status: str | None = None
+    branch_reason: str | None = None
+    verdict: Verdict = "error"
+    message: str = ""
+    checked: bool = False  # the verdict is a user check's
+    first_difference: int | None = None
+    seconds: float = 0.0
+    parent_cost: Cost = field(default_factory=Cost)
+    branch_cost: Cost = field(default_factory=Cost)
+
+    @property
+    def diff_command(self) -> str | None:
+        return f"runledger diff {self.parent_run_id} {self.branch_run_id}" if self.branch_run_id else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["diff_command"] = self.diff_command
+        return out
+
+
+def outcome_verdict(parent_status: str, branch_status: str) -> tuple[Verdict, str]:
+    """The verdict when no check judges: outcomes compared (module docstring)."""
+    if parent_status == "completed":
+        if branch_status == "completed":
+            return "pass", "completed before and after the change"
+        return "regressed", f"completed before the change, {branch_status} after it"
+    if branch_status == "completed":
+        return "improved", f"{parent_status} before the change, completed after it"
+    return "still_failing", f"{parent_status} before the change, {branch_status} after it"
+
+
+def judge(
+    parent: Checkpoint,
+    branch: Checkpoint,
+    fork_step: int,
+    *,
+    branch_reason: str | None,
+    check: Check | None = None,
+) -> tuple[Verdict, str]:
+    """The verdict of one case: the user's check of the decision at the fork if there is one, else outcomes."""
+    if check is None:
+        return outcome_verdict(parent.status, branch.status)
+    fork = Fork(
+        parent_run_id=parent.run_id, branch_run_id=branch.run_id, fork_step=fork_step,
+        parent_steps=[s for _, s in sorted(parent.steps.items()) if s.step >= fork_step],
+        branch_steps=[s for _, s in sorted(branch.steps.items()) if s.step >= fork_step],
+        parent_status=parent.status, branch_status=branch.status,
+        branch_reason=None if branch.status == "completed" else branch_reason,
+        parent_output=parent.output, branch_output=branch.output,
+    )  # fmt: skip
+    result = run_check(check, fork)
+    return result.verdict, result.message
+
+
+@dataclass
+class GateReport:
+    """Every case of a sweep, and what the gate says of them."""
+
+    cases: list[Case] = field(default_factory=list)
+    mode: str = ""
+    change: dict[str, str] = field(default_factory=dict)
+    where: str = ""
+
+    def count(self, verdict: Verdict) -> int:
+        return sum(1 for c in self.cases if c.verdict == verdict)
+
+    @property
+    def exit_code(self) -> int:
+        if any(c.verdict in CLOSES_THE_GATE for c in self.cases):
+            return EXIT_CLOSED
+        if any(c.verdict == "error" for c in self.cases):
+            return EXIT_NOT_RERUN
+        return EXIT_OPEN
+
+    def cost(self, which: Literal["parent", "branch"]) -> Cost:
+        costs = [c.parent_cost if which == "parent" else c.branch_cost for c in self.cases]
+        priced = [c.usd for c in costs if c.usd is not None]
+        return Cost(
+            tokens=sum(c.tokens for c in costs),
+            usd=sum(priced) if priced else None,
+            priced=bool(costs) and all(c.priced for c in costs),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        verdicts: dict[str, int] = {v: self.count(v) for v in get_args(Verdict)}
+        return {
+            "where": self.where, "mode": self.mode, "change": self.change,
+            "exit_code": self.exit_code, "gate": "closed" if self.exit_code == EXIT_CLOSED else "open",
+            "verdicts": verdicts,
+            "cost": {"recorded": asdict(self.cost("parent")), "branches": asdict(self.cost("branch"))},
+            "cases": [c.to_dict() for c in self.cases],
+        }  # fmt: skip
+
+    def render(self) -> str:
+        """The per-run lines and the gate's line (the sweep's own summary stands above them)."""
+        lines = []
+        for c in self.cases:
+            cost = f"{c.branch_cost.tokens} tokens" + (f", ${c.branch_cost.usd:.4f}" if c.branch_cost.usd is not None
+                                                        else "")  # fmt: skip
+            check = " (check)" if c.checked else ""
+            branch = c.branch_run_id or "-"
+            lines.append(f"  {c.verdict:<13} {c.parent_run_id} -> {branch}{check}: {c.message} [{cost}]")
+        spent = self.cost("branch")
+        total = f"{spent.tokens} tokens" + (f", ${spent.usd:.4f}" if spent.usd is not None else "")
+        if spent.usd is not None and not spent.priced:
+            total += " (some models have no price)"
+        counts = ", ".join(f"{self.count(v)} {v}" for v in get_args(Verdict) if self.count(v))
+        gate = {EXIT_OPEN: "open", EXIT_CLOSED: "CLOSED", EXIT_NOT_RERUN: "open, but some runs were not re-run"}
+        lines.append(f"gate: {gate[self.exit_code]} ({counts or 'no runs'}); branches cost {total}")
+        return "\n".join(lines)
+
+    def junit(self, suite: str = "runledger sweep") -> str:
+        """The report as JUnit XML (module docstring)."""
+        root = ET.Element("testsuites")
+        failures = sum(1 for c in self.cases if c.verdict in CLOSES_THE_GATE)
+        errors = self.count("error")
+        skipped = self.count("still_failing")
+        ts = ET.SubElement(root, "testsuite", {
+            "name": suite, "tests": str(len(self.cases)), "failures": str(failures), "errors": str(errors),
+            "skipped": str(skipped), "time": f"{sum(c.seconds for c in self.cases):.3f}",
+        })  # fmt: skip
+        props = ET.SubElement(ts, "properties")
+        for name, value in (("where", self.where), ("mode", self.mode),
+                            *((f"change.{k}", v) for k, v in sorted(self.change.items()))):  # fmt: skip
+            ET.SubElement(props, "property", {"name": name, "value": value})
+        for c in self.cases:
+            tc = ET.SubElement(ts, "testcase", {"classname": c.agent or "runledger", "name": c.parent_run_id,
+                                                "time": f"{c.seconds:.3f}"})  # fmt: skip
+            cprops = ET.SubElement(tc, "properties")
+            for name, value in (
+                ("branch", c.branch_run_id or ""), ("verdict", c.verdict), ("checked", str(c.checked).lower()),
+                ("first_difference", "" if c.first_difference is None else str(c.first_difference)),
+                ("tokens.recorded", str(c.parent_cost.tokens)), ("tokens.branch", str(c.branch_cost.tokens)),
+                ("usd.branch", "" if c.branch_cost.usd is None else f"{c.branch_cost.usd:.6f}"),
+            ):  # fmt: skip
+                ET.SubElement(cprops, "property", {"name": name, "value": value})
+            detail = "\n".join(x for x in (
+                c.message,
+                f"branch {c.branch_run_id}: {c.branch_status}" + (f" ({c.branch_reason})" if c.branch_reason else "")
+                if c.branch_run_id else "",
+                f"first difference at step {c.first_difference}" if c.first_difference is not None else "",
+                f"compare with: {c.diff_command}" if c.diff_command else "",
+            ) if x)  # fmt: skip
+            if c.verdict in CLOSES_THE_GATE:
+                ET.SubElement(tc, "failure", {"message": c.message, "type": c.verdict}).text = detail
+            elif c.verdict == "error":
+                ET.SubElement(tc, "error", {"message": c.message, "type": "not_rerun"}).text = detail
+            elif c.verdict == "still_failing":
+                ET.SubElement(tc, "skipped", {"message": c.message})
+        ET.indent(root)
+        return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -26,6 +26,7 @@
     │   ├── BlobMissingError          a referenced blob is not in the object store
     │   └── BlobCorruptError          a blob does not match its hash
     ├── PayloadUnavailableError       recorded content cannot be read back (hash-only, erased, missing blob)
+    │   └── EffectResultErasedError   an effect's key is committed, but its result was erased: it is not done again
     ├── ModelError                    a model adapter failed (HTTP error, bad response, no scripted reply left)
     ├── VersionMismatchError          resume with a different version tuple
     ├── NondeterminismError           replayed code made a call the record cannot answer (or a re-drive diverged)
@@ -353,6 +354,26 @@ class PayloadUnavailableError(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.what, self.reason), self.__dict__)
+
+
+class EffectResultErasedError(PayloadUnavailableError):
+    """An effect whose key is committed (the action happened: it is not done again) but whose result
+    was erased with the run that committed it (``committed_by``; None when only the record is known).
+    Agent code that can go on without the result catches it; otherwise the run fails on it."""
+
+    def __init__(self, key: str, committed_by: str | None, reason: str) -> None:
+        self.key = key
+        self.committed_by = committed_by
+        PayloadUnavailableError.__init__(self, f"the result of effect {key!r}", reason)
+        by = f" by run {committed_by}" if committed_by else ""
+        LedgerError.__init__(
+            self,
+            f"effect {key!r} is committed{by}, but its result was erased ({reason}): the action happened and is "
+            "not done again. Catch runledger.EffectResultErasedError to go on without its result",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.committed_by, self.reason), self.__dict__)
 
 
 class ModelError(LedgerError):

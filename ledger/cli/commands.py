@@ -225,6 +225,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     async def show(client: LedgerClient) -> int:
         log = await load_run(client, args.run)
         cp = fold(log.records, check_chain=False)
+        if cp.erased is not None:
+            from runledger.protect.erasure import erased_log
+
+            log = erased_log(log)  # what the erasure made unreadable reads as erased, not as ciphertext
+            cp = fold(log.records, check_chain=False)
         if args.fetch:
             # Bodies stored by reference are fetched (hash-verified) only on request, and only
             # for the step asked for: a run may have read gigabytes.
@@ -473,9 +478,43 @@ async def _after_resolution(client: LedgerClient, state: Any) -> str:
 def cmd_effects_show(args: argparse.Namespace) -> int:
     from runledger.sdk.effects import read_key
 
-    state = with_client(args, lambda c: read_key(c, args.key, args.agent))
-    _print_json({k: v for k, v in state.__dict__.items() if k not in ("last_hash",)})
+    async def show(client: LedgerClient) -> dict[str, Any]:
+        state = await read_key(client, args.key, args.agent)
+        return await _key_view(client, {k: v for k, v in state.__dict__.items() if k not in ("last_hash",)})
+
+    _print_json(with_client(args, show))
     return 0
+
+
+async def _key_view(client: LedgerClient, shown: dict[str, Any]) -> dict[str, Any]:
+    """A key's state as its reader may see it: result and error opened where these credentials can
+    open them; what the erasure of the run that wrote them made unreadable reads as erased (with a
+    ``note``: "committed, result erased"), what they only may not open stays sealed."""
+    from runledger.errors import RunNotFoundError
+    from runledger.protect.capture import client_opener, is_marker
+    from runledger.protect.erasure import erased_now, erased_value
+
+    opener = client_opener(client)
+    if shown.get("result") is not None:
+        shown["result"] = await opener.open_value(shown["result"], strict=False)
+    error = shown.get("error")
+    if isinstance(error, dict):
+        error = dict(error)
+        for name in ("message", "traceback"):
+            if isinstance(error.get(name), str):
+                error[name] = await opener.open_text(error[name], strict=False)
+        shown["error"] = error
+    sealed = is_marker(shown.get("result")) or (isinstance(error, dict) and any(map(is_marker, error.values())))
+    if sealed and shown.get("run_id"):
+        try:
+            erased = await erased_now(client, shown["run_id"])
+        except RunNotFoundError:
+            erased = None
+        if erased is not None:
+            shown["result"], shown["error"] = erased_value(shown.get("result")), erased_value(error)
+            what = "result" if shown.get("status") == "committed" else "content"
+            shown["note"] = f"{shown.get('status')}, {what} erased (run {shown['run_id']} was erased)"
+    return shown
 
 
 def cmd_budget_grant(args: argparse.Namespace) -> int:

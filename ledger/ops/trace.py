@@ -120,6 +120,8 @@ async def _settle_in_doubt(client: LedgerClient, summary: RunSummary) -> None:
 
 
 def _short(value: Any, width: int) -> str:
+    if value == {"$erased": True}:  # runledger.protect.erasure.ERASED
+        return "«erased»"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"

@@ -54,7 +54,7 @@ outside the ledger's reach: export again.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from runledger.errors import ConfigurationError, EventDecodeError, LedgerError, RunNotFoundError
@@ -74,6 +74,7 @@ from runledger.protect.capture import content_values, is_marker, is_sealed, is_s
 from runledger.protect.keystore import KVKeyStore, run_kid
 from runledger.record.events import RunErased, decode_fast
 from runledger.record.fold import fold
+from runledger.record.records import Recorded
 
 Relation = Literal["branch", "child"]
 # Direct gets in flight while the lineage is looked up.
@@ -289,3 +290,32 @@ async def _started_children(client: LedgerClient, run_id: str) -> list[Derived]:
         Derived(str(p["run_id"]), str(p["agent"]), run_id, "child")
         for p in (r.event.payload for r in log.records if r.event.type == "child.started")
     ]
+
+
+# What erased content reads as, everywhere (the projection's rows too: projections.erasure).
+ERASED: dict[str, Any] = {"$erased": True}
+ERASED_TEXT = "«erased»"
+
+
+def erased_value(value: Any) -> Any:
+    """``value`` with the content an erasure made unreadable (sealed values and texts, encrypted blob
+    references) replaced by ``{"$erased": true}`` / ``«erased»``; everything else as it is. For a value
+    of an erased run (or a key it committed) once every key that could open it was tried."""
+    if is_sealed(value) or (is_blob_ref(value) and value.get("enc")):
+        return dict(ERASED)
+    if is_sealed_text(value):
+        return ERASED_TEXT
+    if isinstance(value, dict):
+        return {k: erased_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [erased_value(v) for v in value]
+    return value
+
+
+def erased_log(log: RunLog) -> RunLog:
+    """``log`` (of an erased run, content opened where it could be) with what stayed sealed shown as erased."""
+    records = [
+        Recorded(r.event.model_copy(update={"payload": erased_value(r.event.payload)}), r.stream_seq, r.subject)
+        for r in log.records
+    ]
+    return replace(log, records=records)

@@ -154,7 +154,7 @@ class EffectStep:
             if rec.key != key:
                 raise NondeterminismError(self.run_id, step, f"effect key {rec.key!r}", f"effect key {key!r}")
             if rec.status == "committed":
-                return await self._open(rec.output)
+                return await self._open_committed(key, rec.output, None)
             if rec.status == "failed":
                 raise EffectFailedError(key, (rec.error or {}).get("message", "failed"))
             # Recorded as intended only: the process died (or stopped) somewhere inside the effect.
@@ -261,7 +261,7 @@ class EffectStep:
                     )
                 )
                 self._after_step(step)
-                return await self._open(state.result)
+                return await self._open_committed(key, state.result, state.run_id)
             # free (never claimed, released, or an earlier attempt failed): claim a new attempt, act, record.
             intent = EffectIntended(
                 step=step, name=name, key=key, args=args, args_digest=digest(args, self._cp.chain_format),
@@ -272,6 +272,21 @@ class EffectStep:
                 return await self._act(step, args, key, fn, claimed, tool_call_id)
             state = await read_key(self._client, key, self.agent)
         raise EffectClaimedElsewhereError(key, state.run_id or "?", -1 if state.step is None else state.step)
+
+    async def _open_committed(self, key: str, result: Any, committed_by: str | None) -> Any:
+        """A committed effect's result as the agent receives it. A result sealed under a key that is
+        gone (the run that committed it was erased) raises EffectResultErasedError, which the agent
+        can handle: the key stays committed and the action is not done again."""
+        from runledger.errors import EffectResultErasedError, PayloadUnavailableError
+        from runledger.protect.blobs import is_blob_ref
+        from runledger.protect.capture import is_sealed
+
+        try:
+            return await self._open(result)
+        except PayloadUnavailableError as exc:
+            if not (is_sealed(result) or (is_blob_ref(result) and result.get("enc"))):
+                raise  # hash-only capture, a missing blob: not an erasure
+            raise EffectResultErasedError(key, committed_by, exc.reason) from exc
 
     async def _reconciled(self, step: int, key: str, reconcile: Any) -> Any:
         """What ``reconcile(key)`` found. A reconcile that raises (its service unreachable) answers

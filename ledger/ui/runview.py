@@ -84,7 +84,13 @@ class RunView:
 async def read_run(viewer: Viewer, run_id: str) -> tuple[RunLog, Checkpoint]:
     """The run as the viewer may read it. Raises RunNotFoundError (also for a run of another agent)."""
     log = await load_run(viewer.client, run_id, agent=viewer.agent, open_content=viewer.can_open_content)
-    return log, fold(log.records, check_chain=False)
+    cp = fold(log.records, check_chain=False)
+    if cp.erased is not None:
+        from runledger.protect.erasure import erased_log
+
+        log = erased_log(log)  # what the erasure made unreadable reads as erased, not as sealed
+        cp = fold(log.records, check_chain=False)
+    return log, cp
 
 
 def approvals(cp: Checkpoint, records: list[Recorded]) -> list[Approval]:

@@ -252,11 +252,15 @@ async def test_a_worker_cannot_break_an_agents_run(
     cp = fold(log.records)
     assert cp.status == "suspended" and cp.version is not None and cp.version["agent_version"] == "v1"
 
-    code = await asyncio.to_thread(main, ["show", "victim-5", "--nats", secure_server.url,
-                                          "--creds", str(Path(secure_server.creds_dir) / "operator.json")])  # fmt: skip
+    as_operator = ["--nats", secure_server.url, "--creds", str(Path(secure_server.creds_dir) / "operator.json")]
+    code = await asyncio.to_thread(main, ["show", "victim-5", *as_operator])
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"QUARANTINED stream seq {forged_seqs[0]}" in out and "forged" not in out.split("QUARANTINED")[0]
+    code = await asyncio.to_thread(main, ["verify", "victim-5", *as_operator])
+    out = capsys.readouterr().out
+    assert code == 0 and "ok   victim-5" in out and "1 of 1 runs verified" in out, out
+    assert f"quarantined stream seq {forged_seqs[0]}: run.completed written as 'w'" in out
 
     await approve(operator, "victim-5", request, by="op")
     resumed = await resume_run(alpha, spec, "victim-5")

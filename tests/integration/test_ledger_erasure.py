@@ -98,7 +98,7 @@ async def test_erase_makes_content_unreadable_everywhere_and_keeps_structure(
     _no_personal_data(raw.decode("utf-8", "replace"), "the raw stream")
     code = await asyncio.to_thread(main, ["show", "erase-me", "--nats", client.url, "--step", "1", "--fetch"])
     shown = capsys.readouterr().out
-    assert code == 0 and ('"$enc"' in shown or '"$ref"' in shown)
+    assert code == 0 and '"$erased": true' in shown and '"$enc"' not in shown  # says erased, not ciphertext
     _no_personal_data(shown, "runledger show --fetch")
 
     # Structure stays: steps, names, statuses, token usage, the erasure itself; the chain verifies.
@@ -221,3 +221,54 @@ async def test_the_projection_rewrites_an_erased_runs_rows(
     assert code == 0, capsys.readouterr()
     for path in export.rglob("*.parquet"):
         _no_personal_data(path.read_bytes().decode("utf-8", "replace"), str(path))
+
+
+async def test_erased_content_reads_as_erased_and_a_key_it_committed_answers_committed_result_erased(
+    client: LedgerClient, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runledger import EffectResultErasedError
+
+    paid: list[str] = []
+
+    def pay(args: dict[str, Any]) -> dict[str, Any]:
+        paid.append(args["order"])
+        return {"refund": "r-77", "to": PERSONAL[2]}
+
+    async def payer(run: Run) -> Any:
+        try:
+            return await run.effect("refund", {"order": "o-77"}, key="refund:o-77", fn=pay)
+        except EffectResultErasedError as exc:  # the agent handles it: the refund happened, its record is gone
+            return {"already": exc.key, "committed_by": exc.committed_by}
+
+    spec = AgentSpec("payer", payer, ScriptedModel([]), agent_version="v1")
+    assert (await start_run(client, spec, run_id="pay-1")).output == {"refund": "r-77", "to": PERSONAL[2]}
+
+    async def cli(*args: str) -> dict[str, Any]:
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, [*args, "--nats", nats_url]) == 0
+        shown: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return shown
+
+    # effects show opens what the caller may open (it printed the sealed result).
+    before = await cli("effects", "show", "refund:o-77")
+    assert (before["status"], before["result"]) == ("committed", {"refund": "r-77", "to": PERSONAL[2]})
+
+    await erase_run(client, "pay-1", reason="customer asked", by="dpo")
+    after = await cli("effects", "show", "refund:o-77")
+    assert (after["status"], after["result"], after["note"]) == (
+        "committed", {"$erased": True}, "committed, result erased (run pay-1 was erased)"
+    )
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["show", "pay-1", "--nats", nats_url]) == 0
+    text = capsys.readouterr().out
+    assert "$enc" not in text and "«erased»" in text  # it printed the sealed blobs
+    shown = await cli("show", "pay-1", "--json")
+    assert "$enc" not in json.dumps(shown)
+    (committed,) = [e for e in shown["events"] if e["type"] == "effect.committed"]
+    assert committed["payload"]["result"] == {"$erased": True}
+
+    # A later run claiming the key: committed, not paid again, and an error type the agent handles.
+    later = await start_run(client, spec, run_id="pay-2")
+    assert later.status == "completed", later.error
+    assert later.output == {"already": "refund:o-77", "committed_by": "pay-1"}
+    assert paid == ["o-77"]

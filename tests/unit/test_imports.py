@@ -18,7 +18,7 @@ HEAVY = ("nats", "cryptography", "duckdb", "pyarrow", "docker")
 PUBLIC = [
     "NOT_FOUND", "AgentSpec", "ApprovalDeniedError", "BudgetExhaustedError", "Budgets", "Checkpoint",
     "ChildFailedError", "ChildSuspendedError", "ClaimTakenOverError", "ConfigurationError", "DataPolicy",
-    "EffectContext", "EffectFailedError", "EffectInDoubtError", "Event",
+    "EffectContext", "EffectFailedError", "EffectInDoubtError", "EffectResultErasedError", "Event",
     "FencedError", "LeaseExpiredError", "LedgerClient", "LedgerError", "MissingExtraError", "ModelAdapter",
     "ModelResponse",
     "NondeterminismError", "OpenAIChatModel", "PayloadUnavailableError", "PublishError", "RedactionPolicy", "Retry",

@@ -43,8 +43,8 @@
     ├── ToolFailedError               a tool raised (recorded; replays as this error)
     ├── ToolArgumentsError            a tool's arguments do not match its signature (recorded as its failure)
     ├── EffectClaimedElsewhereError   another run holds an unresolved claim on the key
-    ├── BranchOnHostError             a re-run's branch asked to be driven on the host (it runs only in a sandbox)
     ├── EffectWriteRefusedError       a write on a key that its writer may not make (a worker on an agent's key)
+    ├── BranchOnHostError             a re-run's branch asked to be driven on the host (it runs only in a sandbox)
     └── ChainError                    the hash chain or sequence of a run is broken
 
 The projections and the sandbox extend the tree under ``ProjectionError`` and ``SandboxError``
@@ -739,6 +739,7 @@ class EffectClaimedElsewhereError(LedgerError):
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.run_id, self.step), self.__dict__)
 
+
 class EffectWriteRefusedError(LedgerError):
     """A write on an idempotency key that the key's rules refuse (runledger.sdk.effects.key_refusal):
     stored, but every reader steps over it, so nothing may be done as if it counted."""
@@ -754,6 +755,7 @@ class EffectWriteRefusedError(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.writer, self.reason), self.__dict__)
+
 
 class BranchOnHostError(LedgerError):
     """A branch (a re-run's run, written by a worker) was asked to be resumed or continued on the host.

@@ -205,6 +205,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             note = f"retryable: `runledger resume {r.run_id} --retry --by NAME`; " + note
         if r.pending_approvals:
             note = "awaiting approval " + ", ".join(r.pending_approvals)
+        if r.status == "stalled":
+            note = f"its process is gone (crashed?): `runledger resume {r.run_id} --agent MODULE:ATTR` continues it"
         if r.settled and r.status == "suspended":
             note = f"effect {', '.join(r.settled)} settled: `runledger resume {r.run_id} --agent MODULE:ATTR` continues"
         if r.in_doubt:
@@ -578,7 +580,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("runs", parents=[common], help="list runs")
-    p.add_argument("--status", choices=["running", "suspended", "completed", "failed"])
+    p.add_argument("--status", choices=["running", "stalled", "suspended", "completed", "failed", "broken"])
     p.add_argument("--agent")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)

@@ -21,6 +21,9 @@ from runledger.protect.capture import client_opener
 from runledger.protect.runs import load_run
 from runledger.record.fold import BROKEN, Checkpoint, fold_until_refused
 from runledger.record.records import Recorded
+from runledger.sdk.holder import is_gone
+
+STALLED = "stalled"  # a running run whose holder is gone (live_status)
 
 
 @dataclass
@@ -92,6 +95,7 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
         elif summary.error is not None:
             # Error messages are content (sealed per run): open the one this listing shows.
             summary.error = await opener.open_text(summary.error, strict=False)
+        summary.status = live_status(summary.status, cp.holder)
         if summary.in_doubt:
             await _settle_in_doubt(client, summary)
         if status is None or summary.status == status:
@@ -219,7 +223,18 @@ def record_status(log: RunLog, cp: Checkpoint) -> tuple[str, str | None]:
     (``cp.status``, None). ``cp`` is the caller's fold of the same records (``show`` folds without
     the chain check, to show everything it can)."""
     _, error = fold_until_refused(log.records)
-    return (BROKEN, error) if error is not None else (cp.status, None)
+    return (BROKEN, error) if error is not None else (live_status(cp.status, cp.holder), None)
+
+
+def live_status(status: str, holder: str | None) -> str:
+    """``status``, or ``stalled`` for a ``running`` run whose holder (the process that started or last
+    resumed it, ``run.started`` / ``run.resumed`` ``holder``) is certainly gone: it ran on this host
+    and no process with its pid and start time exists (runledger.sdk.holder.is_gone). A holder on
+    another host, or a run recorded before holders were, is not judged: it stays ``running``. Not
+    part of the fold (it asks the machine, not the record); a stalled run is resumed like a crashed one."""
+    if status == "running" and is_gone(holder):
+        return STALLED
+    return status
 
 
 def render_run(

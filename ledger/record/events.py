@@ -87,11 +87,14 @@ class RunStarted(Payload):
     parent_run_id: str | None = None
     parent_step: int | None = None
     chain_format: int | None = Field(default=None, ge=2, le=2)
+    # The process that drives the run from here (runledger.sdk.holder): `runs` shows a running run
+    # whose holder is certainly gone as stalled. Absent from runs recorded before it was.
+    holder: str | None = None
 
     @model_serializer(mode="wrap")
     def _without_absent_parent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name in ("parent_run_id", "parent_step", "chain_format"):
+        for name in ("parent_run_id", "parent_step", "chain_format", "holder"):
             if data.get(name, 0) is None:
                 del data[name]
         return data
@@ -124,10 +127,20 @@ class RunForked(Payload):
 
 
 class RunResumed(Payload):
+    """``holder``: the process that drives the run from here (as in ``run.started``; absent before it was)."""
+
     TYPE = "run.resumed"
     attempt: int
     from_step: int
     worker: str = ""
+    holder: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_holder(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("holder", 0) is None:
+            del data["holder"]
+        return data
 
 
 class RunSuspended(Payload):

@@ -91,6 +91,7 @@ class Checkpoint:
     started_at: str | None = None
     ended_at: str | None = None
     erased: dict[str, Any] | None = None  # run.erased: by, reason, ts (content is gone, structure stays)
+    holder: str | None = None  # the process driving the run (run.started / run.resumed; runledger.sdk.holder)
     # Live-segment accounting for the seconds budget.
     segment_start: str | None = None
     seconds_closed: float = 0.0
@@ -333,6 +334,7 @@ def _run_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.limits = {k: budgets.get(k) for k in ("turns", "tokens", "seconds")}
     cp.started_at = cp.segment_start = ev.ts
     cp.child_of_run_id, cp.child_of_step = p.get("parent_run_id"), p.get("parent_step")
+    cp.holder = p.get("holder")
 
 
 def _run_forked(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
@@ -364,6 +366,7 @@ def _run_resumed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.segment_start = ev.ts
     cp.attempts = p["attempt"]
     cp.status = "running"
+    cp.holder = p.get("holder")
 
 
 def _run_suspended(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:

@@ -69,6 +69,7 @@ from runledger.record.records import Recorded
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.crashpoints import crash_point, pause_point
 from runledger.sdk.run import RecordedRun, error_info
+from runledger.sdk.holder import this_holder
 from runledger.sdk.snapshot import SNAPSHOT, JournalSnapshotter, load_journal
 
 
@@ -166,6 +167,7 @@ async def start_run(
             parent_step=parent_step,
             chain_format=recorded_chain_format(cp.chain_format),
         )
+            holder=this_holder() or None,
     )
     if fork is not None:
         await run._append(fork)
@@ -304,7 +306,12 @@ async def resume_run(
         run._opener = opener  # one opener (and key cache) for the input and every replayed step
         run._input = await opener.open_value(cp.input, strict=False)
         await run._append(
-            RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
+            RunResumed(
+                attempt=cp.attempts + 1,
+                from_step=cp.last_step,
+                worker=f"{socket.gethostname()}:{os.getpid()}",
+                holder=this_holder() or None,
+            )
         )
         await run.commit()  # of two resumes, the fenced-out one stops before any live work
         run._segment_wall = time.time()
@@ -384,6 +391,7 @@ async def open_run(
             capture=spec.data_policy.capture, labels=labels or {}, chain_format=recorded_chain_format(cp.chain_format),
         )  # fmt: skip
         await run._append(started)
+            holder=this_holder() or None,
         await run.commit()
         return run
     cp = fold(log.records)
@@ -398,7 +406,12 @@ async def open_run(
     run._next_step = cp.last_step + 1  # continue after the journal: nothing is replayed
     run._continuing = True
     await run._append(
-        RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker=f"{socket.gethostname()}:{os.getpid()}")
+        RunResumed(
+            attempt=cp.attempts + 1,
+            from_step=cp.last_step,
+            worker=f"{socket.gethostname()}:{os.getpid()}",
+            holder=this_holder() or None,
+        )
     )
     await run.commit()
     run._segment_wall = time.time()

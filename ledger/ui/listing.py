@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runledger.errors import LedgerError
+from runledger.ops.trace import live_status
 from runledger.protect.runs import load_run
 from runledger.ui.projection import ProjectionFollower
 from runledger.ui.render import stand_in
@@ -197,6 +198,7 @@ async def run_page(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -
             f"SELECT r.run_id FROM runs r WHERE {sql_where} ORDER BY {order} LIMIT ? OFFSET ?", [*params, *paging]
         )
         rows = await _rows(follower, [run_id for (run_id,) in chosen.rows])
+    rows = await _stalled(follower, rows)
     scope, scope_params = ("WHERE agent = ?", [viewer.agent]) if viewer.agent else ("", [])
     agents = (await follower.query(f"SELECT DISTINCT agent FROM runs {scope} ORDER BY 1", scope_params)).rows
     versions = (await follower.query(f"SELECT DISTINCT agent_version FROM runs {scope} ORDER BY 1", scope_params)).rows
@@ -254,6 +256,23 @@ async def _rows(
         if run_id in by_id:
             by_id[run_id].cost, by_id[run_id].priced = cost, priced
     return [by_id[run_id] for run_id in ids if run_id in by_id]
+
+
+async def _stalled(follower: ProjectionFollower, rows: list[RunRow]) -> list[RunRow]:
+    """``rows`` with a running run whose holder is gone shown as ``stalled`` (runledger.ops.trace.live_status):
+    the holder is the projected checkpoint's (``checkpoints.checkpoint->>'holder'``)."""
+    running = [r.run_id for r in rows if r.status == "running"]
+    if not running:
+        return rows
+    marks = ", ".join("?" * len(running))
+    found = await follower.query(
+        f"SELECT run_id, checkpoint->>'holder' FROM checkpoints WHERE run_id IN ({marks})", running
+    )
+    holders = dict(found.rows)
+    for r in rows:
+        if r.status == "running":
+            r.status = live_status(r.status, holders.get(r.run_id))
+    return rows
 
 
 async def search(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -> tuple[list[str], int, bool]:

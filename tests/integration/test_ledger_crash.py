@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from runledger.examples.refund_agent.agent import TICKETS
+from runledger.sdk.holder import is_gone
 from tests.agents import calls
 
 # runledger() waits up to 60 s a call and a test makes up to six calls.
@@ -297,6 +298,51 @@ def test_a_reconcile_that_raises_leaves_the_key_in_doubt_and_the_run_resumable(n
     assert done.returncode == 0 and "completed" in done.stdout, done.stdout + done.stderr
     assert len(calls(log)) == 1
     assert status_of(nats_url, "unreach")["output"] == {"charged": {"done": 7}}
+
+
+async def page_status(url: str, db: Path, run_id: str) -> tuple[str, str]:
+    """The status the page shows of ``run_id``: in the run list, and on the run's own page."""
+    from runledger.log.client import connect
+    from runledger.ops.trace import record_status
+    from runledger.ui.listing import RunFilter, run_page
+    from runledger.ui.projection import ProjectionFollower
+    from runledger.ui.runview import read_run
+    from runledger.ui.viewers import Viewer
+
+    client = await connect(url)
+    follower = ProjectionFollower(client, db)
+    try:
+        await follower.start()
+        assert await follower.caught_up(timeout=30)
+        viewer = Viewer("local", "local", client)
+        (row,) = [r for r in (await run_page(follower, viewer, RunFilter())).rows if r.run_id == run_id]
+        log, cp = await read_run(viewer, run_id)
+        return row.status, record_status(log, cp)[0]
+    finally:
+        await follower.close()
+        await client.close()
+
+
+def test_a_crashed_run_shows_as_stalled_not_running(nats_url: str, tmp_path: Path) -> None:
+    env = {"TEST_CALLS_LOG": str(tmp_path / "calls.log")}
+    agent = "tests.agents:unreconciled_spec"
+    crashed = runledger(
+        nats_url, "run", "--agent", agent, "--run-id", "gone", env={**env, "RUNLEDGER_CRASH_AT": "run:started"}
+    )
+    assert crashed.returncode == -9
+    listed = runledger(nats_url, "runs").stdout
+    (line,) = [x for x in listed.splitlines() if x.startswith("gone ")]
+    assert line.split()[2] == "stalled", listed
+    assert "its process is gone (crashed?): `runledger resume gone --agent MODULE:ATTR` continues it" in line
+    assert "status stalled" in runledger(nats_url, "show", "gone").stdout
+    assert asyncio.run(page_status(nats_url, tmp_path / "page.duckdb", "gone")) == ("stalled", "stalled")
+    # The checkpoint (and the projection's checkpoints.checkpoint, for SQL) names the holder, which is gone.
+    holder = status_of(nats_url, "gone")["holder"]
+    assert holder and is_gone(holder)
+
+    done = runledger(nats_url, "resume", "gone", "--agent", agent, env=env)
+    assert done.returncode == 0 and "completed" in done.stdout, done.stdout + done.stderr
+    assert "stalled" not in runledger(nats_url, "runs").stdout
 
 
 def test_not_committed_resolution_lets_the_resume_act_once(nats_url: str, tmp_path: Path) -> None:

@@ -49,3 +49,14 @@ def test_the_start_time_survives_a_command_name_with_spaces_and_parentheses(tmp_
         assert ticks == Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     finally:
         child.communicate(b"")
+
+
+def test_a_running_run_is_stalled_only_when_its_holder_is_certainly_gone() -> None:
+    from runledger.ops.trace import live_status
+
+    namespace = this_holder().split("/")[1]
+    dead = f"{socket.gethostname()}/{namespace}/999999/1"
+    assert live_status("running", this_holder()) == "running"  # this process: alive
+    assert live_status("running", dead) == "stalled"
+    assert live_status("running", None) == "running"  # recorded before holders, or another host: not judged
+    assert live_status("suspended", dead) == "suspended"  # only a running run can stall

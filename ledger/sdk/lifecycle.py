@@ -166,8 +166,8 @@ async def start_run(
             parent_run_id=parent_run_id,
             parent_step=parent_step,
             chain_format=recorded_chain_format(cp.chain_format),
-        )
             holder=this_holder() or None,
+        )
     )
     if fork is not None:
         await run._append(fork)

@@ -389,9 +389,9 @@ async def open_run(
         started = RunStarted(
             agent=spec.name, version=spec.version(), budgets=spec.budgets, input=run._input,
             capture=spec.data_policy.capture, labels=labels or {}, chain_format=recorded_chain_format(cp.chain_format),
+            holder=this_holder() or None,
         )  # fmt: skip
         await run._append(started)
-            holder=this_holder() or None,
         await run.commit()
         return run
     cp = fold(log.records)

@@ -98,18 +98,26 @@ def _progress_bar(done: int, total: int) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """``rerun --where``: the CI gate (runledger.sandbox.gate: verdicts, exit codes, JSON, JUnit XML, cost)."""
+    """``rerun --where``: the CI gate (runledger.sandbox.gate: verdicts, exit codes, JSON, JUnit XML, cost), or
+    with two or more ``--set`` the counterfactual matrix (runledger.sandbox.matrix: one sweep per candidate)."""
     require_extra("sandbox", "`runledger rerun --where`")
     from runledger.ops.prices import PriceTable
     from runledger.projections.projector import default_db_path
     from runledger.sandbox.gate import EXIT_SWEEP_FAILED, GateReport, load_check
+    from runledger.sandbox.matrix import MatrixReport, matrix, parse_candidates
     from runledger.sandbox.sweep import projection_prices, select_runs, sweep
 
-    template = _request(argparse.Namespace(**{**vars(args), "run": "-"}))
+    candidates = parse_candidates(args.set or [])
+    if len(candidates) > 1 and args.mode != "counterfactual":
+        raise ConfigurationError("several --set values are the candidates of a counterfactual matrix: "
+                                 "give --mode counterfactual")  # fmt: skip
+    if len(candidates) > 1 and args.junit:
+        raise ConfigurationError("--junit reports one candidate's gate: give one --set (the matrix has --json)")
+    template = _request(argparse.Namespace(**{**vars(args), "run": "-", "set": (args.set or [])[:1]}))
     check = load_check(args.expect) if args.expect else None
     file_prices = PriceTable.from_file(args.prices) if args.prices else None
 
-    async def go() -> GateReport:
+    async def go() -> GateReport | MatrixReport:
         docker = docker_client()
         policy = SandboxPolicy(image=current_image(docker), timeout_s=args.timeout)
         client = await connect(nats_url(args))
@@ -120,10 +128,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if not run_ids:
                 print(f"no recorded run matches: {args.where}", file=sys.stderr)
                 return GateReport(mode=args.mode, change=dict(template.change), where=args.where)
+            prices = file_prices or projection_prices(db)
+            progress = None if args.json else _progress_bar
+            if len(candidates) > 1:
+                print(f"re-driving {len(run_ids)} runs under {len(candidates)} candidates", file=sys.stderr)
+                return await matrix(client, pool, run_ids, template, candidates, concurrency=args.concurrency,
+                                    check=check, prices=prices, progress=progress)  # fmt: skip
             print(f"re-driving {len(run_ids)} runs ({args.mode})", file=sys.stderr)
             summary = await sweep(client, pool, run_ids, template, concurrency=args.concurrency,
-                                  progress=None if args.json else _progress_bar, check=check,
-                                  prices=file_prices or projection_prices(db))  # fmt: skip
+                                  progress=progress, check=check, prices=prices)  # fmt: skip
         finally:
             await pool.close()
             await client.close()
@@ -137,7 +150,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except LedgerError as exc:  # the sweep itself could not run: its own exit code, for CI
         print(f"runledger: error: {exc}", file=sys.stderr)
         return EXIT_SWEEP_FAILED
-    if args.junit:
+    if args.junit and isinstance(report, GateReport):
         with open(args.junit, "w", encoding="utf-8") as f:
             f.write(report.junit())
     if args.json:
@@ -153,7 +166,12 @@ def _plan(args: argparse.Namespace) -> int:
 
     async def show(client: LedgerClient) -> int:
         parent = fold((await load_run(client, args.run, open_content=False)).records, check_chain=False)
-        plan = plan_branch(parent, _request(args))
+        request = _request(args)
+        plan = plan_branch(parent, request)
+        if plan.ok:  # the request passed every check on this host: does the code load where it will run?
+            problem = await _candidate_in_image(request, args.timeout)
+            if problem:
+                plan.problems.append(problem)
         if args.json:
             print(json.dumps(plan.to_dict(), indent=2, sort_keys=True, ensure_ascii=False))
         else:
@@ -161,6 +179,27 @@ def _plan(args: argparse.Namespace) -> int:
         return 0 if plan.ok else 1
 
     return with_client(args, show)
+
+
+async def _candidate_in_image(request: RerunRequest, timeout: float) -> str | None:
+    """Why the code the branch runs (``--set agent=``'s candidate, else ``--agent``) would not load in
+    the sandbox image (runledger.sandbox.candidate), or None. Starts one sandbox, loads the agent
+    there and removes it."""
+    from runledger.sandbox.candidate import check_in_image
+    from runledger.sdk.agent import CodeAllowList, load_agent
+
+    ref = request.change.get("agent", request.agent) if request.mode == "counterfactual" else request.agent
+    spec = load_agent(ref, allowed=CodeAllowList.from_env())  # loaded already by the plan's checks
+    try:
+        docker = docker_client()
+        pool = SandboxPool(docker, SandboxPolicy(image=current_image(docker), timeout_s=timeout), size=0)
+    except LedgerError as exc:  # no engine or no image here: the plan says what it could not check
+        print(f"runledger: not checked whether {ref} loads in the sandbox image: {exc}", file=sys.stderr)
+        return None
+    try:
+        return await check_in_image(pool, spec, ref)
+    finally:
+        await pool.close()
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
@@ -395,7 +434,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", required=True, choices=["replay", "redrive", "live", "counterfactual"])
     p.add_argument("--at-step", type=int, help="the fork step k (default: the run's last step)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
-                   help="counterfactual change: model=MODULE:ATTR, prompt=TEXT or agent=MODULE:ATTR")  # fmt: skip
+                   help="counterfactual change: model=MODULE:ATTR, prompt=TEXT or agent=MODULE:ATTR; with --where, "
+                   "two or more are the candidates of a matrix (each run re-driven once per candidate)")  # fmt: skip
     p.add_argument("--base-mode", choices=["redrive", "live"], default="redrive", help="for counterfactual")
     p.add_argument("--allow-effects", action="store_true", help="live mode: let new effects really happen")
     p.add_argument("--live-tool", action="append", metavar="NAME", help="live mode: only these read tools run live")

@@ -53,6 +53,7 @@ from runledger.log.subjects import any_agent_run_subject, run_filter
 from runledger.sandbox.plan import ACTION_TEXT
 from runledger.ui import actions, render
 from runledger.ui.listing import SORTS, STATUSES, RunFilter, run_page
+from runledger.ui.matrix import matrix_view
 from runledger.ui.prices import PriceTable
 from runledger.ui.projection import ProjectionFollower
 from runledger.ui.runview import diff_view, read_run, run_view, step_view
@@ -284,6 +285,11 @@ class Page:
             return self.error(ctx.session, 404, f"run {run_id} has no step {number}")
         return self.html("step.html", ctx, view=view, s=view.step)
 
+    async def matrix(self, ctx: Context) -> Response:
+        q = ctx.request.query_params
+        view = await matrix_view(self.projection, ctx.viewer, q.get("agent", "").strip(), q.get("status", ""))
+        return self.html("matrix.html", ctx, view=view)
+
     async def diff(self, ctx: Context) -> Response:
         params = ctx.request.path_params
         view = await diff_view(ctx.viewer, await self.prices(), params["parent"], params["branch"])
@@ -401,6 +407,7 @@ def create_app(config: UIConfig) -> Starlette:
         Route("/runs/{run}/events", r(page.run_events), methods=["GET"]),
         Route("/runs/{run}/steps/{step:int}", r(page.step), methods=["GET"]),
         Route("/diff/{parent}/{branch}", r(page.diff), methods=["GET"]),
+        Route("/matrix", r(page.matrix), methods=["GET"]),
         Route("/runs/{run}/approvals/{request}", r(page.decide, acting=True), methods=["POST"]),
         Route("/effects/resolve", r(page.resolve, acting=True), methods=["POST"]),
         Route("/runs/{run}/rerun/plan", r(page.rerun_plan, acting=True), methods=["POST"]),

@@ -1,0 +1,146 @@
+"""The counterfactual matrix: which single change fixes this class of failure.
+
+``runledger rerun --where SQL --mode counterfactual --set A --set B --set C`` (two or more ``--set``: each
+is one candidate, one element of the version tuple changed) re-drives every selected run once per
+candidate, as a sweep each (runledger.sandbox.sweep), and reports the table: recorded run x candidate ->
+``fixed`` (the run had failed; its branch completed), ``still fails``, ``regressed`` (it had completed;
+its branch did not), ``pass``, ``fails check`` (a user check, ``--expect``, said no), ``not re-run``;
+with each branch's cost and, per candidate, the counts and the total cost. The words are the gate's
+verdicts (runledger.sandbox.gate) as a person asks the question.
+
+Every branch is a run of its own (``run.forked`` records the candidate in its request), so the page
+draws the same matrix from the projection (runledger.ui.matrix), for these branches and any made since.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runledger.errors import ConfigurationError
+from runledger.log.client import LedgerClient
+from runledger.ops.prices import PriceTable
+from runledger.sandbox.containers import SandboxPool
+from runledger.sandbox.gate import EXIT_NOT_RERUN, EXIT_OPEN, Case, Check, GateReport
+from runledger.sandbox.rerun import RerunRequest
+from runledger.sandbox.sweep import sweep
+
+# The gate's verdicts as the matrix shows them.
+CELL = {
+    "improved": "fixed",
+    "still_failing": "still fails",
+    "regressed": "regressed",
+    "pass": "pass",
+    "fail": "fails check",
+    "error": "not re-run",
+}
+
+
+def candidate_label(change: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(change.items()))
+
+
+def parse_candidates(values: Sequence[str]) -> list[dict[str, str]]:
+    """``NAME=VALUE`` strings, one candidate each. Raises ConfigurationError for a malformed one or a repeat."""
+    candidates: list[dict[str, str]] = []
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigurationError(f"--set takes NAME=VALUE, got {item!r}")
+        candidate = {name: value}
+        if candidate in candidates:
+            raise ConfigurationError(f"--set {item!r} is given twice")
+        candidates.append(candidate)
+    return candidates
+
+
+@dataclass
+class MatrixReport:
+    """One gate report per candidate, over the same recorded runs."""
+
+    runs: list[str] = field(default_factory=list)
+    candidates: list[dict[str, str]] = field(default_factory=list)
+    reports: list[GateReport] = field(default_factory=list)  # in the order of ``candidates``
+
+    def cell(self, candidate: int, run_id: str) -> Case | None:
+        return next((c for c in self.reports[candidate].cases if c.parent_run_id == run_id), None)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every run was re-run under every candidate, 3 when some were not: a matrix explores, it
+        does not gate (a candidate's own gate is ``runledger rerun --where ... --set`` with one ``--set``)."""
+        if any(c.verdict == "error" for r in self.reports for c in r.cases):
+            return EXIT_NOT_RERUN
+        return EXIT_OPEN
+
+    def tally(self, candidate: int) -> dict[str, Any]:
+        report = self.reports[candidate]
+        counts = {word: sum(1 for c in report.cases if CELL[c.verdict] == word) for word in CELL.values()}
+        cost = report.cost("branch")
+        return {"counts": counts, "tokens": cost.tokens, "usd": cost.usd}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "exit_code": self.exit_code,
+            "candidates": [
+                {"change": cand, "label": candidate_label(cand), **self.tally(n),
+                 "cells": {c.parent_run_id: {"result": CELL[c.verdict], **c.to_dict()} for c in report.cases}}
+                for n, (cand, report) in enumerate(zip(self.candidates, self.reports, strict=True))
+            ],
+        }  # fmt: skip
+
+    def render(self) -> str:
+        labels = [candidate_label(c) for c in self.candidates]
+        width = max([len("recorded run"), *(len(r) for r in self.runs)])
+        cols = [max(len(label), 24) for label in labels]
+        head = [label.ljust(w) for label, w in zip(labels, cols, strict=True)]
+        lines = ["  ".join(["recorded run".ljust(width), *head])]
+        for run_id in self.runs:
+            cells = []
+            for n, w in enumerate(cols):
+                case = self.cell(n, run_id)
+                text = "-" if case is None else CELL[case.verdict] + (
+                    f" ${case.branch_cost.usd:.4f}" if case.branch_cost.usd is not None
+                    else f" {case.branch_cost.tokens} tok")  # fmt: skip
+                cells.append(text.ljust(w))
+            lines.append("  ".join([run_id.ljust(width), *cells]))
+        for n, label in enumerate(labels):
+            t = self.tally(n)
+            counts = ", ".join(f"{k} {v}" for k, v in t["counts"].items() if v)
+            cost = f"{t['tokens']} tokens" + (f", ${t['usd']:.4f}" if t["usd"] is not None else "")
+            lines.append(f"{label}: {counts or 'no runs'}; {cost}")
+        return "\n".join(lines)
+
+
+async def matrix(
+    client: LedgerClient,
+    pool: SandboxPool,
+    run_ids: list[str],
+    template: RerunRequest,
+    candidates: Sequence[dict[str, str]],
+    *,
+    concurrency: int = 2,
+    check: Check | None = None,
+    prices: PriceTable | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> MatrixReport:
+    """Re-drive ``run_ids`` once per candidate (``template`` with the candidate as its change), as sweeps.
+    Each candidate's branches have request ids of their own, so none resumes another's."""
+    report = MatrixReport(runs=list(run_ids), candidates=[dict(c) for c in candidates])
+    total, done = len(run_ids) * len(candidates), 0
+
+    def step(n: int, _total: int) -> None:
+        if progress is not None:
+            progress(done + n, total)
+
+    for index, candidate in enumerate(candidates):
+        request = template.model_copy(
+            update={"change": dict(candidate), "request_id": f"{template.request_id}-c{index}"}
+        )
+        summary = await sweep(client, pool, run_ids, request, concurrency=concurrency, progress=step, check=check,
+                              prices=prices)  # fmt: skip
+        report.reports.append(summary.gate)
+        done += len(run_ids)
+    return report

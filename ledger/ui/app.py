@@ -236,7 +236,26 @@ class Page:
 
     async def run(self, ctx: Context) -> Response:
         view = await run_view(self.projection, ctx.viewer, await self.prices(), ctx.request.path_params["run"])
-        return self.html("run.html", ctx, view=view, cp=view.cp, **self._forms(view.cp))
+        fork = ctx.request.query_params.get("fork", "")  # a step page's "fork here": the re-run form from that step
+        fork_step = int(fork) if fork.isdigit() and int(fork) <= view.cp.last_step + 1 else None
+        return self.html("run.html", ctx, view=view, cp=view.cp, fork_step=fork_step, **self._forms(view.cp))
+
+    async def resume(self, ctx: Context) -> Response:
+        """Resume a run that can go on now (``RunView.resumable``) with the agent the page was given, as
+        ``runledger resume`` does (a branch: queued for a sandbox). Refused, saying why, otherwise."""
+        run_id = ctx.request.path_params["run"]
+        view = await run_view(self.projection, ctx.viewer, await self.prices(), run_id)
+        if view.resumable is None:
+            raise ConfigurationError(f"run {run_id} is {view.status}: nothing to resume now"
+                                     + (" (an operator retries a failed run: `runledger retry`)"
+                                        if view.cp.failure_retryable else ""))  # fmt: skip
+        if not self.resumer.resume_later(ctx.viewer.client, run_id, view.cp.agent):
+            raise ConfigurationError(
+                f"the page has no agent to resume {view.cp.agent!r} with: start it with `runledger ui --agent "
+                f"MODULE:ATTR`, or `runledger resume {run_id} --agent ...`"
+            )
+        ctx.session.flash.append(f"resuming {run_id}: {view.resumable}")
+        return self.back(f"/runs/{run_id}")
 
     async def run_live(self, ctx: Context) -> Response:
         view = await run_view(self.projection, ctx.viewer, await self.prices(), ctx.request.path_params["run"])
@@ -412,6 +431,7 @@ def create_app(config: UIConfig) -> Starlette:
         Route("/effects/resolve", r(page.resolve, acting=True), methods=["POST"]),
         Route("/runs/{run}/rerun/plan", r(page.rerun_plan, acting=True), methods=["POST"]),
         Route("/runs/{run}/rerun", r(page.rerun, acting=True), methods=["POST"]),
+        Route("/runs/{run}/resume", r(page.resume, acting=True), methods=["POST"]),
         Route("/prices", r(page.prices_page), methods=["GET"]),
         Route("/prices", r(page.set_price, acting=True), methods=["POST"]),
         Route("/signin", r(page.signin_page, signed_in=False), methods=["GET"]),

@@ -80,6 +80,19 @@ class RunView:
     def live(self) -> bool:
         return self.status in ("running", "suspended", "unknown")
 
+    @property
+    def resumable(self) -> str | None:
+        """Why a resume would go on with this run now (None: it would not): its holder is gone (a crash),
+        or it is suspended with nothing left to decide (an approval granted, an in-doubt key settled,
+        and nobody has resumed it yet). A run failed on a retryable error needs an operator's retry
+        first (``runledger retry``); a branch resumes in a sandbox (the page queues it)."""
+        cp = self.cp
+        if self.status == "stalled":
+            return "the process that ran it is gone"
+        if self.status == "suspended" and not cp.pending_approvals and not cp.in_doubt_keys:
+            return "nothing is left to decide"
+        return None
+
 
 async def read_run(viewer: Viewer, run_id: str) -> tuple[RunLog, Checkpoint]:
     """The run as the viewer may read it. Raises RunNotFoundError (also for a run of another agent)."""

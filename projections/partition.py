@@ -47,7 +47,7 @@ from runledger.projections.rows import (
     add_steps,
 )
 from runledger.record.events import Event
-from runledger.record.fold import Checkpoint, apply, fold_error, refusal
+from runledger.record.fold import Checkpoint, apply, fold_error, quarantine_error, refusal
 from runledger.record.records import RawRecord, Recorded
 from runledger.sdk.effects import KeyState, apply_key
 
@@ -169,6 +169,7 @@ class PartitionProjector:
             decoded = _decode(rec.data)
             if not isinstance(decoded, Event):
                 add_quarantined(quarantine, rec, *decoded)
+                self._break_run(rec, before)
                 continue
             ev = decoded
             route = route_of(rec.subject)
@@ -213,6 +214,39 @@ class PartitionProjector:
             last_seq=records[-1].stream_seq if records else 0,
             erased=erased,
         )
+
+    def quarantined(self, rec: RawRecord, reason: str, error: str) -> BatchRows:
+        """The rows of one message quarantined outside a batch (the projector's careful path: it
+        decodes but cannot become a row): its ``quarantine`` row, and its run's rows when it breaks
+        the run (``_break_run``), as if it had never decoded."""
+        buffers = {name: TableBuffer(name) for name in STAGED_TABLES}
+        add_quarantined(buffers["quarantine"], rec, reason, error)
+        before: dict[str, dict[int, tuple[object, ...]]] = {}
+        self._break_run(rec, before)
+        for run_id in before:
+            add_run(buffers["runs"], run_id, self.runs[run_id])
+            add_checkpoint(buffers["checkpoints"], run_id, self.runs[run_id])
+        tables = {name: buf.to_arrow() for name, buf in buffers.items()}
+        return BatchRows(tables=tables, events=0, quarantined=1, first_seq=rec.stream_seq, last_seq=rec.stream_seq)
+
+    def _break_run(self, rec: RawRecord, before: dict[str, dict[int, tuple[object, ...]]]) -> None:
+        """Bytes that are not a valid event on a run's own subject break the run from there
+        (``runledger.record.fold.quarantine_error``; ``runledger runs`` and ``show`` say the same):
+        its rows say ``broken`` and later events are not folded. On another writer's subject of the
+        run they are a stray: quarantined, and the run as it was."""
+        route = self._route(rec.subject)
+        if route is None or not route.startswith("run:"):
+            return
+        run_id = route[4:]
+        rf = self.runs.get(run_id)
+        if rf is None or rf.fold_error is not None:
+            return  # nothing of the run folded yet (it has no own subject to judge by), or broken already
+        error = quarantine_error(run_id, rf.subject, rec.subject, rec.stream_seq)
+        if error is None:
+            return
+        if run_id not in before:
+            before[run_id] = _snapshot(rf.checkpoint)
+        rf.fold_error = error
 
     @staticmethod
     def _fold_run(rf: RunFold, rec: RawRecord, ev: Event) -> str | None:

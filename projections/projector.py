@@ -59,10 +59,9 @@ from runledger.log.server import runledger_home
 from runledger.log.subjects import LEDGER_STREAM
 from runledger.projections import crashpoints
 from runledger.projections.errors import EventsExpiredError, ProjectionError, StreamReadError, UnprojectableError
-from runledger.projections.partition import STAGED_TABLES, BatchRows, PartitionProjector, RouteCache
+from runledger.projections.partition import BatchRows, PartitionProjector, RouteCache
 from runledger.projections.progress import ProgressLine
 from runledger.projections.reader import PULL_BATCH, PullReader, StreamReader, open_reader
-from runledger.projections.rows import TableBuffer, add_quarantined
 from runledger.projections.store import (
     ProjectionStore,
     StreamIdentity,
@@ -411,10 +410,12 @@ class Projector:
             "stream sequence %d on %s decodes but cannot become a row (%s): quarantined",
             rec.stream_seq, rec.subject, reason,
         )  # fmt: skip
-        rows = BatchRows({name: TableBuffer(name).to_arrow() for name in STAGED_TABLES}, quarantined=1)
-        buffer = TableBuffer("quarantine")
-        add_quarantined(buffer, rec, f"cannot become a row: {reason}", UnprojectableError.__name__)
-        rows.tables["quarantine"] = buffer.to_arrow()
+        # Its run is broken from here, as if it had never decoded (PartitionProjector.quarantined).
+        part = PartitionProjector()
+        route = self._route(rec.subject)
+        if route is not None and route.startswith("run:"):
+            part.preload(self.store.load_runs({route[4:]}), {})
+        rows = part.quarantined(rec, f"cannot become a row: {reason}", UnprojectableError.__name__)
         self._commit([rec], [rows], totals)
 
     def _evict_all(self) -> None:

@@ -13,14 +13,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from runledger.errors import LedgerError, RunNotFoundError
+from runledger.errors import EventDecodeError, LedgerError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import RunLog, decode_records, read_raw
 from runledger.log.subjects import parse_run_subject
 from runledger.protect.capture import client_opener
 from runledger.protect.runs import load_run
-from runledger.record.fold import BROKEN, Checkpoint, fold_until_refused
-from runledger.record.records import Recorded
+from runledger.record.events import decode_fast
+from runledger.record.fold import BROKEN, Checkpoint, fold_until_refused, quarantine_error
+from runledger.record.records import Quarantined, Recorded
 from runledger.sdk.holder import is_gone
 
 STALLED = "stalled"  # a running run whose holder is gone (live_status)
@@ -77,16 +78,22 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
     query the DuckDB projection instead.
     """
     subject_filter = f"ledger.run.{agent}.>" if agent else "ledger.run.>"
-    good, _bad = decode_records(await read_raw(client, subject_filter))
+    good, bad = decode_records(await read_raw(client, subject_filter))
     by_run: dict[str, list[Recorded]] = defaultdict(list)
     for rec in good:
         parsed = parse_run_subject(rec.subject)
         if parsed:  # grouped by the subject's run id, as resume and the projection group them
             by_run[parsed[1]].append(rec)
+    garbage: dict[str, list[Quarantined]] = defaultdict(list)
+    for q in bad:
+        parsed = parse_run_subject(q.subject)
+        if parsed:
+            garbage[parsed[1]].append(q)
     out = []
     opener = client_opener(client)
     for run_id, records in by_run.items():
         cp, error = fold_until_refused(records)
+        error = first_break(run_id, _own_subject(records), records, garbage.get(run_id, []), cp, error)
         summary = summarize(cp)
         summary.run_id = summary.run_id or run_id  # no run.started folded: the run is named by its subject
         summary.agent = summary.agent or records[0].event.agent
@@ -222,8 +229,44 @@ def record_status(log: RunLog, cp: Checkpoint) -> tuple[str, str | None]:
     error: (``broken``, why) when the fold with the chain checked refuses one of its events, else
     (``cp.status``, None). ``cp`` is the caller's fold of the same records (``show`` folds without
     the chain check, to show everything it can)."""
-    _, error = fold_until_refused(log.records)
+    folded, error = fold_until_refused(log.records)
+    error = first_break(log.run_id, log.subject, log.records, log.quarantined, folded, error)
     return (BROKEN, error) if error is not None else (live_status(cp.status, cp.holder), None)
+
+
+def first_break(
+    run_id: str,
+    own_subject: str,
+    records: list[Recorded],
+    quarantined: list[Quarantined],
+    folded: Checkpoint,
+    fold_error: str | None,
+) -> str | None:
+    """Where the run's record breaks first, in stream order, as the projection finds it: the fold's
+    refusal (``fold_error``, where ``fold_until_refused`` stopped with ``folded``) or bytes on the run's
+    own subject that are not a valid event (``quarantine_error``), whichever comes first; None when
+    neither. A valid event refused from its writer (a forgery or a stray, which ``read_run`` also
+    quarantines) decodes, and never breaks the run. Bytes before the run's first event are judged by
+    the gap they leave (the projection has no run to break yet)."""
+    first = records[0].stream_seq if records else 0
+    for q in quarantined:
+        if q.subject != own_subject or q.stream_seq < first:
+            continue
+        try:
+            decode_fast(q.raw)
+        except EventDecodeError:
+            error = quarantine_error(run_id, own_subject, q.subject, q.stream_seq)
+            if fold_error is None:
+                return error
+            stopped_at = next((r.stream_seq for r in records if r.stream_seq > folded.last_stream_seq), 0)
+            return error if q.stream_seq < stopped_at else fold_error
+    return fold_error
+
+
+def _own_subject(records: list[Recorded]) -> str:
+    """The subject the run's own writer appends to: its ``run.started``'s (else its first event's)."""
+    started = next((r for r in records if r.event.type == "run.started"), records[0])
+    return started.subject
 
 
 def live_status(status: str, holder: str | None) -> str:

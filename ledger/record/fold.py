@@ -169,6 +169,18 @@ def fold_error(exc: Exception, rec: Recorded) -> str:
     return f"event {rec.event.seq} (stream sequence {rec.stream_seq}): {type(exc).__name__}: {exc}"
 
 
+def quarantine_error(run_id: str, run_subject: str, subject: str, stream_seq: int) -> str | None:
+    """Why bytes quarantined on ``subject`` (not a valid event; the reason is the quarantine's) break the run whose own
+    writer appends to ``run_subject``, as every reader reports it (the run is then ``broken``, its
+    ``fold_error`` this text); None when they do not: on another writer's subject of the run they are
+    a stray, reported and stepped over (a worker's garbage never breaks an agent's run). Bytes on its
+    own subject break its record even at its end, where they leave no gap: what the run's writer
+    wrote there is lost, and nothing can tell whether it was the run's next event."""
+    if subject != run_subject:
+        return None
+    return f"run {run_id}: stream sequence {stream_seq} on its own subject is not a valid event (quarantined)"
+
+
 def fold_until_refused(events: Iterable[Recorded]) -> tuple[Checkpoint, str | None]:
     """``fold`` with the chain checked, stopping at the first break in it instead of raising (a
     message refused from its writer, ``refusal``, is stepped over and listed in ``cp.refused``).

@@ -124,6 +124,48 @@ def test_an_event_that_breaks_the_schema_is_reported_by_every_reader(
     assert code == 0 and "completed" in out
 
 
+def test_garbage_on_a_runs_own_subject_marks_it_broken_for_every_reader(
+    nats_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    async def agent(run: Run) -> str:
+        await run.tool("t", 1, fn=lambda a: a)
+        return "ok"
+
+    record_run(nats_url, agent, "poison2")
+    record_run(nats_url, agent, "stray2")
+
+    async def publish(subject: str, data: bytes) -> int:
+        client = await connect(nats_url)
+        ack = await client.js.publish(subject, data)
+        await client.close()
+        return int(ack.seq)
+
+    # At the end of the run, where it leaves no gap: the run's writer wrote something nobody can read.
+    seq = asyncio.run(publish(run_subject("cli-agent", "poison2"), b"\x00\x01 binary"))
+    # On another writer's subject of a run (a worker's `w`): a stray, which never breaks the run.
+    asyncio.run(publish(run_subject("cli-agent", "stray2", "w"), b"\x00\x01 binary"))
+    error = (
+        f"run poison2: stream sequence {seq} on its own subject is not a valid event (quarantined)"
+    )
+    code, out, _ = cli(capsys, nats_url, "runs", "--json")
+    runs = {r["run_id"]: r for r in json.loads(out)}
+    assert (runs["poison2"]["status"], runs["poison2"]["fold_error"]) == ("broken", error)
+    assert (runs["stray2"]["status"], runs["stray2"]["fold_error"]) == ("completed", None)
+    code, out, _ = cli(capsys, nats_url, "show", "poison2", "--json")
+    shown = json.loads(out)
+    assert (shown["status"], shown["fold_error"]) == ("broken", error)
+    code, out, _ = cli(capsys, nats_url, "show", "stray2")
+    assert "status completed" in out and "QUARANTINED" in out
+    db = str(tmp_path / "p.duckdb")
+    code, out, err = cli(capsys, nats_url, "sql", "SELECT run_id, status, fold_error FROM runs ORDER BY run_id",
+                         "--db", db, "--format", "json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out) == [
+        {"run_id": "poison2", "status": "broken", "fold_error": error},
+        {"run_id": "stray2", "status": "completed", "fold_error": None},
+    ]
+
+
 def test_unknown_run_id_says_so(nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = cli(capsys, nats_url, "show", "NOSUCHRUN")
     assert code == 1 and "no run 'NOSUCHRUN'" in err and "runledger runs" in err

@@ -154,11 +154,18 @@ async def test_hostile_values_are_quarantined_and_project_and_sql_keep_working(
     assert "run.started payload: budgets.turns: Input should be a valid integer" in reasons[hostile["hostile-budget"]]
     assert {e for (e,) in query(db, "SELECT DISTINCT error FROM quarantine")} == {"EventDecodeError"}
 
-    # Each hostile run lost an event in the middle: its record is broken, and every reader says so.
+    # Each hostile run lost an event: its record is broken where its own subject holds what is not a
+    # valid event (before the gap it leaves), or, when that was its run.started, at the gap; every
+    # reader says so.
     table = {r[0]: (r[1], r[2]) for r in query(db, "SELECT run_id, status, fold_error FROM runs")}
-    for run_id in hostile:
+    for run_id, seq in hostile.items():
         status, fold_error = table[run_id]
-        assert status == "broken" and "gap or reorder" in fold_error, (run_id, fold_error)
+        if run_id == "hostile-budget":
+            assert status == "broken" and "expected seq 0: gap or reorder" in fold_error, fold_error
+            continue
+        assert (status, fold_error) == (
+            "broken", f"run {run_id}: stream sequence {seq} on its own subject is not a valid event (quarantined)"
+        )
     assert table["good-1"] == ("completed", None)
     assert query(db, "SELECT count(*) FROM runs WHERE status = 'broken'") == [(3,)]
     listed = runledger(client.url, "runs", "--json")
@@ -166,7 +173,7 @@ async def test_hostile_values_are_quarantined_and_project_and_sql_keep_working(
     by_id = {r["run_id"]: r for r in json.loads(listed.stdout)}
     assert {run_id: (r["status"], r["fold_error"]) for run_id, r in by_id.items()} == table
     text = runledger(client.url, "runs")
-    assert "hostile-string-step" in text.stdout and "broken" in text.stdout and "gap or reorder" in text.stdout
+    assert "hostile-string-step" in text.stdout and "broken" in text.stdout and "not a valid event" in text.stdout
     for run_id in hostile:
         shown = runledger(client.url, "show", run_id, "--json")
         assert shown.returncode == 0, shown.stderr
@@ -259,9 +266,9 @@ async def test_what_decodes_but_cannot_become_a_row_is_quarantined_and_the_batch
     else:
         assert all("ConversionException" in r and "Malformed JSON" in r for r in reasons.values())
     statuses = dict(query(db, "SELECT run_id, status FROM runs"))
-    # A run that lost an event before others is broken (a gap); one that lost its last event is
-    # not; one that lost its only event has no row.
-    special = {"refused-last": "running", "refused-final": None}
+    # A run that lost an event on its own subject is broken from there, its last event too (nothing can
+    # tell what its writer wrote); one that lost its only event has no row.
+    special = {"refused-final": None}
     assert {run_id: statuses.get(run_id) for run_id in expected} == {
         run_id: special.get(run_id, "broken") for run_id in expected
     }

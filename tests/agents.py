@@ -277,3 +277,14 @@ def rate_limited_spec() -> AgentSpec:
     from runledger.sdk.retry import NO_RETRY
 
     return AgentSpec("asker", asker, ScriptedModel(_rate_limited, name="limited", retry=NO_RETRY), agent_version="v1")
+
+
+# -- an effect under a business key: a second run for the same order is served from the first's record ------
+
+
+async def refunder(run: Run) -> Any:
+    return await run.effect("refund", {"order": "o-1"}, key="refund:o-1", fn=lambda a: _count("refund", a))
+
+
+def refunder_spec() -> AgentSpec:
+    return AgentSpec("refunder", refunder, ScriptedModel([]), agent_version="v1")

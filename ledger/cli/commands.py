@@ -348,7 +348,40 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_agent(args.agent)
     payload = _json_arg(args.input, "--input")
-    return _print_result(with_client(args, lambda c: start_run(c, spec, payload, run_id=args.run_id)))
+
+    async def run(client: LedgerClient) -> tuple[Any, list[str]]:
+        result = await start_run(client, spec, payload, run_id=args.run_id)
+        return result, await _served_from_earlier(client, result.run_id, spec.name)
+
+    result, served = with_client(args, run)
+    code = _print_result(result)
+    for line in served:
+        print(line)
+    return code
+
+
+async def _served_from_earlier(client: LedgerClient, run_id: str, agent: str) -> list[str]:
+    """A line for each effect of the run whose result was served from a key another run committed
+    earlier (``effect.committed`` ``via: "record"``): nothing was done this time, and the output says so."""
+    from runledger.errors import RunNotFoundError
+    from runledger.sdk.effects import read_key
+
+    try:
+        log = await load_run(client, run_id, agent=agent, open_content=False)
+    except RunNotFoundError:
+        return []
+    lines = []
+    for rec in log.records:
+        p = rec.event.payload
+        if rec.event.type != "effect.committed" or p.get("via") != "record":
+            continue
+        state = await read_key(client, p["key"], agent)
+        if state.run_id and state.run_id != run_id:
+            lines.append(
+                f"note: effect {p['key']!r} (step {p['step']}) was not done again: its key was committed by run "
+                f"{state.run_id}, whose recorded result was served (`runledger effects show {p['key']}`)"
+            )
+    return lines
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

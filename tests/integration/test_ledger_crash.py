@@ -345,6 +345,22 @@ def test_a_crashed_run_shows_as_stalled_not_running(nats_url: str, tmp_path: Pat
     assert "stalled" not in runledger(nats_url, "runs").stdout
 
 
+def test_a_result_served_from_an_earlier_runs_key_says_so(nats_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    env = {"TEST_CALLS_LOG": str(log)}
+    first = runledger(nats_url, "run", "--agent", "tests.agents:refunder_spec", "--run-id", "refund-1", env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == 'run refund-1: completed\n{"done": {"order": "o-1"}}\n'  # done here: nothing to add
+    again = runledger(nats_url, "run", "--agent", "tests.agents:refunder_spec", "--run-id", "refund-2", env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == (
+        'run refund-2: completed\n{"done": {"order": "o-1"}}\n'
+        "note: effect 'refund:o-1' (step 0) was not done again: its key was committed by run refund-1, whose "
+        "recorded result was served (`runledger effects show refund:o-1`)\n"
+    )
+    assert len(calls(log)) == 1
+
+
 def test_not_committed_resolution_lets_the_resume_act_once(nats_url: str, tmp_path: Path) -> None:
     log = tmp_path / "calls.log"
     env = {"TEST_CALLS_LOG": str(log)}

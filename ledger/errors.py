@@ -421,6 +421,8 @@ class NondeterminismError(LedgerError):
 
     - ``"nondeterminism"``: a resume, or a branch before its fork point, replayed code that calls
       something other than the record: the code changed. ``run_id`` is the run being replayed.
+      In a counterfactual branch's prefix, ``changed`` names the element the branch changes and
+      ``fork_step`` its fork (the message then says so instead of "the tuple is the recorded one").
     - ``"diverged"`` (``diverged=True``): a re-drive past its fork point, where the live model
       made a call that the parent's record cannot answer: the outcome of the experiment, not a
       changed program. ``run_id`` is the parent whose record was asked.
@@ -436,6 +438,8 @@ class NondeterminismError(LedgerError):
         *,
         attempted_args: Any = None,
         detail: str = "",
+        changed: str | None = None,
+        fork_step: int | None = None,
     ) -> None:
         self.run_id = run_id
         self.step = step
@@ -444,8 +448,21 @@ class NondeterminismError(LedgerError):
         self.diverged = diverged
         self.attempted_args = attempted_args  # what the code passes now, for the side-by-side diff
         self.detail = detail
+        self.changed = changed  # the version-tuple element a counterfactual branch changes
+        self.fork_step = fork_step
         self.failure_reason = "diverged" if diverged else "nondeterminism"
-        if diverged:
+        if not diverged and changed is not None:
+            # A counterfactual's prefix: the tuple is NOT the recorded one, and the change is meant.
+            message = (
+                f"branch {run_id} step {step}, before its fork at step {fork_step}: the parent's record has "
+                f"{recorded}, the branch's agent called {attempted}."
+                + (f"\n{detail}" if detail else "")
+                + f"\nThe branch changes {changed}; whatever it changes, every step before the fork is served "
+                "from the parent's record, and this call is not the one recorded there: the changed agent "
+                "does not reach the fork the way the parent did. Fork at an earlier step (at most "
+                f"{step}) to let the change act from there"
+            )
+        elif diverged:
             message = (
                 f"re-drive of {run_id} diverged at step {step}: the agent called {attempted}, "
                 f"the record has {recorded}; the record cannot answer it"
@@ -469,7 +486,7 @@ class NondeterminismError(LedgerError):
         """The same error with ``detail`` (the recorded and attempted arguments side by side) in its message."""
         return type(self)(
             self.run_id, self.step, self.recorded, self.attempted, self.diverged,
-            attempted_args=self.attempted_args, detail=detail,
+            attempted_args=self.attempted_args, detail=detail, changed=self.changed, fork_step=self.fork_step,
         )  # fmt: skip
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -479,8 +496,9 @@ class NondeterminismError(LedgerError):
 def _rebuild_nondeterminism(state: dict[str, Any]) -> NondeterminismError:
     fields = ("run_id", "step", "recorded", "attempted", "diverged")
     error = NondeterminismError(
-        *(state[f] for f in fields), attempted_args=state.get("attempted_args"), detail=state.get("detail", "")
-    )
+        *(state[f] for f in fields), attempted_args=state.get("attempted_args"), detail=state.get("detail", ""),
+        changed=state.get("changed"), fork_step=state.get("fork_step"),
+    )  # fmt: skip
     error.__dict__.update(state)
     return error
 

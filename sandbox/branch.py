@@ -15,6 +15,13 @@ and the changed version-tuple element. What each call does, by mode:
 |                |                                | a new key is simulated unless effects are allowed           |
 | counterfactual | as redrive or live, with exactly one version-tuple element changed (RunForked.changed) |
 
+In a counterfactual the prefix is the record whatever changed: a model call before the fork is
+answered by its position, not its request (the change shapes the request: a new prompt, a
+candidate's messages); every other call before the fork is still judged by kind, name and args.
+A tools counterfactual (``tool_schemas``) puts the candidate descriptions into the ``tools``
+parameter of the model calls from the fork on (``with_tool_schemas``). A step that a mode's rule
+refuses raises an error tagged with its ``Refusal`` class, kept as ``BranchRun.refusal``.
+
 A committed key is judged by its arguments, never by its name alone: the branch's args
 digest is compared with the one the key's committing claim recorded (its ``effect.intended``
 on the key's subject). Only an equal digest gets the recorded result (``effect.committed``,
@@ -91,7 +98,7 @@ from runledger.record.events import (
 )
 from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.sandbox.containers import SandboxPolicy
-from runledger.sandbox.errors import SandboxViolation, SecretNotAllowedError
+from runledger.sandbox.errors import Refusal, SandboxViolation, SecretNotAllowedError, tagged
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.effects import KeyState, apply_key, key_agent
 from runledger.sdk.models import ModelResponse
@@ -215,12 +222,19 @@ class BranchRun(RecordedRun):
         allow_effects: bool = False,
         live_tools: frozenset[str] | None = None,
         sandbox_policy: SandboxPolicy | None = None,
+        changed: str | None = None,
+        tool_schemas: Mapping[str, dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
+        """``changed``: the version-tuple element a counterfactual branch changes (None for a re-drive or a
+        live re-run). ``tool_schemas``: a tools counterfactual's changed descriptions by tool name
+        (``Tool.json_schema()``), put in the ``tools`` parameter of every model call from the fork on."""
         super().__init__(*args, **kwargs)
         self.parent = parent
         self.fork_step = fork_step
         self.mode = mode
+        self.changed = changed
+        self.tool_schemas = dict(tool_schemas or {})
         self.allow_effects = allow_effects
         self.live_tools = live_tools
         self.sandbox_policy = sandbox_policy or SandboxPolicy()
@@ -230,6 +244,7 @@ class BranchRun(RecordedRun):
         self.recorded_blobs = 0
         self._lineage: frozenset[str] | None = None
         self._call_ids: set[str] = set()  # tool-call ids the model responses of this run handed out
+        self.refusal: Refusal | None = None  # the class of the mode's rule that refused a step, if one did
         self._resolved_secrets = False
 
     # -- what the host decides -----------------------------------------------------------------------
@@ -358,11 +373,24 @@ class BranchRun(RecordedRun):
             return step, None
         return step, rec
 
+    def _refuse(self, exc: Exception, refusal: Refusal) -> Exception:
+        """``exc``, tagged with the class of the mode's rule that refuses the step (kept as ``refusal``:
+        the re-run's result names it, as ``rerun --plan`` predicted it)."""
+        self.refusal = refusal
+        return tagged(exc, refusal)
+
     def _unanswerable(self, step: int, attempted: str) -> Exception:
+        """The error for a call the parent's record cannot answer at ``step``: what the record has
+        (kind, name, args digest) and what came. Before the fork it is nondeterminism (in a
+        counterfactual, naming the element changed); from the fork on, a re-drive's divergence."""
         rec = self.parent.steps.get(step)
-        recorded = "nothing (the parent ended before this step)" if rec is None else f"{rec.kind} {rec.name!r}"
+        if rec is None:
+            recorded = "nothing (the parent ended before this step)"
+        else:
+            recorded = f"{rec.kind} {rec.name!r}" + (f" (args {rec.args_digest[:12]})" if rec.args_digest else "")
         if step < self.fork_step:
-            return NondeterminismError(self.run_id, step, recorded, attempted)
+            return NondeterminismError(self.run_id, step, recorded, attempted, changed=self.changed,
+                                       fork_step=self.fork_step)  # fmt: skip
         return NondeterminismError(self.parent.run_id, step, recorded, attempted, diverged=True)
 
     def _from_record(self, step: int) -> bool:
@@ -378,11 +406,18 @@ class BranchRun(RecordedRun):
     async def _model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         if self._next_step >= self.fork_step:
             params = self._live_model_params(params)
+            if self.tool_schemas and isinstance(params.get("tools"), list):
+                # A tools counterfactual takes effect here: the model sees the candidate descriptions.
+                params["tools"] = with_tool_schemas(params["tools"], self.tool_schemas)
         if self._own_journal() or self._next_step >= self.fork_step:
             return await super().model(messages, **params)  # live from the fork on, in every mode
         messages, params = jsonable(messages), jsonable(params)
         args_digest = digest({"messages": messages, "params": params}, self._cp.chain_format)
-        step, rec = self._recorded("model", None, args_digest)
+        # The prefix is the record. A counterfactual's change shapes the request (the prompt the agent
+        # reads from run.prompt, the candidate code's messages): its model calls before the fork are
+        # answered by position, not by request; the record's later calls (tools, effects) still are
+        # judged by their arguments. A branch that changes nothing must send the recorded request.
+        step, rec = self._recorded("model", None, None if self.changed else args_digest)
         if rec is None:
             raise self._unanswerable(step, f"model (args {args_digest[:12]})")
         self._next_step += 1
@@ -414,7 +449,8 @@ class BranchRun(RecordedRun):
         step = self._next_step
         if self._own_journal() or not self._from_record(step):
             if self.live_tools is not None and name not in self.live_tools and not self._own_journal():
-                raise ConfigurationError(f"tool {name!r} is not marked live for this re-run (--live-tool {name})")
+                refused = ConfigurationError(f"tool {name!r} is not marked live for this re-run (--live-tool {name})")
+                raise self._refuse(refused, Refusal.TOOL_NOT_LIVE)
             with self._secrets_of(name, declared):
                 return await super().tool(tool, args, fn=fn, tool_call_id=tool_call_id)
         args = jsonable(args)
@@ -451,8 +487,10 @@ class BranchRun(RecordedRun):
         args_digest = digest(args, self._cp.chain_format)
         if self._from_record(step):
             step, rec = self._recorded("effect", name, args_digest)
-            if rec is None or rec.key != key or rec.status not in ("committed", "simulated"):
+            if rec is None or rec.key != key:
                 raise self._unanswerable(step, f"effect {name!r} key {key!r}")
+            if rec.status not in ("committed", "simulated"):  # in doubt or failed: nothing to serve
+                raise self._refuse(self._unanswerable(step, f"effect {name!r} key {key!r}"), Refusal.NO_OUTCOME)
             self._next_step += 1
             result = await self._open(rec.output)
             await self._append(EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest))
@@ -564,13 +602,16 @@ class BranchRun(RecordedRun):
                     return await self._open(own.output)
                 raise await self._recorded_child_failure(step, own)
         elif not self._from_record(step):
-            raise ConfigurationError(
+            raise self._refuse(ConfigurationError(
                 f"child run of agent {agent!r} at step {step}: a live re-run does not start child runs (their code "
                 "would run on the host, outside the sandbox); fork after this step, re-drive, or re-run the child"
-            )
+            ), Refusal.CHILD_LIVE)  # fmt: skip
         step, rec = self._recorded("child", agent, args_digest)
-        if rec is None or rec.status not in ("completed", "failed"):
+        if rec is None:
             raise self._unanswerable(step, f"child {agent!r} (input {args_digest[:12]})")
+        if rec.status not in ("completed", "failed"):
+            unanswered = self._unanswerable(step, f"child {agent!r} (input {args_digest[:12]})")
+            raise self._refuse(unanswered, Refusal.NO_OUTCOME)
         self._next_step += 1
         child_id = rec.child_run_id or ""
         if own is None:
@@ -629,6 +670,26 @@ class BranchRun(RecordedRun):
         self._next_step += 1
         await self._append(RandomDrawn(step=step, value=float(rec.output)))
         return float(rec.output)
+
+
+def with_tool_schemas(tools: list[Any], schemas: Mapping[str, dict[str, Any]]) -> list[Any]:
+    """``tools`` (a model call's ``tools`` parameter) with the description and parameters of each tool
+    named in ``schemas`` (``Tool.json_schema()`` by name) replaced. Entries keep their layout: OpenAI's
+    chat ``{"type": "function", "function": {...}}``, the bare ``{"name", "description", "parameters"}``
+    of ``Tool.json_schema()`` and of OpenAI's responses API, Anthropic's ``input_schema``. Others pass."""
+    out: list[Any] = []
+    for entry in tools:
+        nested = isinstance(entry, dict) and isinstance(entry.get("function"), dict)
+        holder = entry["function"] if nested else entry
+        name = holder.get("name") if isinstance(holder, dict) else None
+        new = schemas.get(name) if isinstance(name, str) else None
+        if new is None:
+            out.append(entry)
+            continue
+        field = "input_schema" if "input_schema" in holder and "parameters" not in holder else "parameters"
+        replaced = {**holder, "description": new.get("description", ""), field: new.get("parameters", {})}
+        out.append({**entry, "function": replaced} if nested else replaced)
+    return out
 
 
 def _never(args: Any) -> Any:

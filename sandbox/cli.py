@@ -434,8 +434,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", required=True, choices=["replay", "redrive", "live", "counterfactual"])
     p.add_argument("--at-step", type=int, help="the fork step k (default: the run's last step)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
-                   help="counterfactual change: model=MODULE:ATTR, prompt=TEXT or agent=MODULE:ATTR; with --where, "
-                   "two or more are the candidates of a matrix (each run re-driven once per candidate)")  # fmt: skip
+                   help="counterfactual change: model=MODULE:ATTR, prompt=TEXT, agent=MODULE:ATTR or "
+                   "tools=MODULE:ATTR; with --where, two or more are the candidates of a matrix (each run "
+                   "re-driven once per candidate)")  # fmt: skip
     p.add_argument("--base-mode", choices=["redrive", "live"], default="redrive", help="for counterfactual")
     p.add_argument("--allow-effects", action="store_true", help="live mode: let new effects really happen")
     p.add_argument("--live-tool", action="append", metavar="NAME", help="live mode: only these read tools run live")

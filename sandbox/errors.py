@@ -13,6 +13,11 @@
         │   └── RunErasedError           the run to re-run was erased: its content is gone
         └── RerunDeadLetteredError       a worker gave up on a re-run request that kept failing (recorded on its branch)
 
+Every refusal of a re-run before its first step is one of ``Refusal``'s classes, carried by the
+error (``refusal_of``): a RerunRequestError, or a core error the re-run tagged (a name outside the
+allow-list, an agent that does not load, a version tuple that differs). ``rerun --plan`` reports
+the same classes (runledger.sandbox.plan).
+
 A re-drive that makes a call the record cannot answer raises the core's
 ``runledger.errors.NondeterminismError`` with ``diverged=True`` (recorded as the branch's
 failure, reason ``diverged``): one error for a replay that leaves its record, wherever it runs.
@@ -31,9 +36,12 @@ branch's ``run.failed``: they are the re-run's outcome and never reach those han
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Any, TypeVar
 
 from runledger.errors import LedgerError
+
+E = TypeVar("E", bound=BaseException)
 
 
 class SandboxError(LedgerError):
@@ -112,8 +120,50 @@ class SecretNotAllowedError(SandboxError):
         return (type(self), (self.tool, self.name, self.missing), self.__dict__)
 
 
+class Refusal(enum.StrEnum):
+    """Every reason a re-run is refused: before its agent's first step (the request:
+    ``runledger.sandbox.rerun.preflight``) or at a recorded step by its mode's rules (``BranchRun``).
+    The one list the re-run raises from (the error carries its class, ``refusal_of``) and the plan
+    reports (``BranchPlan.refusals``, ``StepPlan.refusal``), so a refusal the plan does not know
+    cannot be added unnoticed (tests/integration/sandbox/test_refusals.py enumerates them)."""
+
+    REPLAY = "replay"  # trace replay executes nothing
+    CHANGE = "change"  # --set without a counterfactual, or not exactly one changeable element
+    NOT_ALLOWED = "not_allowed"  # a name outside the operator's allow-list of code
+    AGENT = "agent"  # the agent named cannot be loaded (import, attribute, factory, not an AgentSpec)
+    NOT_PACKAGED = "not_packaged"  # the agent function lives outside a package: nothing to mount
+    NO_START = "no_start"  # the parent has no run.started
+    ERASED = "erased"  # the parent was erased
+    VERSION = "version"  # the agent named is not the code that recorded the run
+    CANDIDATE = "candidate"  # the counterfactual's value cannot be loaded
+    ELEMENT = "element"  # the counterfactual changes no element, or more than its own
+    TOOL_CODE = "tool_code"  # --set tools changes an implementation (a code change) or the set of tools
+    FORK_STEP = "fork_step"  # the fork step is outside 0..last step + 1
+    # At a recorded step, by the mode's rules (BranchRun raises them; the plan marks the step refused):
+    NO_OUTCOME = "no_outcome"  # a step served from the record holds no outcome (an effect or child without one)
+    TOOL_NOT_LIVE = "tool_not_live"  # live: a read tool not marked --live-tool, from the fork on
+    CHILD_LIVE = "child_live"  # live: a child run from the fork on (its code would run on the host)
+
+
+def tagged(exc: E, refusal: Refusal) -> E:
+    """``exc`` marked as a refusal of class ``refusal`` (``refusal_of`` reads it back)."""
+    exc.refusal = refusal  # type: ignore[attr-defined]
+    return exc
+
+
+def refusal_of(exc: BaseException) -> Refusal | None:
+    """The refusal class of an error a re-run raised before its first step, or None."""
+    found = getattr(exc, "refusal", None)
+    return found if isinstance(found, Refusal) else None
+
+
 class RerunRequestError(SandboxError):
-    pass
+    """A re-run request that cannot be honoured; ``refusal`` says which rule refused it."""
+
+    def __init__(self, message: str, refusal: Refusal | None = None) -> None:
+        super().__init__(message)
+        if refusal is not None:
+            self.refusal = refusal
 
 
 class RunErasedError(RerunRequestError):
@@ -126,7 +176,8 @@ class RunErasedError(RerunRequestError):
         cause = f", because run {erased['because_of']} was" if erased.get("because_of") else ""
         super().__init__(
             f"run {run_id} was erased{cause} (by {erased.get('by')}: {erased.get('reason')}): its content is gone, "
-            f"so it cannot be re-run or branched. Its structure is still readable: `runledger show {run_id}`"
+            f"so it cannot be re-run or branched. Its structure is still readable: `runledger show {run_id}`",
+            Refusal.ERASED,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -6,8 +6,11 @@ live, stub it (a dry-run effect, recorded as ``effect.simulated``) or refuse it,
 rules ``runledger.sandbox.branch.BranchRun`` applies (its docstring has the table). It predicts
 the branch that repeats the parent's calls: a branch whose live model answers differently makes
 other calls past the first difference, and those are judged when they happen (a re-drive then
-diverges). ``problems`` lists what would stop a worker before the first step, the checks
-``Rerunner.rerun`` makes (version tuple, counterfactual change, fork step, erased run).
+diverges). ``problems`` lists what would stop a worker before the first step: the plan runs
+``Rerunner.rerun``'s own checks (``runledger.sandbox.rerun.preflight``: mode, allow-list, agent load,
+version tuple, counterfactual change, fork step, erased run, code to mount), collecting every refusal
+instead of raising the first. ``refusals`` names each by its class (``runledger.sandbox.errors.Refusal``),
+those of the request and those of the steps the mode's rules refuse, the classes the re-run raises.
 
 ``runledger rerun RUN --agent ... --mode ... --plan`` prints it (``render_plan``; ``--json``:
 ``BranchPlan.to_dict``) and queues nothing; the page (``runledger ui``) shows the same plan
@@ -24,10 +27,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from runledger.errors import LedgerError
 from runledger.record.fold import Checkpoint, StepRecord
-from runledger.sandbox.rerun import RerunRequest, branch_spec, check_names
-from runledger.sdk.agent import CodeAllowList, load_agent
+from runledger.sandbox.errors import Refusal, refusal_of
+from runledger.sandbox.rerun import RerunRequest, preflight
+from runledger.sdk.agent import CodeAllowList
 
 Action = Literal["record", "live", "stub", "refused"]
 ACTIONS: tuple[Action, ...] = ("record", "live", "stub", "refused")
@@ -49,6 +52,7 @@ class StepPlan:
     recorded: str  # the step's status in the parent
     action: Action
     why: str
+    refusal: Refusal | None = None  # the class of a refused step (runledger.sandbox.errors.Refusal)
 
 
 @dataclass
@@ -61,6 +65,12 @@ class BranchPlan:
     allow_effects: bool
     steps: list[StepPlan] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # why a worker would refuse the request
+    refusals: list[Refusal] = field(default_factory=list)  # their classes, then the refused steps'
+
+    def refused(self) -> list[Refusal]:
+        """Every refusal class the plan predicts: the request's, then the steps' (each once)."""
+        out = list(dict.fromkeys([*self.refusals, *(s.refusal for s in self.steps if s.refusal)]))
+        return [r for r in out if r is not None]
 
     @property
     def ok(self) -> bool:
@@ -75,7 +85,7 @@ class BranchPlan:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok, "counts": self.counts()}
+        return {**asdict(self), "ok": self.ok, "counts": self.counts(), "refused": [str(r) for r in self.refused()]}
 
 
 def _from_record(rec: StepRecord, when: str) -> tuple[Action, str]:
@@ -141,43 +151,43 @@ def plan_steps(parent: Checkpoint, request: RerunRequest, fork_step: int) -> lis
             action, why = _from_record(rec, "before the fork")
         else:
             action, why = _after_fork(rec, mode, request)
-        out.append(StepPlan(number, rec.kind, rec.name, rec.status, action, why))
+        out.append(StepPlan(number, rec.kind, rec.name, rec.status, action, why,
+                            _refusal(rec, action, live=number >= fork_step and mode == "live")))  # fmt: skip
     return out
 
 
-def problems(
-    parent: Checkpoint, request: RerunRequest, fork_step: int, allowed: CodeAllowList | None = None
-) -> list[str]:
-    """Why a worker would refuse ``request`` before its first step (``Rerunner.rerun``'s checks).
+def _refusal(rec: StepRecord, action: Action, *, live: bool) -> Refusal | None:
+    """The class of the error ``BranchRun`` raises at a step the plan refuses."""
+    if action != "refused":
+        return None
+    if rec.kind == "tool":
+        return Refusal.TOOL_NOT_LIVE
+    if rec.kind == "child" and live:
+        return Refusal.CHILD_LIVE
+    return Refusal.NO_OUTCOME
+
+
+def refusals(
+    parent: Checkpoint, request: RerunRequest, allowed: CodeAllowList | None = None
+) -> list[tuple[Refusal | None, str]]:
+    """Why a worker would refuse ``request`` before its first step: each refusal's class and message,
+    from ``Rerunner.rerun``'s own checks (``preflight``), every one instead of the first.
 
     A name outside the operator's ``allowed`` code (default: ``$RUNLEDGER_ALLOW_CODE``) is reported
     and nothing is loaded: the plan imports and calls no more than a worker would."""
     allowed = CodeAllowList.from_env() if allowed is None else allowed
-    found = []
-    if request.mode == "replay":
-        found.append("trace replay executes nothing: `runledger show RUN` reads the record")
-    if not 0 <= fork_step <= parent.last_step + 1:
-        found.append(f"the fork step must be within 0..{parent.last_step + 1} for run {parent.run_id}")
-    if parent.version is None:
-        found.append(f"run {parent.run_id} has no run.started event")
-    if parent.erased is not None:
-        found.append("the run was erased: nothing of its content can be re-run")
-    try:
-        check_names(request, allowed)
-        host = load_agent(request.agent, allowed=allowed)
-    except LedgerError as exc:
-        found.append(str(exc))
-        return found
-    if parent.version is not None and host.version().model_dump() != parent.version:
-        found.append(
-            f"{request.agent} is not the code that recorded the run (its version tuple differs): a worker would "
-            "refuse it. Name the recorded agent; change one element with a counterfactual"
-        )
-    try:
-        branch_spec(host, request, allowed)
-    except LedgerError as exc:
-        found.append(str(exc))
-    return found
+    found: list[Exception] = []
+    preflight(parent, request, allowed, found)
+    # Every error preflight collects carries its class (None would be a refusal the plan cannot name:
+    # tests/integration/sandbox/test_refusals.py fails on it).
+    return [(refusal_of(exc), str(exc)) for exc in found]
+
+
+def problems(
+    parent: Checkpoint, request: RerunRequest, fork_step: int | None = None, allowed: CodeAllowList | None = None
+) -> list[str]:
+    """The messages of ``refusals`` (``fork_step``: unused, the request's is checked)."""
+    return [message for _, message in refusals(parent, request, allowed)]
 
 
 def plan_branch(parent: Checkpoint, request: RerunRequest, allowed: CodeAllowList | None = None) -> BranchPlan:
@@ -187,7 +197,9 @@ def plan_branch(parent: Checkpoint, request: RerunRequest, allowed: CodeAllowLis
     base = request.base_mode if request.mode == "counterfactual" else request.mode
     plan = BranchPlan(parent.run_id, request.branch_run_id, request.mode, base, fork_step, request.allow_effects)
     plan.steps = plan_steps(parent, request, fork_step)
-    plan.problems = problems(parent, request, fork_step, allowed)
+    found = refusals(parent, request, allowed)
+    plan.problems = [message for _, message in found]
+    plan.refusals = list(dict.fromkeys(refusal for refusal, _ in found if refusal is not None))
     return plan
 
 
@@ -207,6 +219,8 @@ def render_plan(plan: BranchPlan) -> str:
     if plan.problems:
         lines.append("a worker would refuse it:")
         lines.extend(f"  - {p}" for p in plan.problems)
+    if plan.refused():
+        lines.append("refusals predicted: " + ", ".join(plan.refused()))
     else:
         lines.append("nothing queued (--plan); run it again without --plan to queue it")
     return "\n".join(lines)

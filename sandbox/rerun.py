@@ -11,7 +11,7 @@ that ``drive``: whatever goes wrong with it, before its hello (garbage on the ch
 connection) or after, is the branch's ``run.failed``, and its container is removed before ``rerun``
 returns.
 
-The names a request carries (its agent, a counterfactual's agent or model) are checked against the
+The names a request carries (its agent, a counterfactual's agent, model or tools) are checked against the
 operator's allow-list (``CodeAllowList``, ``$RUNLEDGER_ALLOW_CODE``) before anything is read,
 imported or called (``check_names``).
 
@@ -45,7 +45,7 @@ from runledger.log.subjects import WORKER_WRITER, run_subject
 from runledger.protect.capture import DataPolicy, PayloadProtector, client_opener, run_protector
 from runledger.protect.erasure import cascade_to, erased_now
 from runledger.protect.runs import load_run
-from runledger.record.canonical import recorded_chain_format
+from runledger.record.canonical import digest, recorded_chain_format
 from runledger.record.events import ErrorInfo, RunFailed, RunForked, RunResumed, RunStarted, VersionTuple
 from runledger.record.fold import Checkpoint, apply, fold
 from runledger.record.ids import new_id
@@ -53,12 +53,25 @@ from runledger.record.records import Recorded
 from runledger.sandbox.branch import BranchRun
 from runledger.sandbox.broker import Broker
 from runledger.sandbox.containers import Sandbox, SandboxPool
-from runledger.sandbox.errors import RerunDeadLetteredError, RerunRequestError, RunErasedError, SandboxViolation
-from runledger.sdk.agent import AgentSpec, CodeAllowList, load_agent, load_model
+from runledger.sandbox.errors import (
+    Refusal,
+    RerunDeadLetteredError,
+    RerunRequestError,
+    RunErasedError,
+    SandboxViolation,
+    tagged,
+)
+from runledger.sdk.agent import AgentSpec, CodeAllowList, load_agent, load_model, load_named
 from runledger.sdk.lifecycle import RunResult, drive
+from runledger.sdk.tools import Tool
 
 Mode = Literal["replay", "redrive", "live", "counterfactual"]
-CHANGEABLE = ("model", "prompt", "agent")
+CHANGEABLE = ("model", "prompt", "agent", "tools")
+# The version-tuple element each ``--set NAME=`` changes.
+ELEMENTS = {"model": "model", "prompt": "prompt_hash", "agent": "agent_version", "tools": "tool_schema_hashes"}
+# What a tool is besides what the model sees (its description and parameter schema): its implementation.
+# ``--set tools=`` may change none of it; a change to any is a code change (``--set agent=``).
+IMPLEMENTATION = ("fn", "effect_class", "key", "reconcile", "secrets", "lease_s", "retry", "inline")
 
 
 class RerunRequest(BaseModel):
@@ -91,6 +104,7 @@ class RerunResult(RunResult):
     requests: int = 0
     time_limit_s: float | None = None  # the wall-clock limit the re-run ran under
     requested_time_limit_s: float | None = None  # set when the request asked for more than the worker allows
+    refusal: str | None = None  # the Refusal class of the mode's rule that failed the branch at a step, if one did
 
     @property
     def time_limit_note(self) -> str:
@@ -121,25 +135,90 @@ def check_change(request: RerunRequest) -> None:
     """Raise RerunRequestError unless ``request`` changes nothing, or (a counterfactual) one element."""
     if request.mode != "counterfactual":
         if request.change:
-            raise RerunRequestError("only a counterfactual branch changes the version tuple (--mode counterfactual)")
+            raise RerunRequestError(
+                "only a counterfactual branch changes the version tuple (--mode counterfactual)", Refusal.CHANGE
+            )
         return
     if len(request.change) != 1 or next(iter(request.change)) not in CHANGEABLE:
         raise RerunRequestError(
             f"a counterfactual branch changes exactly one of {', '.join(CHANGEABLE)}: --set NAME=VALUE, got "
-            f"{request.change or 'nothing'}"
+            f"{request.change or 'nothing'}",
+            Refusal.CHANGE,
         )
 
 
 def check_names(request: RerunRequest, allowed: CodeAllowList) -> None:
-    """Raise CodeNotAllowedError if ``request`` names code (its agent, a counterfactual's agent or model)
-    outside ``allowed``: before anything of it is imported or called on this host (RerunRequestError
-    first if its change is malformed)."""
+    """Raise CodeNotAllowedError if ``request`` names code (its agent, a counterfactual's agent, model or
+    tools) outside ``allowed``: before anything of it is imported or called on this host
+    (RerunRequestError first if its change is malformed)."""
     check_change(request)
-    allowed.check(request.agent, "agent")
-    for what in ("agent", "model"):
-        value = request.change.get(what)
-        if value is not None:
-            allowed.check(value, what)
+    try:
+        allowed.check(request.agent, "agent")
+        for what in ("agent", "model", "tools"):
+            value = request.change.get(what)
+            if value is not None:
+                allowed.check(value, what)
+    except CodeNotAllowedError as exc:
+        raise tagged(exc, Refusal.NOT_ALLOWED) from None
+
+
+def _is_tools(obj: Any) -> bool:
+    return isinstance(obj, list | tuple) and bool(obj) and all(isinstance(t, Tool) for t in obj)
+
+
+def load_tools(ref: str, *, allowed: CodeAllowList | None = None) -> list[Tool]:
+    """The tools ``ref`` names (a list of ``Tool``, or what a factory of its module returns): a tools
+    counterfactual's candidate, loaded like an agent or a model (``allowed`` as for ``load_agent``)."""
+    obj = load_named(ref, "tools", "a list of tools", _is_tools, allowed=allowed)
+    if not _is_tools(obj):
+        raise ConfigurationError(f"{ref!r} is not a list of tools (runledger.Tool) nor a function returning one")
+    return list(obj)
+
+
+def _implementation(tool: Tool, attribute: str) -> Any:
+    value = getattr(tool, attribute)
+    return inspect.unwrap(value) if attribute == "fn" else value
+
+
+def candidate_tools(host: AgentSpec, tools: list[Tool], ref: str) -> list[Tool]:
+    """``tools`` in ``host``'s order, if they are ``host``'s tools with other descriptions or parameter
+    schemas (what the model sees) and the same implementations; RerunRequestError (``tool_code``)
+    for a tool added, removed or implemented otherwise: that is a code change (``--set agent=``)."""
+    mine = host.tool_map
+    names = sorted(t.name for t in tools)
+    if names != sorted(mine) or len(set(names)) != len(names):
+        raise RerunRequestError(
+            f"--set tools={ref} declares the tools {names}, the agent has {sorted(mine)}: a tool added or removed "
+            "is a code change; try it with --set agent=MODULE:ATTR",
+            Refusal.TOOL_CODE,
+        )
+    for t in tools:
+        differs = [a for a in IMPLEMENTATION if _implementation(t, a) != _implementation(mine[t.name], a)]
+        if differs:
+            raise RerunRequestError(
+                f"--set tools={ref}: tool {t.name!r} changes its {', '.join(differs)}, not only its description "
+                "or parameter schema: a change to a tool's implementation is a code change; try it with "
+                "--set agent=MODULE:ATTR",
+                Refusal.TOOL_CODE,
+            )
+    order = {t.name: i for i, t in enumerate(host.tools)}
+    return sorted(tools, key=lambda t: order[t.name])
+
+
+def seen_hashes(spec: AgentSpec) -> dict[str, str]:
+    """Per tool, a hash of what the model is shown of it (name, description, parameters) and its effect
+    class: the value a tools counterfactual records as changed (``Tool.schema_hash``, the version
+    tuple's, leaves the description out)."""
+    return {t.name: digest({**t.json_schema(), "effect_class": t.effect_class}) for t in spec.tools}
+
+
+def changed_schemas(host: AgentSpec, spec: AgentSpec) -> dict[str, dict[str, Any]]:
+    """The tools whose description or parameters ``spec`` changes from ``host``, by name: what a tools
+    counterfactual puts in the model's ``tools`` parameter from its fork on (``BranchRun``)."""
+    return {
+        t.name: t.json_schema() for t in spec.tools
+        if t.name in host.tool_map and t.json_schema() != host.tool_map[t.name].json_schema()
+    }  # fmt: skip
 
 
 def branch_spec(
@@ -162,21 +241,125 @@ def branch_spec(
             spec = dataclasses.replace(host, model=load_model(value, allowed=allowed))
         elif what == "prompt":
             spec = dataclasses.replace(host, prompt=value)
+        elif what == "tools":
+            spec = dataclasses.replace(host, tools=candidate_tools(host, load_tools(value, allowed=allowed), value))
         else:
             spec, ref = load_agent(value, allowed=allowed), value
-    except CodeNotAllowedError:
-        raise
+    except CodeNotAllowedError as exc:
+        raise tagged(exc, Refusal.NOT_ALLOWED) from None
     except ConfigurationError as exc:  # a bad name: no retry can cure the request
-        raise RerunRequestError(str(exc)) from exc
+        raise RerunRequestError(str(exc), Refusal.CANDIDATE) from exc
     after = spec.version()
-    field = {"agent": "agent_version", "prompt": "prompt_hash"}.get(what, what)
-    differs = [k for k in VersionTuple.model_fields if getattr(before, k) != getattr(after, k)]
+    field = ELEMENTS[what]
+    # The four elements (a recorded code hash, beside agent_version, goes with it).
+    differs = [k for k in ELEMENTS.values() if getattr(before, k) != getattr(after, k)]
+    if what == "tools":
+        # A new description changes what the model sees, not Tool.schema_hash: judged by what it sees.
+        was, now = seen_hashes(host), seen_hashes(spec)
+        if differs not in ([], [field]) or was == now:
+            raise RerunRequestError(
+                f"--set tools=... must change what the model is shown of the tools (a description or a parameter "
+                f"schema) and nothing else; it changes {differs or 'nothing'}",
+                Refusal.ELEMENT,
+            )
+        return spec, ref, field, was, now
     if differs != [field]:
+        hint = ""
+        if what == "agent" and set(differs) == {"agent_version", "tool_schema_hashes"}:
+            hint = (": new tool descriptions or parameter schemas with the same implementations are their own "
+                    "change (--set tools=MODULE:ATTR), the code another")  # fmt: skip
         raise RerunRequestError(
             f"--set {what}=... must change exactly the {field} element of the version tuple; it changes "
-            f"{differs or 'nothing'}"
+            f"{differs or 'nothing'}{hint}",
+            Refusal.ELEMENT,
         )
     return spec, ref, field, getattr(before, field), getattr(after, field)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preflight:
+    """What a re-run request resolves to once every check before its first step passed."""
+
+    host: AgentSpec  # the agent named, the code that recorded the run
+    spec: AgentSpec  # what the branch runs with (a counterfactual's change applied)
+    ref: str  # the agent the sandbox loads
+    changed: str | None  # the version-tuple element changed, and from what to what
+    before: Any
+    after: Any
+    fork_step: int
+    code_root: Path  # what the sandbox mounts (code_location)
+    package: str
+    tool_schemas: dict[str, dict[str, Any]]  # a tools counterfactual's changed descriptions
+
+
+def check_version(parent: Checkpoint, host: AgentSpec, request: RerunRequest) -> None:
+    """Raise VersionMismatchError unless ``host`` (the agent the request names) is the code that
+    recorded ``parent``."""
+    if host.version().model_dump() != parent.version:
+        raise VersionMismatchError(request.parent_run_id, parent.version or {}, host.version().model_dump())
+
+
+def preflight(
+    parent: Checkpoint, request: RerunRequest, allowed: CodeAllowList, found: list[Exception] | None = None
+) -> Preflight | None:
+    """Every check ``Rerunner.rerun`` makes before a branch is started, in its order: the mode, the
+    names (allow-list), the parent (started, not erased), the agent (loads, is the recorded code), the
+    counterfactual (its value loads, it changes exactly its element), the fork step, the code to mount.
+
+    Raises the first refusal, tagged with its class (``runledger.sandbox.errors.refusal_of``). With
+    ``found`` (the plan), each refusal is appended instead and the checks go on while the next ones do
+    not need what failed; None is returned when anything was refused. Loads (imports) only what a
+    worker would: nothing before the names passed the allow-list."""
+
+    def refuse(exc: Exception) -> None:
+        if found is None:
+            raise exc
+        found.append(exc)
+
+    if request.mode == "replay":
+        refuse(RerunRequestError("trace replay executes nothing: use `runledger show RUN`", Refusal.REPLAY))
+    try:
+        check_names(request, allowed)
+    except (RerunRequestError, CodeNotAllowedError) as exc:
+        refuse(exc)
+        return None
+    if parent.version is None:
+        refuse(RerunRequestError(f"run {request.parent_run_id} has no run.started event", Refusal.NO_START))
+    if parent.erased is not None:
+        refuse(RunErasedError(parent.run_id, parent.erased))
+    try:
+        host = load_agent(request.agent, allowed=allowed)
+    except ConfigurationError as exc:
+        refuse(tagged(exc, Refusal.AGENT))
+        return None
+    except Exception as exc:  # the agent's own import or factory failed: the re-run raises it as it is
+        if found is None:
+            raise
+        found.append(RerunRequestError(f"agent {request.agent} cannot be loaded: {describe(exc)}", Refusal.AGENT))
+        return None
+    if parent.version is not None:
+        try:
+            check_version(parent, host, request)
+        except VersionMismatchError as exc:
+            refuse(tagged(exc, Refusal.VERSION))
+    try:
+        spec, ref, changed, before, after = branch_spec(host, request, allowed)
+    except (RerunRequestError, CodeNotAllowedError) as exc:
+        refuse(exc)
+        return None
+    fork_step = max(parent.last_step, 0) if request.fork_step is None else request.fork_step
+    if not 0 <= fork_step <= parent.last_step + 1:
+        refuse(RerunRequestError(f"--at-step must be within 0..{parent.last_step + 1} for run {parent.run_id}",
+                                 Refusal.FORK_STEP))  # fmt: skip
+    try:
+        code_root, package = code_location(spec)
+    except RerunRequestError as exc:
+        refuse(exc)
+        return None
+    if found:
+        return None
+    schemas = changed_schemas(host, spec) if changed == "tool_schema_hashes" else {}
+    return Preflight(host, spec, ref, changed, before, after, fork_step, code_root, package, schemas)
 
 
 def code_location(spec: AgentSpec) -> tuple[Path, str]:
@@ -187,7 +370,9 @@ def code_location(spec: AgentSpec) -> tuple[Path, str]:
     module = fn.__module__
     source = inspect.getsourcefile(fn)
     if source is None or "." not in module:
-        raise RerunRequestError(f"the agent function must live in a package to be sandboxed (it is in {module!r})")
+        raise RerunRequestError(
+            f"the agent function must live in a package to be sandboxed (it is in {module!r})", Refusal.NOT_PACKAGED
+        )
     parts = module.split(".")
     if parts[0] == "runledger" and len(parts) > 2:
         # An agent shipped inside runledger (its example): the subpackage's folder, wherever it is mapped from.
@@ -210,26 +395,18 @@ class Rerunner:
 
     async def rerun(self, request: RerunRequest) -> RerunResult:
         if request.mode == "replay":
-            raise RerunRequestError("trace replay executes nothing: use `runledger show RUN`")
+            raise RerunRequestError("trace replay executes nothing: use `runledger show RUN`", Refusal.REPLAY)
         check_names(request, self.allowed)  # before anything is read, imported or called
         # Content stays sealed here: the branch opens each parent value only when it serves it.
         parent_log = await load_run(self.client, request.parent_run_id, open_content=False)
         parent = fold(parent_log.records, check_chain=False)
-        if parent.version is None:
-            raise RerunRequestError(f"run {request.parent_run_id} has no run.started event")
-        if parent.erased is not None:
-            raise RunErasedError(parent.run_id, parent.erased)
-        host = load_agent(request.agent, allowed=self.allowed)
-        if host.version().model_dump() != parent.version:
-            raise VersionMismatchError(request.parent_run_id, parent.version, host.version().model_dump())
-        spec, ref, changed, before, after = branch_spec(host, request, self.allowed)
-        last = max(parent.last_step, 0)
-        fork_step = last if request.fork_step is None else request.fork_step
-        if not 0 <= fork_step <= parent.last_step + 1:
-            raise RerunRequestError(f"--at-step must be within 0..{parent.last_step + 1} for run {parent.run_id}")
+        # The checks `rerun --plan` makes too (runledger.sandbox.plan): one function, one list of refusals.
+        checked = preflight(parent, request, self.allowed)
+        assert checked is not None  # without ``found`` every refusal raises
+        spec, ref, changed, before, after = checked.spec, checked.ref, checked.changed, checked.before, checked.after
+        fork_step, code_root, package = checked.fork_step, checked.code_root, checked.package
         mode = request.base_mode if request.mode == "counterfactual" else request.mode
         branch_id = request.branch_run_id
-        code_root, package = code_location(spec)
         # The sandbox is acquired while the branch is opened (keys, reads, run.started): a cold
         # container starts in the time those round trips take, and a drained pool refills sooner.
         acquiring = asyncio.create_task(self._acquire(code_root, package, ref))
@@ -257,7 +434,7 @@ class Rerunner:
             self.client, spec, writer, cp, policy=self.policy, parent=parent, fork_step=fork_step,
             mode=mode, allow_effects=request.allow_effects, protector=protector,
             live_tools=frozenset(request.live_tools) if request.live_tools is not None else None,
-            sandbox_policy=self.pool.policy,
+            sandbox_policy=self.pool.policy, changed=changed, tool_schemas=checked.tool_schemas,
         )  # fmt: skip
         run._input = run_input
         start = {
@@ -327,7 +504,7 @@ class Rerunner:
             else:
                 await self._release(acquiring)  # waited for, then removed: nothing is left running
         return RerunResult(**dataclasses.asdict(result), warm=warm, requests=requests, time_limit_s=limit,
-                           requested_time_limit_s=asked, **common)  # fmt: skip
+                           requested_time_limit_s=asked, refusal=run.refusal, **common)  # fmt: skip
 
     async def _acquire(self, code_root: Path, package: str, agent: str) -> tuple[Sandbox, bool]:
         """A sandbox with ``agent`` loaded, and whether it came warm from the pool."""

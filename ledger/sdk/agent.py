@@ -116,6 +116,7 @@ _ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EXAMPLES = {
     "agent": "runledger.examples.refund_agent.agent:spec",
     "model": "runledger.examples.refund_agent.agent:strict_model",
+    "tools": "my_agent.tools_v2:TOOLS",
     "expect": "runledger.examples.refund_agent.checks:no_refund_without_a_photo",
 }
 
@@ -123,8 +124,8 @@ EXAMPLES = {
 @dataclass(frozen=True)
 class CodeAllowList:
     """The code that a name in a request (``MODULE:ATTRIBUTE`` given as a re-run's ``--agent``, its
-    ``--set agent=`` or ``--set model=``, a queued re-run, the page's form) may make this host
-    import and call. The operator's: ``$RUNLEDGER_ALLOW_CODE``, comma-separated, each entry a
+    ``--set agent=``, ``--set model=`` or ``--set tools=``, a queued re-run, the page's form) may make
+    this host import and call. The operator's: ``$RUNLEDGER_ALLOW_CODE``, comma-separated, each entry a
     package (with its modules) or ``.``: the packages and modules found in the working directory,
     where ``load_agent`` looks too (``runledger`` itself excepted). Unset: ``.,runledger.examples``.
 

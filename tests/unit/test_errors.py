@@ -25,7 +25,7 @@ import runledger.sandbox.errors
 from runledger.errors import BlobMissingError, LedgerError, ModelError, NondeterminismError, ToolFailedError
 from runledger.log.subjects import BLOB_BUCKET
 from runledger.projections.errors import ProjectionError
-from runledger.sandbox.errors import AgentFailedError, RerunDeadLetteredError, SandboxError
+from runledger.sandbox.errors import AgentFailedError, Refusal, RerunDeadLetteredError, RerunRequestError, SandboxError
 
 REPO = Path(__file__).resolve().parents[2]
 # Each package's folder, its errors module and the base every error of the package derives from.
@@ -153,6 +153,8 @@ SAMPLES: dict[type[BaseException], list[tuple[Any, ...]]] = {
     NondeterminismError: [("run-1", 3, "tool 'a' (args 1)", "tool 'a' (args 2)", False), ("run-1", 3, "x", "y", True)],
     ModelError: [("HTTP 429: slow down",)],
     ToolFailedError: [("lookup", 3, "TimeoutError", "no answer in 5s")],
+    # The refusal class travels in the instance's dict, beside the message.
+    RerunRequestError: [("the request cannot be honoured",), ("--set NAME=VALUE, got nothing", Refusal.CHANGE)],
 }
 
 
@@ -163,6 +165,14 @@ def test_keyword_only_arguments_survive_pickling() -> None:
     ):
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error) and copy.__dict__ == error.__dict__
+
+
+def test_a_counterfactual_prefix_error_names_the_change_not_the_recorded_tuple_across_pickling() -> None:
+    error = NondeterminismError("br-1", 1, "tool 'a' (args 1)", "tool 'b' (args 2)", changed="prompt_hash", fork_step=3)
+    assert "The version tuple is the recorded one" not in str(error)
+    assert "before its fork at step 3" in str(error) and "The branch changes prompt_hash" in str(error)
+    copy = pickle.loads(pickle.dumps(error.with_detail("-a\n+b")))
+    assert (copy.changed, copy.fork_step, "The branch changes prompt_hash" in str(copy)) == ("prompt_hash", 3, True)
 
 
 def test_a_nondeterminism_error_keeps_its_arguments_and_detail_across_pickling() -> None:

@@ -18,10 +18,13 @@ layers below it (``tests/unit/test_layers.py`` keeps it so)::
     ├── cli              the ``runledger`` program (also ``python -m runledger``) and the core's sub-commands
     ├── projections      [projections] DuckDB read models of the log, SQL for analysts
     ├── sandbox          [sandbox] re-runs in Docker sandboxes, workers, diffs of branches
+    ├── testing          recorded runs replayed in-process for unit tests: recordings (``export jsonl``),
+    │                    the replayer, the pytest plugin (not a sandbox: trusted recordings only)
     └── examples         the example refund agent and the ``runledger demo`` command
 
     record ◀── log ◀── protect ◀── sdk ◀── ops ◀── cli        projections ──▶ core
                                                               sandbox ──▶ projections, core
+                                                              testing ──▶ core (projections for --where)
 
 Names are imported on first use (PEP 562): ``from runledger import tool`` loads only what it
 needs. The sandbox guest depends on this: it imports the Run API and the fold, and must not

@@ -26,7 +26,7 @@ from tests.conftest import IN_CI
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 RUN = ["record", "resume", "project", "protect"]
-SKIPPED = ["rerun", "channel", "load", "ui"]
+SKIPPED = ["rerun", "channel", "load", "ui", "replay"]  # replay: tests/integration/test_replay_export.py
 TABLES = {  # a heading of each part's table, and a cell its first row must have
     "record": ("ms per step", "| SDK | all |"),
     "resume": ("ms to resume / load", "| 10 | runledger resume→first live |"),

@@ -28,6 +28,7 @@ LAYERS = [
     ("runledger.projections",),
     ("runledger.sandbox",),
     ("runledger.integrations",),
+    ("runledger.testing",),
     ("runledger.ui",),
     ("runledger.examples",),
 ]

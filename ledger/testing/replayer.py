@@ -1,0 +1,401 @@
+"""The in-process replayer: recorded runs replayed against the current agent code, in this process.
+
+``Replayer(spec).replay(recording)`` folds the recording's events into the run's checkpoint and
+drives the agent function with it as its journal, as a resume does, and returns a
+``ReplayResult``: the run id, ``ok``, and the first divergence (the step, what the record has,
+what the code did). Nothing is printed and nothing is raised for a divergence: it is a value, like
+Temporal's ``WorkflowReplayResult``. No NATS, no key store, no Docker: a recording carries its
+content opened (runledger.testing.recording).
+
+**Not a sandbox.** The agent code runs in this process, with its rights, on recorded content. Replay
+only recordings you trust (your own runs, exported by your own operators); a live re-run of anything
+else goes through ``runledger rerun``, in a container (docs/sandbox.md). Nothing the record cannot
+answer is ever run: no model is called, no tool, no effect, no approval asked.
+
+Design (approaches rejected, and why):
+
+- *A second replay engine that reads the file.* Rejected: two journal rules would drift. The replay
+  here is ``RecordedRun``'s own: the checkpoint comes from the one ``fold``, and every call is served
+  and checked by the same code that serves a resume (kind, name, args digest, an effect's key; a
+  recorded failure raised again), so a divergence found here is the one a resume would raise. The seam
+  is where the journal comes from (a file instead of the log) and where outcomes go (``MemoryWriter``,
+  a list instead of a subject); ``ReplayRun`` only adds "the record cannot answer this: stop".
+- *An in-memory JetStream* so that ``resume_run`` runs unchanged. Rejected: resume also fences,
+  records ``run.resumed``, reads keys and effect subjects; faking the log's protocol is large and
+  would test the fake.
+- *Going live past the end of the record* (as a resume does). Rejected: a replay must never act. A
+  call at a step the record does not have, or has without an outcome (a retry in flight, an effect in
+  doubt, a child without outcome), ends the replay before anything runs.
+- *Checking the version tuple first* (as a resume does). Rejected: replaying new code against old
+  records is the point; the steps are checked one by one instead, and the differences of the tuple
+  are reported (``ReplayResult.version_changes``), not refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from runledger.errors import ConfigurationError, NondeterminismError, PayloadUnavailableError
+from runledger.log.publish import RetryPolicy, SubjectWriter
+from runledger.protect.capture import PayloadOpener
+from runledger.record.canonical import canonical_json
+from runledger.record.events import Event, Payload
+from runledger.record.fold import Checkpoint, StepRecord, fold
+from runledger.sdk.agent import AgentSpec, load_agent
+from runledger.sdk.lifecycle import RunResult, _side_by_side, drive
+from runledger.sdk.models import ModelResponse
+from runledger.sdk.run import RecordedRun
+from runledger.sdk.tools import Tool, ToolFn
+from runledger.testing.recording import Recording, read_recordings, recording_files
+
+if TYPE_CHECKING:
+    import datetime as dt
+
+    from runledger.log.client import LedgerClient
+    from runledger.sdk.api import Run
+
+# A step recorded without an outcome: live, a resume would act (retry the call, settle the effect,
+# resume the child). A replay cannot: the record ends inside that step.
+_UNANSWERED = frozenset({"retrying", "intended", "simulated", "started"})
+# What a replay may record (in memory): the outcome of the run. Anything else would be a new step.
+_OUTCOMES = frozenset({"run.completed", "run.failed"})
+# Failures the agent's code decides (so a replay must reproduce them); other reasons stop a run from
+# outside (a budget, a sandbox, a re-run's divergence, an effect in doubt) and end the record open.
+_CODE_FAILURES = frozenset({"exception", "approval_denied"})
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a replay first parted from the record.
+
+    ``step``: the step (None when every step matched and the outcome differs). ``expected``: what the
+    record has there; ``got``: what the code did. ``detail``: the recorded and new arguments side by
+    side (a unified diff), when they differ."""
+
+    step: int | None
+    expected: str
+    got: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = "the outcome" if self.step is None else f"step {self.step}"
+        text = f"{where}: expected {self.expected}; got {self.got}"
+        return text + (f"\n{self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """The replay of one recorded run against the current code.
+
+    ``ok``: the code made every recorded call with the same arguments and ended as the run did (or,
+    for a run whose record ends open, crashed, suspended or stopped from outside, reached its end).
+    ``divergence``: the first difference, else None. ``recorded`` and ``replayed``: how the run ended
+    in the record and in the replay (``completed``, ``failed: REASON``, ``suspended: REASON``,
+    ``running`` for a record without an outcome; ``end of record`` when the replay stopped where the
+    record ends). ``steps``: recorded steps the code took. ``version_changes``: the version-tuple
+    elements whose current value differs from the recorded one (element -> (recorded, current))."""
+
+    run_id: str
+    agent: str
+    divergence: Divergence | None
+    recorded: str
+    replayed: str
+    steps: int
+    version_changes: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+    def __str__(self) -> str:
+        if self.divergence is None:
+            return f"run {self.run_id} replayed: {self.steps} steps, {self.replayed} as recorded"
+        text = f"run {self.run_id} ({self.agent}) diverged at {self.divergence}"
+        if self.version_changes:
+            changed = ", ".join(f"{k} {v[0]!r} -> {v[1]!r}" for k, v in sorted(self.version_changes.items()))
+            text += f"\n(version tuple changed since the recording: {changed})"
+        return text + (f"\n(recording: {self.source})" if self.source else "")
+
+
+class MemoryWriter(SubjectWriter):
+    """A run's writer that keeps its events in ``events`` instead of publishing them (no log)."""
+
+    def __init__(self, run_id: str, agent: str, cp: Checkpoint) -> None:
+        super().__init__(
+            cast(Any, None), f"ledger.run.{agent}.{run_id}.a", run_id=run_id, agent=agent, msg_id_prefix=run_id,
+            next_seq=cp.next_seq, prev_hash=cp.last_hash, chain_format=cp.chain_format,
+        )  # fmt: skip
+        self.events: list[Event] = []
+
+    async def append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event:
+        event, _ = await self._next_event(body, encoded)
+        self.events.append(event)
+        self.next_seq += 1
+        self.prev_hash = event.hash
+        return event
+
+
+def _describe(rec: StepRecord | None) -> str:
+    if rec is None:
+        return "nothing (the record ends before this step)"
+    return f"{rec.kind} {rec.name!r} (args {rec.args_digest[:12] or '-'})"
+
+
+class ReplayRun(RecordedRun):
+    """``RecordedRun`` over a recording: every call is answered by the record or stops the replay.
+
+    Each Run call is checked first against the record at the step it is about to take (calls made
+    together take their steps in call order, as in a live run, and nothing awaits before a step is
+    taken): a step the record does not have, or has without an outcome, raises NondeterminismError
+    before anything runs. The first divergence is kept in ``first`` even when agent code catches it."""
+
+    def __init__(self, spec: AgentSpec, cp: Checkpoint, writer: MemoryWriter) -> None:
+        super().__init__(cast("LedgerClient", None), spec, writer, cp, policy=RetryPolicy())
+        self._input = cp.input
+        self.first: NondeterminismError | None = None
+        self.record_ends_at: int | None = None  # the step the code asked for beyond the record
+
+    # -- what stops a replay -------------------------------------------------------------------------
+
+    def _diverged(self, exc: NondeterminismError) -> NondeterminismError:
+        if self.first is None:
+            self.first = exc
+        return exc
+
+    @contextlib.contextmanager
+    def _kept(self) -> Iterator[None]:
+        try:
+            yield
+        except NondeterminismError as exc:
+            self._diverged(exc)
+            raise
+
+    def _ends(self, step: int, rec: StepRecord | None, attempted: str) -> NondeterminismError:
+        if self.record_ends_at is None:
+            self.record_ends_at = step
+        recorded = _describe(rec)
+        if rec is not None:
+            recorded += f" without an outcome ({rec.status}: the record ends inside this step)"
+        return self._diverged(NondeterminismError(self.run_id, step, recorded, attempted))
+
+    def _guard(self, kind: str, name: str) -> None:
+        """Stop before the next step when the record cannot answer a ``kind`` call named ``name``."""
+        step = self._next_step
+        rec = self._cp.steps.get(step)
+        if rec is None or (rec.status in _UNANSWERED and rec.kind == kind and rec.name == name):
+            raise self._ends(step, rec, f"{kind} {name!r}")
+
+    def _take_step(self) -> tuple[int, StepRecord | None]:
+        step, rec = super()._take_step()
+        if rec is None:  # every call is guarded first; this is the backstop: never live
+            raise self._ends(step, None, "a call")
+        return step, rec
+
+    def _check(
+        self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None, args: Any = None
+    ) -> None:
+        with self._kept():
+            super()._check(step, rec, kind, name, args_digest, args)
+
+    async def _append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event:
+        if body.TYPE not in _OUTCOMES:
+            # A step the record does not answer was about to be recorded (an approval asked with
+            # other arguments): a new decision.
+            step = getattr(body, "step", None)
+            step = step if isinstance(step, int) else self._next_step
+            what = next((str(getattr(body, a)) for a in ("action", "name", "model") if getattr(body, a, None)), "")
+            digest = str(getattr(body, "digest", "") or getattr(body, "args_digest", "") or "")
+            attempted = f"{body.TYPE} {what!r}" + (f" (args {digest[:12]})" if digest else "")
+            raise self._diverged(NondeterminismError(self.run_id, step, _describe(self._cp.steps.get(step)), attempted))
+        return await super()._append(body, encoded)
+
+    def _payload_opener(self) -> PayloadOpener:
+        raise PayloadUnavailableError(
+            "recorded content", "a recording carries its content opened (runledger.testing.recording); this is not one"
+        )
+
+    # -- the Run API, guarded ------------------------------------------------------------------------
+
+    async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        self._guard("model", self._spec.model.name)
+        with self._kept():
+            return await super().model(messages, **params)
+
+    async def tool(
+        self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None, tool_call_id: str | None = None
+    ) -> Any:
+        self._guard("tool", tool if isinstance(tool, str) else tool.name)
+        with self._kept():
+            return await super().tool(tool, args, fn=fn, tool_call_id=tool_call_id)
+
+    async def effect(self, name: str, args: Any, *, key: str, fn: ToolFn, **options: Any) -> Any:
+        self._guard("effect", name)
+        with self._kept():
+            return await super().effect(name, args, key=key, fn=fn, **options)
+
+    async def approval(self, action: str, args: Any = None) -> dict[str, Any]:
+        self._guard("approval", action)
+        with self._kept():
+            return await super().approval(action, args)
+
+    async def child(self, spec: AgentSpec, input: Any = None) -> Any:
+        self._guard("child", spec.name)
+        with self._kept():
+            return await super().child(spec, input)
+
+    async def now(self) -> dt.datetime:
+        self._guard("clock", "clock")
+        with self._kept():
+            return await super().now()
+
+    async def random(self) -> float:
+        self._guard("random", "random")
+        with self._kept():
+            return await super().random()
+
+
+def _ending(status: str, reason: str | None) -> str:
+    return f"{status}: {reason}" if reason and status in ("failed", "suspended") else status
+
+
+def _suspension_reason(records: list[Any]) -> str | None:
+    for rec in reversed(records):
+        if rec.event.type == "run.suspended":
+            return str(rec.event.payload.get("reason") or "approval")
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return canonical_json(a) == canonical_json(b)
+    except (TypeError, ValueError):
+        return bool(a == b)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    try:
+        text = canonical_json(value).decode("utf-8")
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class Replayer:
+    """Replays recordings against one agent (an ``AgentSpec``, or ``"module:attribute"`` naming one).
+
+    A replay never acts and never reads the log: see the module's docstring, and docs/testing.md.
+    Not a sandbox: the agent's code runs in this process."""
+
+    def __init__(self, agent: AgentSpec | str) -> None:
+        self.spec = load_agent(agent) if isinstance(agent, str) else agent
+        self._version: dict[str, Any] | None = None
+
+    def _current_version(self) -> dict[str, Any]:
+        if self._version is None:
+            self._version = self.spec.version().model_dump()
+        return self._version
+
+    async def replay(self, recording: Recording) -> ReplayResult:
+        """Replay one recorded run; the result says whether the code still makes its decisions.
+
+        Raises ConfigurationError when the recording is of another agent, ChainError when its
+        events do not link (an edited file)."""
+        spec = self.spec
+        if recording.agent != spec.name:
+            raise ConfigurationError(
+                f"run {recording.run_id} was recorded by agent {recording.agent!r}, not {spec.name!r}: replay it with "
+                "that agent's spec"
+            )
+        records = recording.events()
+        cp = fold(records)
+        recorded_status, recorded_reason = cp.status, cp.failure_reason
+        if cp.status == "suspended":
+            recorded_reason = _suspension_reason(records)
+        recorded = _ending(recorded_status, recorded_reason)
+        final = cp.status == "completed" or (cp.status == "failed" and cp.failure_reason in _CODE_FAILURES)
+        # Waiting for an approval is an outcome of the code; once the approval is resolved (and the run not
+        # yet resumed) the record ends open: the code goes on past it.
+        final = final or (cp.status == "suspended" and recorded_reason == "approval" and bool(cp.pending_approvals))
+        outcome = {"output": cp.output, "error": dict(cp.error or {}), "pending": sorted(cp.pending_approvals)}
+        current = self._current_version()
+        changes = {k: (v, current.get(k)) for k, v in (cp.version or {}).items() if current.get(k) != v}
+
+        run = ReplayRun(spec, cp, MemoryWriter(recording.run_id, recording.agent, cp))
+
+        def result(divergence: Divergence | None, replayed: str) -> ReplayResult:
+            return ReplayResult(
+                recording.run_id, recording.agent, divergence, recorded, replayed, min(run._next_step, len(cp.steps)),
+                changes, recording.source,
+            )  # fmt: skip
+
+        try:
+            ended: RunResult | None = await drive(run, spec)
+        except NondeterminismError:
+            ended = None
+        first = run.first
+        if first is not None:
+            at_end = run.record_ends_at == first.step
+            if at_end and not final:
+                return result(None, "end of record")  # a record that ends open, replayed to its end
+            expected = first.recorded
+            if at_end and first.step not in cp.steps:
+                expected = f"no step {first.step}: the run {recorded} after step {cp.last_step}"
+            detail = ""
+            if first.attempted_args is not None:
+                detail = await _side_by_side(records, first, PayloadOpener(None))
+            return result(Divergence(first.step, expected, first.attempted, detail), "diverged")
+        assert ended is not None
+        replayed = _ending(ended.status, ended.reason)
+        left = sorted(s for s in cp.steps if s >= run._next_step)
+        if left:
+            rec = cp.steps[left[0]]
+            got = f"the end of the run ({replayed}" + (f": {ended.error})" if ended.error else ")")
+            return result(Divergence(rec.step, _describe(rec), got), replayed)
+        if not final:
+            return result(None, replayed)
+        return result(_outcome_divergence(recorded_status, recorded, outcome, ended, replayed), replayed)
+
+    async def replay_all(self, recordings: Iterable[Recording]) -> list[ReplayResult]:
+        """Replay each recording in turn (one result each, in order)."""
+        return [await self.replay(r) for r in recordings]
+
+    def replay_paths(self, *paths: Path | str) -> list[ReplayResult]:
+        """Replay every run of the recording files ``paths`` (a directory: its ``*.jsonl``), in a new
+        event loop (call ``replay_all`` from async code)."""
+        recordings = [r for p in paths for f in recording_files(Path(p)) for r in read_recordings(f)]
+        return asyncio.run(self.replay_all(recordings))
+
+
+def _outcome_divergence(
+    status: str, recorded: str, outcome: dict[str, Any], ended: RunResult, replayed: str
+) -> Divergence | None:
+    """How the replay's outcome differs from a recorded final one (None: it does not)."""
+    if replayed != recorded:
+        return Divergence(
+            None, f"the run {recorded}", f"the run {replayed}" + (f" ({ended.error})" if ended.error else "")
+        )
+    if status == "completed" and not _same(outcome["output"], ended.output):
+        return Divergence(None, f"the output {_short(outcome['output'])}", f"the output {_short(ended.output)}")
+    if status == "failed":
+        error = outcome["error"]
+        message = f"{error.get('type')}: {error.get('message')}" if error.get("type") else str(error.get("message"))
+        got = ended.error or ""
+        if ended.reason != "exception":  # RunResult has the message alone; run.failed the type too
+            message = str(error.get("message"))
+        if got != message:
+            return Divergence(None, f"the run failing with {message!r}", f"a failure with {got!r}")
+    if status == "suspended" and outcome["pending"] != sorted(ended.pending):
+        return Divergence(None, f"approvals pending {outcome['pending']}", f"approvals pending {sorted(ended.pending)}")
+    return None
+
+
+if TYPE_CHECKING:  # mypy checks that ReplayRun is a Run (runledger.sdk.api); nothing runs here
+
+    def _is_a_run(run: ReplayRun) -> Run:
+        return run

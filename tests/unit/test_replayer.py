@@ -134,6 +134,7 @@ def test_another_agents_recording_is_refused() -> None:
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TEST_CALLS_LOG": str(tmp_path / "calls.log")}
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # the plugin is found through its entry point, as users get it
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100,

@@ -42,9 +42,18 @@ from bench.report import STAT_COLUMNS, Goal, Section, SuiteOptions, Table, not_r
 from runledger.examples.refund_agent.agent import TICKETS, spec
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient, connect
-from runledger.sandbox.containers import LABEL, OWNER, SandboxPolicy, SandboxPool, _mounts, hardened_container
+from runledger.sandbox.containers import (
+    LABEL,
+    OWNER,
+    CodeMounts,
+    SandboxPolicy,
+    SandboxPool,
+    _mounts,
+    code_mounts,
+    hardened_container,
+)
 from runledger.sandbox.image import build_image, docker_client
-from runledger.sandbox.rerun import Rerunner, RerunRequest, code_location
+from runledger.sandbox.rerun import Rerunner, RerunRequest
 from runledger.sdk.lifecycle import start_run
 
 AGENT = "runledger.examples.refund_agent.agent:spec"
@@ -83,13 +92,13 @@ async def redrive_all(
     return {"runs": len(parents), "seconds": seconds, "latencies": latencies, "failures": failures, "cpu": cpu}
 
 
-def engine_floor(docker: Any, policy: SandboxPolicy, code_root: Path, package: str, n: int) -> dict[str, Any]:
+def engine_floor(docker: Any, policy: SandboxPolicy, code: CodeMounts, n: int) -> dict[str, Any]:
     """CPU milliseconds, by process, of one lifecycle of a trivial container of the sandbox's
     configuration (its mounts included), ``n`` one after another, as the pool makes them."""
     api = docker.api
     sock_dir = Path(tempfile.mkdtemp(prefix="rl-floor-"))
     (sock_dir / "broker.sock").touch()  # mounted where a channel's socket is; nothing connects
-    binds = _mounts(code_root, package, sock_dir)
+    binds = _mounts(code, sock_dir)
     labels = {LABEL: "1", f"{LABEL}.owner": OWNER}  # reaped like any sandbox if the bench dies
 
     def lifecycle() -> None:
@@ -200,16 +209,16 @@ async def measure(
         policy = SandboxPolicy(image=image, timeout_s=60)
         warm_pool = SandboxPool(docker, policy, size=args.pool)
         cold_pool = SandboxPool(docker, policy, size=0)
-        code_root, package = code_location(agent)  # the pool's key, as the re-runs will ask for it
+        code = code_mounts(agent.fn)  # the pool's key, as the re-runs will ask for it
         warm_blocks: list[dict[str, Any]] = []
         cold_blocks: dict[int, dict[str, Any]] = {}  # by the index of the warm block it pairs with
         skipped = 0
         meter = CpuMeter(server_pid)
         floor = None
         if args.floor:
-            floor = await asyncio.to_thread(engine_floor, docker, policy, code_root, package, args.floor)
+            floor = await asyncio.to_thread(engine_floor, docker, policy, code, args.floor)
         try:
-            await warm_pool.prewarm(code_root, package, AGENT)
+            await warm_pool.prewarm(code, AGENT)
             for start in range(0, args.runs, args.block):
                 block = parents[start : start + args.block]
                 warm_blocks.append(await redrive_all(client, warm_pool, block, args.concurrency, meter))
@@ -230,7 +239,7 @@ async def measure(
                 cold_blocks[len(warm_blocks) - 1] = await redrive_all(client, cold_pool, block, args.concurrency, meter)
             single: list[float] = []
             for parent in parents[: args.single]:
-                await warm_pool.prewarm(code_root, package, AGENT)
+                await warm_pool.prewarm(code, AGENT)
                 single.extend((await redrive_all(client, warm_pool, [parent], 1))["latencies"])
         finally:
             await warm_pool.close()

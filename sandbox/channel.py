@@ -44,7 +44,8 @@ _ANY = (str, int, float, bool, type(None), list, dict)
 _NAME = (str,)
 _OPTIONAL_NAME = (str, type(None))
 FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "hello": {},
+    # What the guest loaded ahead: {"agent", "agent_version"} or {"agent", "error"} (rerun --plan reads it).
+    "hello": {"preloaded": (dict,)},
     "model": {"messages": (list,), "params": (dict, type(None))},
     "tool": {"name": _NAME, "args": _ANY, "tool_call_id": _OPTIONAL_NAME},
     "effect": {"name": _NAME, "args": _ANY, "tool_call_id": _OPTIONAL_NAME},

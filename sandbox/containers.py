@@ -5,8 +5,10 @@ capability dropped, no-new-privileges, a non-root user, limits on memory, CPU an
 no host environment, no Docker socket) plus a private directory holding the unix socket
 of its channel: only the socket itself is mounted (at /run/runledger/broker.sock), so no
 directory of the host is writable from the guest (a mounted directory is host disk, outside
-the tmpfs limit: 300 MB were written through one). The agent's code is mounted read-only at
-/app/<package>. A warm sandbox has its guest started, the SDK imported and the channel
+the tmpfs limit: 300 MB were written through one). The agent's code is mounted read-only: each
+top-level package or module of its import closure (``code_mounts``) at /app/<name>, never the
+host's site-packages nor its standard library (the image has its own). A warm sandbox has its
+guest started, the SDK imported and the channel
 connected, and the agent's module imported (the pool is keyed by the agent as well as its code
 directory, so the guest loads the agent before it says hello); it waits to be given a re-run.
 
@@ -31,13 +33,18 @@ from typing import Any
 
 from runledger.log.server import pid_alive
 from runledger.sandbox.channel import MAX_LINE, MAX_VALUES, read_message
-from runledger.sandbox.errors import SandboxError, SandboxViolation
+from runledger.sandbox.errors import RerunRequestError, SandboxError, SandboxViolation
+from runledger.sdk.code_identity import defining_module, find_module, import_closure
 
 LABEL = "runledger.sandbox"
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
 GUEST_COMMAND = ["python3", "-m", "runledger.sandbox.guest", "/run/runledger/broker.sock"]
 GUEST_ENVIRONMENT = {"PYTHONPATH": "/app:/opt/runledger:/opt/runledger/site"}
 SOCKET_IN_GUEST = "/run/runledger/broker.sock"
+CODE_IN_GUEST = "/app"
+RUNTIME_IN_GUEST = "/opt/runledger"
+# (host path, path in the guest) of each piece of agent code a sandbox mounts read-only, sorted.
+CodeMounts = tuple[tuple[str, str], ...]
 # The secrets an operator allows re-runs to resolve (comma-separated), when the policy is not given them.
 SECRETS_ENV = "RUNLEDGER_RERUN_SECRETS"
 
@@ -81,7 +88,7 @@ class Sandbox:
     sock_dir: Path
     server: asyncio.Server
     connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-    code_key: tuple[str, str, str]
+    code_key: tuple[CodeMounts, str]
     created: float = field(default_factory=time.monotonic)
     hello: dict[str, Any] | None = None
 
@@ -121,20 +128,75 @@ class Sandbox:
         return f"exited with code {state.get('ExitCode')}"
 
 
-def _code_mount(code_root: Path, package: str) -> dict[str, dict[str, str]]:
-    """The agent's code, read-only: a package of its own at /app/<package>; a subpackage of runledger
-    (the shipped example) over the image's copy of it, so that the sandbox runs the host's code."""
+def code_mounts(fn: Any, ref: str = "") -> CodeMounts:
+    """What a sandbox mounts to run the agent function ``fn``, loaded by the name ``ref``
+    (``module:attribute``, whose module may be another: a factory that reuses an agent function):
+    each top-level package or module of their import closure (``runledger.sdk.code_identity``: the
+    modules of the agent's own project they import), at /app/<name>; runledger's examples over the
+    image's copy of them. A candidate fix in
+    a package of its own that imports the original gets both; a file beside the agent that nothing
+    imports is still there (its package's folder is mounted whole, data files included) and changes
+    no hash. Never the host's site-packages or standard library: the image has its own, and a
+    candidate that needs a package the image lacks fails to load (``rerun --plan`` says so first).
+
+    Raises RerunRequestError when the agent's code cannot be mounted (no module, a namespace
+    package spread over several folders)."""
+    module = defining_module(fn)
+    closure = import_closure(module) if module else ()
+    named = ref.partition(":")[0]
+    if named and named != module:
+        closure += import_closure(named)
+    if not closure or module == "__main__":
+        raise RerunRequestError(
+            f"the agent function {getattr(fn, '__qualname__', fn)!r} is not in a module a sandbox can import "
+            f"(it is in {module!r}): define it in a module or package of its own"
+        )
+    mounts: dict[str, str] = {}
+    for unit in sorted({_mount_unit(m.name) for m in closure}):
+        mounts[_host_location(unit)] = _guest_location(unit)
+    return tuple(sorted(mounts.items(), key=lambda kv: kv[1]))
+
+
+def _mount_unit(name: str) -> str:
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "runledger" else parts[0]
+
+
+def _host_location(unit: str) -> str:
+    spec = find_module(unit)
+    places = list(spec.submodule_search_locations or []) if spec is not None else []
+    if spec is not None and not places and spec.origin:
+        return str(Path(spec.origin).resolve())  # a top-level module: its file
+    if len(places) != 1:
+        raise RerunRequestError(
+            f"the agent's code imports {unit!r}, which spreads over {len(places)} folders "
+            f"({', '.join(places) or 'none'}): a sandbox mounts one folder per top-level package"
+        )
+    return str(Path(places[0]).resolve())
+
+
+def _guest_location(unit: str) -> str:
+    if unit.startswith("runledger."):
+        return f"{RUNTIME_IN_GUEST}/" + unit.replace(".", "/")
+    spec = find_module(unit)
+    single_file = spec is not None and not spec.submodule_search_locations
+    return f"{CODE_IN_GUEST}/{unit}" + (".py" if single_file else "")
+
+
+def package_mounts(code_root: Path, package: str) -> CodeMounts:
+    """The mounts of one package: ``package``'s folder below ``code_root`` (for a subpackage of
+    runledger, ``code_root`` is its own folder), as ``code_mounts`` would give an agent importing only it."""
     if package.startswith("runledger."):
-        return {str(code_root): {"bind": "/opt/runledger/" + package.replace(".", "/"), "mode": "ro"}}
-    return {str(code_root / package): {"bind": f"/app/{package}", "mode": "ro"}}
+        return ((str(code_root), f"{RUNTIME_IN_GUEST}/" + package.replace(".", "/")),)
+    return ((str(code_root / package), f"{CODE_IN_GUEST}/{package}"),)
 
 
-def _mounts(code_root: Path, package: str, sock_dir: Path) -> dict[str, dict[str, str]]:
+def _mounts(code: CodeMounts, sock_dir: Path) -> dict[str, dict[str, str]]:
     # The socket alone, not its directory: a socket cannot be written to as a file, so nothing of
     # the host's disk is writable from the guest (the directory stays 0700, the broker's own).
     return {
         str(sock_dir / "broker.sock"): {"bind": SOCKET_IN_GUEST, "mode": "rw"},
-        **_code_mount(code_root, package),
+        **{host: {"bind": guest, "mode": "ro"} for host, guest in code},
     }
 
 
@@ -174,9 +236,9 @@ class SandboxPool:
         self.docker = docker
         self.policy = policy
         self.size = size
-        self._warm: dict[tuple[str, str, str], list[Sandbox]] = {}
+        self._warm: dict[tuple[CodeMounts, str], list[Sandbox]] = {}
         self._all: set[Sandbox] = set()
-        self._refills: dict[asyncio.Task[None], tuple[str, str, str]] = {}
+        self._refills: dict[asyncio.Task[None], tuple[CodeMounts, str]] = {}
         self._finishing: set[asyncio.Task[None]] = set()
         self.cold_starts = 0
         self.warm_hits = 0
@@ -206,7 +268,7 @@ class SandboxPool:
         listed: list[dict[str, Any]] = self.docker.api.containers(all=True, filters=filters)
         return listed
 
-    async def _create(self, code_root: Path, package: str, agent: str = "") -> Sandbox:
+    async def _create(self, code: CodeMounts, agent: str = "") -> Sandbox:
         sock_dir = Path(tempfile.mkdtemp(prefix="rl-sbx-"))  # 0700: only the socket in it is mounted
         loop = asyncio.get_running_loop()
         connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = loop.create_future()
@@ -231,7 +293,7 @@ class SandboxPool:
                     api,
                     p,
                     [*GUEST_COMMAND, agent] if agent else GUEST_COMMAND,
-                    _mounts(code_root, package, sock_dir),
+                    _mounts(code, sock_dir),
                     {LABEL: "1", f"{LABEL}.owner": OWNER, f"{LABEL}.pool": self.pool_id},
                 ),
             )
@@ -241,7 +303,7 @@ class SandboxPool:
             server.close()
             shutil.rmtree(sock_dir, ignore_errors=True)
             raise SandboxError(f"could not start a sandbox from {p.image}: {exc}") from exc
-        sandbox = Sandbox(api, container_id, sock_dir, server, connected, (str(code_root), package, agent))
+        sandbox = Sandbox(api, container_id, sock_dir, server, connected, (code, agent))
         self._all.add(sandbox)
         return sandbox
 
@@ -255,13 +317,14 @@ class SandboxPool:
             raise SandboxViolation(f"the sandbox did not say hello ({exc})") from exc
         return sandbox
 
-    async def acquire(self, code_root: Path, package: str, agent: str = "") -> Sandbox:
+    async def acquire(self, code: CodeMounts, agent: str = "") -> Sandbox:
         """A sandbox whose guest is connected and waiting: warm if one is ready, else cold. A cold one
         that does not say hello is removed before the error (SandboxViolation) is raised.
 
-        ``agent`` (``module:attribute``), when given, is loaded by the guest before it says hello;
-        sandboxes are pooled per (code directory, package, agent)."""
-        key = (str(code_root), package, agent)
+        ``code``: what it mounts (``code_mounts``). ``agent`` (``module:attribute``), when given, is
+        loaded by the guest before it says hello (its hello says whether it loaded: ``preloaded``);
+        sandboxes are pooled per (code, agent)."""
+        key = (code, agent)
         while True:
             warm = self._warm.get(key, [])
             if warm:
@@ -274,7 +337,7 @@ class SandboxPool:
             # A sandbox is already warming up for this agent: it will be ready sooner than a new cold one.
             await asyncio.wait(list(self._refills), return_when=asyncio.FIRST_COMPLETED)
         self.cold_starts += 1
-        sandbox = await self._create(code_root, package, agent)
+        sandbox = await self._create(code, agent)
         try:
             await self._warm_up(sandbox)
         except BaseException:  # garbage before the hello, no connection, or cancelled: removed now
@@ -283,10 +346,27 @@ class SandboxPool:
         self._refill(*key)
         return sandbox
 
-    def _refill(self, code_root: str | Path, package: str, agent: str = "") -> None:
+    async def probe(self, code: CodeMounts, agent: str) -> dict[str, Any]:
+        """Start a sandbox that loads ``agent`` from ``code``, and return what its hello says of it
+        (``{"agent", "agent_version"}``, or ``{"agent", "error"}`` when it could not be loaded in the
+        image); the sandbox is removed before this returns. Nothing of a re-run runs: the agent's
+        module is imported and its factory called, in the hardened container, as a re-run's guest would.
+        Raises SandboxError / SandboxViolation when no sandbox can be had."""
+        sandbox = await self._create(code, agent)
+        try:
+            await self._warm_up(sandbox)
+            hello = sandbox.hello or {}
+            report = hello.get("preloaded") if isinstance(hello, dict) else None
+            if not isinstance(report, dict):
+                raise SandboxViolation("the sandbox's hello did not say whether the agent loaded")
+            return report
+        finally:
+            await self.discard(sandbox)
+
+    def _refill(self, code: CodeMounts, agent: str = "") -> None:
         if self.size <= 0:
             return
-        key = (str(code_root), package, agent)
+        key = (code, agent)
         missing = self.size - len(self._warm.get(key, [])) - len(self._refills)
         for _ in range(max(0, missing)):
             task = asyncio.create_task(self._add_warm(key))
@@ -296,19 +376,19 @@ class SandboxPool:
     def _refill_done(self, task: asyncio.Task[None]) -> None:
         self._refills.pop(task, None)
 
-    async def _add_warm(self, key: tuple[str, str, str]) -> None:
+    async def _add_warm(self, key: tuple[CodeMounts, str]) -> None:
         sandbox: Sandbox | None = None
         try:
-            sandbox = await self._create(Path(key[0]), key[1], key[2])
+            sandbox = await self._create(*key)
             await self._warm_up(sandbox)
             self._warm.setdefault(key, []).append(sandbox)
         except (SandboxError, OSError):
             if sandbox is not None:  # created but never said hello: remove it now, not at close()
                 await self.discard(sandbox)
 
-    async def prewarm(self, code_root: Path, package: str, agent: str = "") -> None:
-        """Fill the pool for one code directory (and agent) and wait until it is warm."""
-        self._refill(code_root, package, agent)
+    async def prewarm(self, code: CodeMounts, agent: str = "") -> None:
+        """Fill the pool for one agent's code (and agent) and wait until it is warm."""
+        self._refill(code, agent)
         while self._refills:
             await asyncio.gather(*list(self._refills), return_exceptions=True)
 

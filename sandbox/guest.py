@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import runledger.errors as ledger_errors
 from runledger.sandbox.channel import MAX_LINE, encode, read_message
 from runledger.sandbox.errors import RemoteError
-from runledger.sdk.agent import AgentSpec, code_hash, load_agent
+from runledger.sdk.agent import AgentSpec, load_agent
+from runledger.sdk.code_identity import code_hash
 from runledger.sdk.models import ModelResponse
 
 
@@ -109,16 +110,48 @@ NO_BROKER = 2  # serve's exit code when nothing answers at the socket path
 def preload(agent: str) -> AgentSpec | None:
     """The agent ``agent`` names, loaded ahead of the re-run, or None if it cannot be loaded (the
     re-run that names it loads it again and reports the error as its outcome)."""
+    return preload_report(agent)[0]
+
+
+def preload_report(agent: str) -> tuple[AgentSpec | None, dict[str, Any]]:
+    """The agent ``agent`` names, loaded ahead of the re-run (None if it cannot be), and what its hello
+    says of it (``preloaded``): the agent, and either its ``agent_version`` as this guest computes
+    it or the ``error`` that stopped it loading (``rerun --plan`` reads it: a candidate that cannot
+    load in the image is named before anything is queued)."""
     try:
-        return load_agent(agent)
-    except BaseException:  # an import that fails or exits: the guest must still say hello
-        return None
+        spec = load_agent(agent)
+        return spec, {"agent": agent, "agent_version": running_version(spec)}
+    except BaseException as exc:  # an import that fails or exits: the guest must still say hello
+        return None, {"agent": agent, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+
+
+def running_version(spec: AgentSpec) -> str:
+    """The ``agent_version`` of the code this guest was given: the version it declares, else the hash
+    of its import closure over the mounted code (runledger.sdk.code_identity)."""
+    return spec.agent_version or code_hash(spec.fn)
+
+
+def check_version(spec: AgentSpec, expected: str | None) -> None:
+    """Raise RuntimeError unless the code given is the version the branch records (``expected``), by
+    the same rule: a declared version with a declared version (its hash is not compared), a code hash
+    with the hash of the mounted code."""
+    if not expected:
+        return
+    if spec.agent_version is not None:
+        if spec.agent_version != expected:
+            raise RuntimeError(
+                f"the mounted agent code declares version {spec.agent_version}, the run expects {expected}"
+            )
+        return
+    actual = code_hash(spec.fn)
+    if actual != expected:
+        raise RuntimeError(f"the mounted agent code hashes to {actual}, the run expects {expected}")
 
 
 async def serve(socket_path: str, agent: str = "") -> int:
     """Serve one re-run for the broker at ``socket_path``, with ``agent`` (``module:attribute``)
     loaded ahead if given; returns the guest's exit code."""
-    loaded = preload(agent) if agent else None
+    loaded, report = preload_report(agent) if agent else (None, None)
     for _ in range(200):  # the broker creates the socket before starting us; allow for slow mounts
         try:
             reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_LINE)
@@ -127,7 +160,7 @@ async def serve(socket_path: str, agent: str = "") -> int:
             await asyncio.sleep(0.05)
     else:
         return NO_BROKER
-    writer.write(encode({"id": 0, "op": "hello"}))
+    writer.write(encode({"id": 0, "op": "hello", **({"preloaded": report} if report is not None else {})}))
     await writer.drain()
     hello = await read_message(reader)
     if hello is None or "ok" not in hello:
@@ -135,10 +168,7 @@ async def serve(socket_path: str, agent: str = "") -> int:
     start = hello["ok"]
     try:
         spec = loaded if loaded is not None and start["agent"] == agent else load_agent(start["agent"])
-        actual = code_hash(spec.fn)
-        expected = start.get("agent_version")
-        if expected and actual != expected:
-            raise RuntimeError(f"the mounted agent code hashes to {actual}, the run expects {expected}")
+        check_version(spec, start.get("agent_version"))
         output = await spec.fn(RemoteRun(reader, writer, start))
         message = {"id": -1, "op": "done", "output": output}
     except SystemExit:

@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import inspect
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,9 +48,10 @@ from runledger.record.events import ErrorInfo, RunFailed, RunForked, RunResumed,
 from runledger.record.fold import Checkpoint, apply, fold
 from runledger.record.ids import new_id
 from runledger.record.records import Recorded
+from runledger.record.versions import differing, identity
 from runledger.sandbox.branch import BranchRun
 from runledger.sandbox.broker import Broker
-from runledger.sandbox.containers import Sandbox, SandboxPool
+from runledger.sandbox.containers import CodeMounts, Sandbox, SandboxPool, code_mounts
 from runledger.sandbox.errors import (
     Refusal,
     RerunDeadLetteredError,
@@ -287,16 +286,16 @@ class Preflight:
     before: Any
     after: Any
     fork_step: int
-    code_root: Path  # what the sandbox mounts (code_location)
-    package: str
+    code: CodeMounts  # what the sandbox mounts (code_location)
     tool_schemas: dict[str, dict[str, Any]]  # a tools counterfactual's changed descriptions
 
 
 def check_version(parent: Checkpoint, host: AgentSpec, request: RerunRequest) -> None:
     """Raise VersionMismatchError unless ``host`` (the agent the request names) is the code that
     recorded ``parent``."""
-    if host.version().model_dump() != parent.version:
-        raise VersionMismatchError(request.parent_run_id, parent.version or {}, host.version().model_dump())
+    recorded_as = host.version_like(parent.version)  # by the rule the parent was recorded under
+    if differing(parent.version or {}, recorded_as.model_dump()):  # a code hash beside a declared version is not
+        raise VersionMismatchError(request.parent_run_id, identity(parent.version or {}), recorded_as.identity())
 
 
 def preflight(
@@ -352,34 +351,23 @@ def preflight(
         refuse(RerunRequestError(f"--at-step must be within 0..{parent.last_step + 1} for run {parent.run_id}",
                                  Refusal.FORK_STEP))  # fmt: skip
     try:
-        code_root, package = code_location(spec)
+        code = code_location(spec, ref)
     except RerunRequestError as exc:
         refuse(exc)
         return None
     if found:
         return None
     schemas = changed_schemas(host, spec) if changed == "tool_schema_hashes" else {}
-    return Preflight(host, spec, ref, changed, before, after, fork_step, code_root, package, schemas)
+    return Preflight(host, spec, ref, changed, before, after, fork_step, code, schemas)
 
 
-def code_location(spec: AgentSpec) -> tuple[Path, str]:
-    """(directory holding the agent's top-level package, package name): what is mounted read-only.
-
-    For an agent inside ``runledger`` itself: (the subpackage's folder, its dotted name)."""
-    fn = inspect.unwrap(spec.fn)
-    module = fn.__module__
-    source = inspect.getsourcefile(fn)
-    if source is None or "." not in module:
-        raise RerunRequestError(
-            f"the agent function must live in a package to be sandboxed (it is in {module!r})", Refusal.NOT_PACKAGED
-        )
-    parts = module.split(".")
-    if parts[0] == "runledger" and len(parts) > 2:
-        # An agent shipped inside runledger (its example): the subpackage's folder, wherever it is mapped from.
-        subpackage = importlib.import_module(".".join(parts[:2]))
-        return Path(subpackage.__file__ or source).resolve().parent, subpackage.__name__
-    path = Path(source).resolve()
-    return path.parents[len(parts) - 1], parts[0]
+def code_location(spec: AgentSpec, ref: str = "") -> CodeMounts:
+    """What a sandbox mounts read-only for the agent ``ref`` loads to: each top-level package or module
+    of its import closure (``runledger.sandbox.containers.code_mounts``), never the host's site-packages."""
+    try:
+        return code_mounts(spec.fn, ref)
+    except RerunRequestError as exc:
+        raise RerunRequestError(str(exc), Refusal.NOT_PACKAGED) from None
 
 
 class Rerunner:
@@ -404,12 +392,12 @@ class Rerunner:
         checked = preflight(parent, request, self.allowed)
         assert checked is not None  # without ``found`` every refusal raises
         spec, ref, changed, before, after = checked.spec, checked.ref, checked.changed, checked.before, checked.after
-        fork_step, code_root, package = checked.fork_step, checked.code_root, checked.package
+        fork_step, code = checked.fork_step, checked.code
         mode = request.base_mode if request.mode == "counterfactual" else request.mode
         branch_id = request.branch_run_id
         # The sandbox is acquired while the branch is opened (keys, reads, run.started): a cold
         # container starts in the time those round trips take, and a drained pool refills sooner.
-        acquiring = asyncio.create_task(self._acquire(code_root, package, ref))
+        acquiring = asyncio.create_task(self._acquire(code, ref))
         try:
             cp, writer, protector, run_input = await self._open_branch(
                 spec, parent, request, fork_step, changed, before, after
@@ -506,10 +494,10 @@ class Rerunner:
         return RerunResult(**dataclasses.asdict(result), warm=warm, requests=requests, time_limit_s=limit,
                            requested_time_limit_s=asked, refusal=run.refusal, **common)  # fmt: skip
 
-    async def _acquire(self, code_root: Path, package: str, agent: str) -> tuple[Sandbox, bool]:
+    async def _acquire(self, code: CodeMounts, agent: str) -> tuple[Sandbox, bool]:
         """A sandbox with ``agent`` loaded, and whether it came warm from the pool."""
         warm_before = self.pool.warm_hits
-        sandbox = await self.pool.acquire(code_root, package, agent)  # a warm hit counts before any await
+        sandbox = await self.pool.acquire(code, agent)  # a warm hit counts before any await
         return sandbox, self.pool.warm_hits > warm_before
 
     async def _release(self, acquiring: asyncio.Task[tuple[Sandbox, bool]]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import importlib.util
@@ -10,7 +9,7 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -19,6 +18,7 @@ from runledger.errors import CodeNotAllowedError, ConfigurationError
 from runledger.protect.data_policy import DataPolicy
 from runledger.record.budgets import Budgets
 from runledger.record.versions import VersionTuple
+from runledger.sdk.code_identity import code_hash, legacy_code_hash
 from runledger.sdk.models import ModelAdapter
 from runledger.sdk.tools import Tool
 
@@ -35,9 +35,13 @@ Durability = Literal["step", "output"]
 class AgentSpec:
     """An agent: its name (a subject token), its function and what pins its behaviour.
 
-    ``agent_version`` defaults to a hash of the source files of the package that
-    defines ``fn`` (code identity); ``prompt`` is hashed into ``prompt_hash``; each
-    tool's schema is hashed into ``tool_schema_hashes``.
+    ``agent_version`` is the version the operator declares (a package version, a git describe);
+    when none is declared it is the code hash: the hash of the modules ``fn``'s module imports
+    from the agent's own project (its import closure, runledger.sdk.code_identity), so a file
+    added beside the agent changes nothing. The code hash is recorded too (``code_hash``), declared
+    version or not; a resume or a re-run compares ``agent_version`` (declared with declared, hash
+    with hash), never the hash of a declared version. ``prompt`` is hashed into ``prompt_hash``;
+    each tool's schema is hashed into ``tool_schema_hashes``.
 
     ``durability``: ``"step"`` (the default) returns from a step once the server acknowledged
     its event; ``"output"`` returns at once and acknowledges in windows of at most
@@ -78,33 +82,26 @@ class AgentSpec:
         self.tool_map = {t.name: t for t in self.tools}
 
     def version(self) -> VersionTuple:
+        """The version tuple a run of this agent records (``code_hash`` computed once per process)."""
+        hashed = code_hash(self.fn)
         return VersionTuple(
-            agent_version=self.agent_version or code_hash(self.fn),
+            agent_version=self.agent_version or hashed,
             model=self.model.name,
             prompt_hash=hashlib.sha256(self.prompt.encode()).hexdigest(),
             tool_schema_hashes={t.name: t.schema_hash for t in self.tools},
+            code_hash=hashed,
         )
 
-
-@functools.cache
-def _dir_hash(directory: str) -> str:
-    h = hashlib.sha256()
-    root = Path(directory)
-    for path in sorted(root.rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        h.update(str(path.relative_to(root)).encode())
-        h.update(b"\0")
-        h.update(path.read_bytes())
-    return "code:" + h.hexdigest()[:16]
-
-
-def code_hash(fn: Callable[..., Any]) -> str:
-    """A hash of the directory of source files that defines ``fn``."""
-    source = inspect.getsourcefile(inspect.unwrap(fn))
-    if source is None:
-        return "code:unknown"
-    return _dir_hash(str(Path(source).resolve().parent))
+    def version_like(self, recorded: Mapping[str, Any] | None) -> VersionTuple:
+        """This agent's version tuple computed by the rule ``recorded`` was: a run recorded before
+        code hashes covered import closures (no ``code_hash``, an undeclared ``agent_version``) is
+        compared with the hash of the agent's directory (``legacy_code_hash``), as it was then."""
+        current = self.version()
+        if recorded is None or "code_hash" in recorded or self.agent_version is not None:
+            return current
+        if str(recorded.get("agent_version", "")).startswith("code:"):
+            return current.model_copy(update={"agent_version": legacy_code_hash(self.fn), "code_hash": None})
+        return current
 
 
 # The code a name given in a request may make this host import and call (CodeAllowList.from_env).

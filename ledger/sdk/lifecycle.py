@@ -66,10 +66,11 @@ from runledger.record.events import (
 from runledger.record.fold import Checkpoint, fold
 from runledger.record.ids import new_id
 from runledger.record.records import Recorded
+from runledger.record.versions import differing, identity
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.crashpoints import crash_point, pause_point
-from runledger.sdk.run import RecordedRun, error_info
 from runledger.sdk.holder import this_holder
+from runledger.sdk.run import RecordedRun, error_info
 from runledger.sdk.snapshot import SNAPSHOT, JournalSnapshotter, load_journal
 
 
@@ -259,7 +260,8 @@ async def resume_run(
                 + ": --retry continues only a run that failed on a retryable error (a rate limit, a timeout); "
                 "fork a branch to try something else"
             )
-        current = spec.version().model_dump()
+        # Compared by the rule the run was recorded under (runledger.sdk.agent.AgentSpec.version_like).
+        current = spec.version_like(cp.version).model_dump()
         accepted = _acceptance(run_id, cp.version or {}, current, accept_version)
         if accepted is not None:
             # An operator's decision: on the run's operator subject, which only operators may write.
@@ -446,13 +448,11 @@ def _acceptance(
 ) -> VersionAccepted | None:
     """The ``version.accepted`` event to record, or None when the tuples agree; raises when they
     differ in a way no acceptance covers."""
-    if recorded == current:
+    differs = differing(recorded, current)  # like with like: the code hash beside a declared version is not compared
+    if not differs:
         return None
-    if accept is None:
-        raise VersionMismatchError(run_id, recorded, current)
-    others = [k for k in current if k != "agent_version" and recorded.get(k) != current[k]]
-    if others:
-        raise VersionMismatchError(run_id, recorded, current)  # only the code's version can be accepted
+    if accept is None or differs != ["agent_version"]:  # only the code's version can be accepted
+        raise VersionMismatchError(run_id, identity(recorded), identity(current))
     if accept.agent_version != current["agent_version"]:
         raise ConfigurationError(
             f"--accept-version {accept.agent_version!r} is not the version of the code given "

@@ -29,9 +29,11 @@ from runledger.log.subjects import LEDGER_STREAM
 from runledger.protect.redaction import Redactor
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
-from runledger.sandbox.containers import Sandbox, SandboxPolicy, SandboxPool
+from runledger.sandbox.containers import CodeMounts, Sandbox, SandboxPolicy, SandboxPool
 from runledger.sandbox.rerun import Rerunner, RerunRequest
-from runledger.sdk.agent import ALLOW_CODE_ENV, _dir_hash, code_hash, load_agent
+from runledger.sdk import code_identity
+from runledger.sdk.agent import ALLOW_CODE_ENV, load_agent
+from runledger.sdk.code_identity import code_hash
 from runledger.sdk.lifecycle import start_run
 from tests.sandbox_agents.probes.hardening import connect_all, parent_spec
 
@@ -71,8 +73,8 @@ class WitnessPool(SandboxPool):
         self.seen: list[dict[str, Any]] = []
         self._watchers: set[asyncio.Task[None]] = set()
 
-    async def acquire(self, code_root: Path, package: str, agent: str = "") -> Sandbox:
-        sandbox = await super().acquire(code_root, package, agent)
+    async def acquire(self, code: CodeMounts, agent: str = "") -> Sandbox:
+        sandbox = await super().acquire(code, agent)
         attrs = await asyncio.to_thread(sandbox.api.inspect_container, sandbox.container_id)
         witness: dict[str, Any] = {"inspect": attrs, "cgroup": {}}
         self.seen.append(witness)
@@ -316,8 +318,9 @@ def agent_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
 def tamper(package: Path) -> str:
     """Change the agent's code on disk; returns the code hash of what is now there (computed afresh)."""
     (package / "agent.py").write_text(AGENT_SOURCE.format(mark="tampered"))
-    fresh: str = _dir_hash.__wrapped__(str(package))  # type: ignore[attr-defined]
-    return fresh
+    # Computed afresh, leaving this process's cache alone (it still runs the code it imported).
+    closure = code_identity.import_closure.__wrapped__(f"{package.name}.agent")
+    return code_identity.closure_digest(closure)
 
 
 @pytest.mark.timeout(2 * ONE_RERUN_S + 30)
@@ -355,7 +358,7 @@ async def test_the_host_refuses_a_rerun_when_the_agent_code_changed_since_the_re
     assert (await start_run(client, load_agent(ref), None, run_id="codeid-host")).status == "completed"
     before = (await client.js.stream_info(LEDGER_STREAM)).state.last_seq
     tamper(agent_package)
-    _dir_hash.cache_clear()  # as a worker started after the change would: it hashes the code now on disk
+    code_identity.forget()  # as a worker started after the change would: it hashes the code now on disk
     with pytest.raises(VersionMismatchError):
         await Rerunner(client, witness_pool).rerun(
             RerunRequest(parent_run_id="codeid-host", agent=ref, mode="redrive", fork_step=0)

@@ -13,20 +13,20 @@ from runledger.examples.refund_agent.agent import TICKETS, spec
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
 from runledger.sandbox.broker import Broker
-from runledger.sandbox.containers import SandboxPool
+from runledger.sandbox.containers import SandboxPool, package_mounts
 from runledger.sandbox.errors import AgentFailedError
 from runledger.sandbox.rerun import Rerunner, RerunRequest
 from runledger.sdk.lifecycle import start_run
 from tests.conftest import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(120)]
-CODE_ROOT = Path(__file__).resolve().parents[3]
+CODE = package_mounts(Path(__file__).resolve().parents[3], "tests")
 MODULE = "tests.integration.sandbox.preload_agent"
 
 
 async def handed_out(pool: SandboxPool, preload: str, agent: str) -> tuple[float, Any]:
     """(when the pool handed the sandbox out, on the monotonic clock; what the guest ran ``agent`` to)."""
-    sandbox = await pool.acquire(CODE_ROOT, "tests", preload)
+    sandbox = await pool.acquire(CODE, preload)
     acquired = time.monotonic()
     try:
         reader, writer = await sandbox.channel(5.0)
@@ -63,11 +63,11 @@ async def test_an_agent_that_fails_to_load_ahead_fails_its_re_run(pool: SandboxP
 
 async def test_warm_sandboxes_are_kept_per_agent(pool: SandboxPool) -> None:
     pool.size = 1
-    await pool.prewarm(CODE_ROOT, "tests", f"{MODULE}:spec")
-    other = await pool.acquire(CODE_ROOT, "tests", f"{MODULE}:other")
+    await pool.prewarm(CODE, f"{MODULE}:spec")
+    other = await pool.acquire(CODE, f"{MODULE}:other")
     assert (pool.warm_hits, pool.cold_starts) == (0, 1)  # the one warm sandbox loaded another agent
     await pool.discard(other)
-    first = await pool.acquire(CODE_ROOT, "tests", f"{MODULE}:spec")
+    first = await pool.acquire(CODE, f"{MODULE}:spec")
     assert (pool.warm_hits, pool.cold_starts) == (1, 1)
     await pool.discard(first)
 

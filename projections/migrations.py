@@ -297,7 +297,7 @@ WHERE r.child_of_run_id IS NOT NULL;
 """
 
 # Who claimed a key (``KeyState.writer``): the projector folds a key's later messages by it (a worker's
-# word on a key its agent claimed is refused). NULL in rows projected before: read as "" (never
+# word is never the agent's: runledger.sdk.effects.agent_view). NULL in rows projected before: read as "" (never
 # claimed), until `runledger project --rebuild` folds them again.
 _KEY_WRITER = """
 ALTER TABLE effect_keys ADD COLUMN writer VARCHAR;

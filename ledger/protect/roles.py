@@ -16,7 +16,7 @@ operator          what an analyst may, plus publish re-run commands (``ledger.cm
                   (delete a run's key, purge its blobs)
 worker            consume re-run commands (the only role with consumers on ``LEDGER_CMD``), read
                   parents, write branch runs and their effects (as ``w``: never an agent's run or a
-                  key its agent claimed, never a decision), create branch runs' keys
+                  key that is claimed or committed, never a decision), create branch runs' keys
                   (``=w.<agent>.<run_id>``: never an agent's run's key)
 admin             everything (creates and updates the streams: ``runledger up``)
 ================  ==========================================================================
@@ -26,7 +26,8 @@ writer token each role may use (``a`` only on its own agent's subjects, ``w``, `
 whether ``ledger.run.alpha.R.w`` is a branch or an agent's run, or whether a ``.w`` message on a key
 answers a branch's claim, because branches and agents share run and key subjects. The fold checks
 the rest (runledger.record.fold.refusal, runledger.sdk.effects.key_refusal): a worker's message in
-a run that did not start on ``w``, or on a key its agent claimed, is quarantined by every reader and
+a run that did not start on ``w``, or on a key that is claimed or committed (but for the outcome of
+its own claim), is quarantined by every reader and
 changes nothing (docs/data-protection.md, "Who may write what").
 
 Nobody but admin may create, update, delete or purge a stream (``$JS.API.STREAM.CREATE|UPDATE|
@@ -155,7 +156,7 @@ def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
         allow = [
             *read_all,
             # Branch runs and their keys, as their writer. The subject cannot say a branch from an agent's
-            # run or key: the fold refuses a "w" message in an agent's run or on a key its agent claimed.
+            # run or key: the fold refuses a "w" message in an agent's run or on a key held or committed.
             "ledger.run.*.*.w",
             "ledger.effect.*.*.w",
             f"$O.{BLOB_BUCKET}.>",

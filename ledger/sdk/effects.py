@@ -114,8 +114,8 @@ class KeyState:
     claimed_at: str | None = None  # the latest claim's ts
     lease_s: float | None = None  # the latest claim's lease (None: recorded before leases)
     holder: str | None = None  # the process that made the latest claim (runledger.sdk.holder)
-    # The writer of the latest claim ("a" the agent, "w" a worker's branch; "" never claimed). Once
-    # the agent claimed a key it is "a" for good: a worker may not claim it any more (key_refusal).
+    # The writer of the latest claim ("a" the agent, "w" a worker's branch; "" never claimed). The
+    # agent's own runs take a key whose latest claim is a worker's as free (agent_view).
     writer: str = ""
     refused: list[str] = field(default_factory=list)  # messages refused from their writer: where and why
 
@@ -147,9 +147,9 @@ def key_refusal(st: KeyState, rec: Recorded) -> str | None:
     - ``a``, the agent that owns the key (the envelope's agent is the subject's): a claim at any time
       (the server's fence makes it follow the state its writer read), and the outcome of its own
       claim: ``effect.committed`` / ``effect.failed``, or ``effect.resolved`` by its ``reconcile``;
-    - ``w``, a worker: the same, but only on a key no run of its agent ever claimed (a key a branch
-      opened, ``KeyState.writer`` ``w``); once the agent claimed a key, a worker's word on it is
-      refused, whatever it says;
+    - ``w``, a worker: a claim only of a free key (never claimed, failed or released: a key a branch
+      opens; never one that a claim holds or an outcome committed), and the outcome of its own claim;
+      and whatever a worker's branch records, its agent does not take it for its own (``agent_view``);
     - an outcome only while its writer's claim holds the key, from the claim's run (its envelope's
       run id), so an outcome nobody claimed, or one for another writer's claim, changes nothing.
 
@@ -164,8 +164,8 @@ def key_refusal(st: KeyState, rec: Recorded) -> str | None:
         return None if kind == "effect.resolved" else f"{kind} on the key's operator subject (resolutions only)"
     if ev.agent != agent:
         return f"{kind} names agent {ev.agent!r} on a key of agent {agent!r} (a forged envelope)"
-    if writer == WORKER_WRITER and st.writer == AGENT_WRITER:
-        return f"{kind} written by a worker on a key its agent claimed (a worker writes only keys its branch opened)"
+    if writer == WORKER_WRITER and kind == "effect.intended" and st.status in ("claimed", "committed"):
+        return f"a worker's claim on a {st.status} key (a worker claims only a free key: a branch opens it)"
     if kind not in _OUTCOMES:
         return None
     if kind == "effect.resolved" and ev.payload.get("by") != "reconcile":
@@ -294,7 +294,7 @@ async def append_to_key(
     """Append one event to the key's ``writer`` subject (fenced) and return the new state.
 
     Raises EffectWriteRefusedError when the key's rules (``key_refusal``) refuse what was written: a
-    worker's write on a key its agent claimed, an outcome of a claim the writer does not hold.
+    worker's claim on a key that is claimed or committed, an outcome of a claim the writer does not hold.
 
     ``transform`` is the run's content protection (the key subject holds the effect's
     arguments and result, so it is protected like the run's own subject)."""

@@ -179,7 +179,7 @@ async def test_a_worker_cannot_make_an_agent_pay_twice(
     [(status, writer)] = sql(db, "SELECT status, writer FROM effect_keys WHERE key = ?", key)
     assert (status, writer) == ("committed", "a")
     [(error, reason)] = sql(db, "SELECT error, reason FROM quarantine WHERE stream_seq = ?", stream_seq)
-    assert error == "RefusedFromWriter" and "worker" in reason
+    assert error == "RefusedFromWriter" and "as 'w', where the key is committed" in reason
     assert sql(db, "SELECT count(*) FROM events WHERE stream_seq = ?", stream_seq) == [(0,)]
 
 

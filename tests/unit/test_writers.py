@@ -118,7 +118,7 @@ def test_a_worker_cannot_move_a_key_its_agent_claimed(forged: Payload) -> None:
     """A committed key of the agent stays committed whatever a worker writes on it (issue 28, item 1)."""
     key = fold_key("k", _chain([(CLAIM, PAY_A), (PAID, PAY_A), (forged, PAY_W)]))
     assert (key.status, key.result, key.writer, key.attempt) == ("committed", {"paid": 1}, "a", 1)
-    assert len(key.refused) == 1 and "stream seq 3" in key.refused[0] and "worker" in key.refused[0]
+    assert len(key.refused) == 1 and "stream seq 3" in key.refused[0] and "committed" in key.refused[0]
     assert key.next_seq == 3 and key.last_stream_seq == 3  # it still moved the fence
 
 
@@ -138,6 +138,17 @@ def test_a_key_only_branches_claimed_is_free_to_its_agent() -> None:
     taken = fold_key("k", _chain([(CLAIM, PAY_W), (PAID, PAY_W), (CLAIM, PAY_A), (PAID, PAY_A), (CLAIM, PAY_W)]))
     assert (taken.status, taken.writer, taken.attempt, len(taken.refused)) == ("committed", "a", 2, 1)
     assert agent_view(taken) is taken
+
+
+def test_a_worker_claims_only_a_free_key() -> None:
+    """A branch allowed to act may take a key whose agent's attempt failed (free again), never one that a
+    claim holds: its claim would make the agent's own outcome the outcome of no claim."""
+    failed = EffectFailed(step=0, key="k", error=ErrorInfo(type="E", message="503"))
+    retried = fold_key("k", _chain([(CLAIM, PAY_A), (failed, PAY_A), (CLAIM, PAY_W), (PAID, PAY_W)]))
+    assert (retried.status, retried.writer, retried.refused) == ("committed", "w", [])
+    held = fold_key("k", _chain([(CLAIM, PAY_A), (CLAIM, PAY_W), (PAID, PAY_A)]))
+    assert (held.status, held.writer, held.result) == ("committed", "a", {"paid": 1})
+    assert "a worker's claim on a claimed key" in held.refused[0]
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from runledger.errors import ConfigurationError, FencedError, PublishError
+from runledger.log.permissions import refused_at_once
 from runledger.log.publish import (
     WRONG_LAST_SEQUENCE,
     PayloadTransform,
@@ -288,7 +289,8 @@ class WindowedWriter(SubjectWriter):
         while True:
             attempt += 1
             try:
-                return await self._send_batch(window)
+                # A denial (these credentials may not write the run) fails at once (runledger.log.permissions).
+                return await refused_at_once(self.nc, self.subject, self._send_batch(window))
             except APIError as exc:
                 code = getattr(exc, "err_code", None)
                 if code in _NO_ATOMIC:

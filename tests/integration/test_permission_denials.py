@@ -89,3 +89,28 @@ async def test_one_agents_credentials_used_for_another_agent_say_whose_they_are(
         "makes them)"
     )
     assert took < 5, f"the denial took {took:.1f}s"  # it said "cannot create the keys ... (TimeoutError)"
+
+
+async def test_a_denied_window_of_an_output_durability_run_fails_at_once(secure_server: ServerState) -> None:
+    from runledger.protect.capture import DataPolicy
+
+    folder = secure_server.creds_dir
+    admin = await connect(secure_server.url, user_credentials=f"{folder}/admin.json")
+    alpha = await connect(secure_server.url, user_credentials=f"{folder}/agent-alpha.json")
+    # Unsealed (no run keys to create): the first thing it writes is its window, on beta's run.
+    beta = AgentSpec("beta", spec("beta").fn, ScriptedModel([]), agent_version="v1", durability="output",
+                     data_policy=DataPolicy("full", encrypt=False))  # fmt: skip
+    try:
+        started = time.monotonic()
+        with pytest.raises(PermissionDeniedError) as refused:
+            await start_run(alpha, beta, run_id="beta-2")
+        took = time.monotonic() - started
+    finally:
+        await alpha.close()
+        await admin.close()
+    assert str(refused.value) == (
+        "permission denied: the agent 'alpha' credentials may not publish to ledger.run.beta.beta-2.a, and nothing "
+        f"was recorded; only agent 'beta' writes its runs: connect with its credentials, --creds "
+        f"{folder}/agent-beta.json (or RUNLEDGER_CREDS)"
+    )
+    assert took < 5, f"the denial took {took:.1f}s"

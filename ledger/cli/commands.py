@@ -525,9 +525,9 @@ async def _key_view(client: LedgerClient, shown: dict[str, Any]) -> dict[str, An
     """A key's state as its reader may see it: result and error opened where these credentials can
     open them; what the erasure of the run that wrote them made unreadable reads as erased (with a
     ``note``: "committed, result erased"), what they only may not open stays sealed."""
-    from runledger.errors import RunNotFoundError
+    from runledger.log.reader import read_run
     from runledger.protect.capture import client_opener, is_marker
-    from runledger.protect.erasure import erased_now, erased_value
+    from runledger.protect.erasure import erased_value
 
     opener = client_opener(client)
     if shown.get("result") is not None:
@@ -542,8 +542,10 @@ async def _key_view(client: LedgerClient, shown: dict[str, Any]) -> dict[str, An
     sealed = is_marker(shown.get("result")) or (isinstance(error, dict) and any(map(is_marker, error.values())))
     if sealed and shown.get("run_id"):
         try:
-            erased = await erased_now(client, shown["run_id"])
-        except RunNotFoundError:
+            # The run under the key's agent: the one subject an agent role may read.
+            log = await read_run(client, shown["run_id"], agent=shown.get("agent") or None)
+            erased = fold(log.records, check_chain=False).erased
+        except LedgerError:  # not found, or not readable with these credentials: left as it reads
             erased = None
         if erased is not None:
             shown["result"], shown["error"] = erased_value(shown.get("result")), erased_value(error)

@@ -409,6 +409,8 @@ class BranchRun(RecordedRun):
             if self.tool_schemas and isinstance(params.get("tools"), list):
                 # A tools counterfactual takes effect here: the model sees the candidate descriptions.
                 params["tools"] = with_tool_schemas(params["tools"], self.tool_schemas)
+        if self._own_journal() and self._next_step < self.fork_step:
+            return await self._own_prefix_model(messages, params)
         if self._own_journal() or self._next_step >= self.fork_step:
             return await super().model(messages, **params)  # live from the fork on, in every mode
         messages, params = jsonable(messages), jsonable(params)
@@ -429,6 +431,26 @@ class BranchRun(RecordedRun):
                 args_digest=args_digest, response=output, usage=usage,
             )
         )  # fmt: skip
+        return ModelResponse(**output, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+
+    async def _own_prefix_model(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> ModelResponse:
+        """A model step before the fork that the branch already recorded (a redelivered re-run): its
+        answer, served again as it was, from the parent's record under the parent's model's name (which a
+        model counterfactual does not share: RecordedRun's journal would call that nondeterminism). Its
+        request is judged as when it was first served (by position in a counterfactual)."""
+        step = self._next_step
+        own = self._cp.steps[step]
+        request = jsonable({"messages": messages, "params": params})
+        args_digest = digest(request, self._cp.chain_format)
+        if own.kind != "model" or (not self.changed and own.args_digest != args_digest):
+            raise NondeterminismError(
+                self.run_id, step, f"{own.kind} {own.name!r} (args {own.args_digest[:12] or '-'})",
+                f"model (args {args_digest[:12]})", attempted_args=request, changed=self.changed,
+                fork_step=self.fork_step,
+            )  # fmt: skip
+        self._next_step += 1
+        output = dict(await self._open_model_output(own.output) or {})
+        usage = Usage(**(output.pop("usage", None) or {}))
         return ModelResponse(**output, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
 
     # -- tools ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ acts from the fork on, and the model's own log (``tests/sandbox_agents/counterfa
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -107,3 +108,34 @@ async def test_a_changed_agent_that_leaves_the_record_before_the_fork_names_the_
     assert f"the branch's agent called tool 'lookup' (args {digest({'q': 'z'})[:12]})" in error
     assert "The branch changes agent_version" in error and "The version tuple is the recorded one" not in error
     assert len(cf.REQUESTS) == sent  # step 0 was served from the record: the model was sent nothing
+
+
+@pytest.mark.timeout(120)
+async def test_a_model_counterfactual_stopped_after_its_prefix_resumes_on_redelivery(
+    client: LedgerClient, rerunner: Rerunner
+) -> None:
+    # The branch's steps before the fork hold the parent's model answers, recorded under the parent's
+    # model's name; a redelivered request replays them by position as they were served, whatever model
+    # the branch calls from the fork (before the fix: nondeterminism at step 0, "model 'witness-1'").
+    await start_run(client, cf.spec(), None, run_id="cf-again")
+    request = RerunRequest(parent_run_id="cf-again", agent=AGENT, mode="counterfactual", fork_step=2,
+                           change={"model": f"{CF}:other_model"})  # fmt: skip
+    sent = len(cf.REQUESTS)
+    cf.HOLD.append(asyncio.Event())  # the model's first call in the branch (step 2) never returns
+    first = asyncio.create_task(rerunner.rerun(request))
+    for _ in range(600):
+        if len(cf.REQUESTS) > sent or first.done():
+            break
+        await asyncio.sleep(0.05)
+    assert len(cf.REQUESTS) == sent + 1 and not first.done()
+    first.cancel()  # the worker stops: the request stays queued, its branch running
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    stopped = await folded(client, request.branch_run_id)
+    assert stopped.status == "running" and sorted(stopped.steps) == [0, 1]
+    cf.HOLD.clear()
+    again = await rerunner.rerun(request)  # redelivered
+    assert again.status == "completed", again.error
+    assert [r["model"] for r in cf.REQUESTS[sent + 1 :]] == ["witness-2", "witness-2"]  # steps 2 and 4, anew
+    b_cp = await folded(client, again.run_id)
+    assert b_cp.steps[0].name == "witness-1" and b_cp.steps[2].name == "witness-2"

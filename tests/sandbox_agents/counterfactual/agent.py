@@ -10,6 +10,7 @@ twice alike, so a served answer cannot pass for a live one.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -18,10 +19,13 @@ from runledger import AgentSpec, ModelResponse, Run, tool
 PROMPT = "Answer briefly."
 REQUESTS: list[dict[str, Any]] = []
 QUESTIONS = ("a", "b", "c")
+# Set by a test: every model call waits for it after logging its request (a branch stopped mid-way).
+HOLD: list[asyncio.Event] = []
 
 
 def reset() -> None:
     REQUESTS.clear()
+    HOLD.clear()
 
 
 class WitnessModel:
@@ -34,6 +38,8 @@ class WitnessModel:
 
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         REQUESTS.append({"model": self.name, "messages": messages, "params": params})
+        for hold in HOLD:
+            await hold.wait()
         return ModelResponse(content=f"{self.name} answer {len(REQUESTS)}", input_tokens=3, output_tokens=3)
 
 

@@ -291,6 +291,7 @@ async def resume_run(
             return RunResult(
                 run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
             )
+        _refuse_quarantined_break(log, cp)  # garbage on the run's own subject: broken from there, as readers say
         cp.last_stream_seq = log.last_stream_seq  # fence on what the server has, garbage included
         pause_point("resume:loaded")
         # The run keeps the capture mode it was started with, whatever the code now says.
@@ -347,6 +348,27 @@ async def _read_whole(client: LedgerClient, run_id: str, agent: str) -> RunLog:
         return await load_run(client, run_id, agent=agent, open_content=False)
     except RunNotFoundError:
         return await load_run(client, run_id, open_content=False)
+
+
+def _refuse_quarantined_break(log: RunLog, cp: Checkpoint) -> None:
+    """Raise ChainError when the run's own subject holds bytes that are not a valid event after its
+    first event (runledger.record.fold.quarantine_error): its record is broken from there, as
+    ``runs``, ``show`` and the projection say, and a resume would write past what nobody can read."""
+    from runledger.errors import ChainError, EventDecodeError
+    from runledger.record.events import decode_fast
+
+    first = log.records[0].stream_seq if log.records else 0
+    for q in log.quarantined:
+        if q.subject != log.subject or q.stream_seq < first:
+            continue
+        try:
+            decode_fast(q.raw)  # a valid event refused from its writer: a stray, never a break
+        except EventDecodeError:
+            raise ChainError(
+                log.run_id, cp.next_seq, q.stream_seq,
+                "bytes on the run's own subject that are not a valid event (quarantined: `runledger show RUN` "
+                "lists them): its record is broken from there and it cannot be resumed",
+            ) from None  # fmt: skip
 
 
 def _after_snapshot(records: list[Recorded]) -> int:

@@ -18,11 +18,14 @@ import pytest
 
 from runledger import Run
 from runledger.cli import main
+from runledger.errors import ChainError
 from runledger.log.client import connect
+from runledger.log.reader import read_run
 from runledger.log.subjects import run_subject
+from runledger.ops.decisions import approve
 from runledger.record.events import ClockRead
 from runledger.sdk.agent import AgentSpec
-from runledger.sdk.lifecycle import start_run
+from runledger.sdk.lifecycle import resume_run, start_run
 from runledger.sdk.models import ScriptedModel
 from tests.unit.helpers import Chain
 
@@ -164,6 +167,28 @@ def test_garbage_on_a_runs_own_subject_marks_it_broken_for_every_reader(
         {"run_id": "poison2", "status": "broken", "fold_error": error},
         {"run_id": "stray2", "status": "completed", "fold_error": None},
     ]
+
+    # Nor is it resumed: a run waiting for an approval, then garbage on its own subject.
+    async def waiter(run: Run) -> str:
+        await run.approval("ship", {"n": 1})
+        return "shipped"
+
+    assert record_run(nats_url, waiter, "poison3").status == "suspended"
+    seq = asyncio.run(publish(run_subject("cli-agent", "poison3"), b"\x00 binary"))
+
+    async def resume() -> None:
+        client = await connect(nats_url)
+        try:
+            (request,) = [e.payload["request_id"] for e in (await read_run(client, "poison3")).events
+                          if e.type == "approval.requested"]  # fmt: skip
+            await approve(client, "poison3", request, by="op")
+            await resume_run(client, AgentSpec("cli-agent", waiter, ScriptedModel(["fine"] * 5)), "poison3")
+        finally:
+            await client.close()
+
+    with pytest.raises(ChainError, match=rf"run poison3: event 4 \(stream sequence {seq}\): bytes on the run's own "
+                       "subject that are not a valid event"):  # fmt: skip
+        asyncio.run(resume())
 
 
 def test_unknown_run_id_says_so(nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:

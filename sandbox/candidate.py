@@ -18,7 +18,9 @@ host's site-packages, which the sandbox never gets).
 
 from __future__ import annotations
 
-from runledger.sandbox.containers import SandboxPool, code_mounts
+from typing import Any
+
+from runledger.sandbox.containers import CodeMounts, SandboxPool, code_mounts
 from runledger.sandbox.errors import RerunRequestError
 from runledger.sdk.agent import AgentSpec
 
@@ -31,11 +33,17 @@ async def check_in_image(pool: SandboxPool, spec: AgentSpec, ref: str) -> str | 
         code = code_mounts(spec.fn, ref)
     except RerunRequestError as exc:
         return str(exc)
-    report = await pool.probe(code, ref)
+    return judge_load(await pool.probe(code, ref), spec, ref, code, pool.policy.image)
+
+
+def judge_load(report: dict[str, Any], spec: AgentSpec, ref: str, code: CodeMounts, image: str) -> str | None:
+    """What a guest's report of loading ``ref`` (its hello's ``preloaded``) says against the host's
+    ``spec``: None when it loaded as the same ``agent_version``, else why a re-run of it fails. The
+    re-run judges its own sandbox's report the same way (``Rerunner.rerun``: ``Refusal.IMAGE``)."""
     mounted = ", ".join(guest for _, guest in code)
     if "error" in report:
         return (
-            f"{ref} does not load in the sandbox image {pool.policy.image}: {report['error']}. The sandbox gets "
+            f"{ref} does not load in the sandbox image {image}: {report['error']}. The sandbox gets "
             f"the candidate's import closure ({mounted}) and the image's packages, never the host's: an installed "
             "package it needs belongs in the image (`runledger sandbox build --extra NAME`), a module it loads by "
             "a computed name must be imported by name"

@@ -169,9 +169,7 @@ def _plan(args: argparse.Namespace) -> int:
         request = _request(args)
         plan = plan_branch(parent, request)
         if plan.ok:  # the request passed every check on this host: does the code load where it will run?
-            problem = await _candidate_in_image(request, args.timeout)
-            if problem:
-                plan.problems.append(problem)
+            await _candidate_in_image(plan, request, args.timeout)
         if args.json:
             print(json.dumps(plan.to_dict(), indent=2, sort_keys=True, ensure_ascii=False))
         else:
@@ -181,23 +179,20 @@ def _plan(args: argparse.Namespace) -> int:
     return with_client(args, show)
 
 
-async def _candidate_in_image(request: RerunRequest, timeout: float) -> str | None:
-    """Why the code the branch runs (``--set agent=``'s candidate, else ``--agent``) would not load in
-    the sandbox image (runledger.sandbox.candidate), or None. Starts one sandbox, loads the agent
-    there and removes it."""
-    from runledger.sandbox.candidate import check_in_image
-    from runledger.sdk.agent import CodeAllowList, load_agent
+async def _candidate_in_image(plan: Any, request: RerunRequest, timeout: float) -> None:
+    """Add to ``plan`` whether the code the branch runs (``--set agent=``'s candidate, else ``--agent``)
+    loads in the sandbox image (runledger.sandbox.plan.check_image: ``Refusal.IMAGE``). Starts one
+    sandbox, loads the agent there and removes it."""
+    from runledger.sandbox.plan import check_image
 
-    ref = request.change.get("agent", request.agent) if request.mode == "counterfactual" else request.agent
-    spec = load_agent(ref, allowed=CodeAllowList.from_env())  # loaded already by the plan's checks
     try:
         docker = docker_client()
         pool = SandboxPool(docker, SandboxPolicy(image=current_image(docker), timeout_s=timeout), size=0)
     except LedgerError as exc:  # no engine or no image here: the plan says what it could not check
-        print(f"runledger: not checked whether {ref} loads in the sandbox image: {exc}", file=sys.stderr)
-        return None
+        print(f"runledger: not checked whether the agent loads in the sandbox image: {exc}", file=sys.stderr)
+        return
     try:
-        return await check_in_image(pool, spec, ref)
+        await check_image(plan, request, pool)
     finally:
         await pool.close()
 

@@ -139,6 +139,9 @@ class Refusal(enum.StrEnum):
     ELEMENT = "element"  # the counterfactual changes no element, or more than its own
     TOOL_CODE = "tool_code"  # --set tools changes an implementation (a code change) or the set of tools
     FORK_STEP = "fork_step"  # the fork step is outside 0..last step + 1
+    # The code the branch runs does not load in the sandbox image, or is another version there: the plan
+    # starts one sandbox to see (runledger.sandbox.candidate); the re-run fails its branch before step 0.
+    IMAGE = "image"
     # At a recorded step, by the mode's rules (BranchRun raises them; the plan marks the step refused):
     NO_OUTCOME = "no_outcome"  # a step served from the record holds no outcome (an effect or child without one)
     TOOL_NOT_LIVE = "tool_not_live"  # live: a read tool not marked --live-tool, from the fork on

@@ -28,9 +28,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from runledger.record.fold import Checkpoint, StepRecord
+from runledger.sandbox.candidate import check_in_image
+from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.errors import Refusal, refusal_of
 from runledger.sandbox.rerun import RerunRequest, preflight
-from runledger.sdk.agent import CodeAllowList
+from runledger.sdk.agent import CodeAllowList, load_agent
 
 Action = Literal["record", "live", "stub", "refused"]
 ACTIONS: tuple[Action, ...] = ("record", "live", "stub", "refused")
@@ -201,6 +203,20 @@ def plan_branch(parent: Checkpoint, request: RerunRequest, allowed: CodeAllowLis
     plan.problems = [message for _, message in found]
     plan.refusals = list(dict.fromkeys(refusal for refusal, _ in found if refusal is not None))
     return plan
+
+
+async def check_image(plan: BranchPlan, request: RerunRequest, pool: SandboxPool) -> None:
+    """Add to ``plan`` (one that passed every check on this host) whether the code the branch runs
+    (``--set agent=``'s candidate, else ``--agent``) loads in ``pool``'s sandbox image as the same
+    version (``runledger.sandbox.candidate``: one sandbox started, the agent loaded, removed):
+    ``Refusal.IMAGE`` when it does not. Raises SandboxError when no sandbox can be started."""
+    if not plan.ok:
+        return
+    ref = request.change.get("agent", request.agent) if request.mode == "counterfactual" else request.agent
+    problem = await check_in_image(pool, load_agent(ref, allowed=CodeAllowList.from_env()), ref)
+    if problem:
+        plan.problems.append(problem)
+        plan.refusals.append(Refusal.IMAGE)
 
 
 def render_plan(plan: BranchPlan) -> str:

@@ -51,6 +51,7 @@ from runledger.record.records import Recorded
 from runledger.record.versions import differing, identity
 from runledger.sandbox.branch import BranchRun
 from runledger.sandbox.broker import Broker
+from runledger.sandbox.candidate import judge_load
 from runledger.sandbox.containers import CodeMounts, Sandbox, SandboxPool, code_mounts
 from runledger.sandbox.errors import (
     Refusal,
@@ -442,6 +443,14 @@ class Rerunner:
             nonlocal warm, requests
             sandbox, warm = await asyncio.shield(acquiring)  # never cancelled mid-creation (see _release)
             got.append(sandbox)
+            # The guest loaded the agent before its hello: code that does not load in the image (or is
+            # another version there) fails the branch here, as `rerun --plan` predicted (Refusal.IMAGE).
+            loaded = sandbox.hello.get("preloaded") if isinstance(sandbox.hello, dict) else None
+            if isinstance(loaded, dict) and loaded.get("agent") == ref:
+                problem = judge_load(loaded, spec, ref, code, self.pool.policy.image)
+                if problem:
+                    run.refusal = Refusal.IMAGE
+                    raise RerunRequestError(problem, Refusal.IMAGE)
             reader, channel_writer = await sandbox.channel(5.0)
             broker = Broker(reader, channel_writer, start, deadline=deadline, policy=self.pool.policy)
             try:

@@ -20,8 +20,9 @@ import runledger.sandbox.rerun as rerun_module
 from runledger.log.client import LedgerClient
 from runledger.protect.runs import load_run
 from runledger.record.fold import Checkpoint, fold
+from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.errors import Refusal, refusal_of
-from runledger.sandbox.plan import plan_branch, refusals
+from runledger.sandbox.plan import check_image, plan_branch, refusals
 from runledger.sandbox.rerun import Rerunner, RerunRequest
 from runledger.sdk.agent import CodeAllowList
 from runledger.sdk.lifecycle import start_run
@@ -90,6 +91,8 @@ SCENARIOS: dict[Refusal, Scenario] = {
     Refusal.TOOL_CODE: Scenario(counterfactual_parent, {"agent": AGENT, "mode": "counterfactual",
                                                         "change": {"tools": f"{CF}:REIMPLEMENTED_TOOLS"}}),
     Refusal.FORK_STEP: Scenario(counterfactual_parent, {"agent": AGENT, "mode": "redrive", "fork_step": 99}),
+    Refusal.IMAGE: Scenario(counterfactual_parent, {"agent": AGENT, "mode": "counterfactual", "change": {
+        "agent": "tests.sandbox_agents.counterfactual.heavy.agent:spec"}}),
     # Refused at a step, by the mode's rules: the branch runs until it gets there.
     Refusal.NO_OUTCOME: Scenario(failed_charge_parent, {"agent": MODES, "mode": "redrive", "fork_step": 9}),
     Refusal.TOOL_NOT_LIVE: Scenario(modes_parent, {"agent": MODES, "mode": "live", "fork_step": 3,
@@ -97,6 +100,9 @@ SCENARIOS: dict[Refusal, Scenario] = {
     Refusal.CHILD_LIVE: Scenario(family_parent, {"agent": "tests.agents:family_sandboxed_spec", "mode": "live",
                                                  "fork_step": 1}),
 }  # fmt: skip
+# What the re-run learns only once its branch is under way: it fails the branch (RerunResult.refusal)
+# instead of raising before one starts.
+FAILS_THE_BRANCH = {Refusal.IMAGE, Refusal.NO_OUTCOME, Refusal.TOOL_NOT_LIVE, Refusal.CHILD_LIVE}
 
 
 def test_every_refusal_class_has_a_scenario() -> None:
@@ -106,8 +112,9 @@ def test_every_refusal_class_has_a_scenario() -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("refusal", list(Refusal))
 async def test_the_plan_names_each_refusal_before_the_rerun_raises_it(
-    client: LedgerClient, rerunner: Rerunner, refusal: Refusal, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+    client: LedgerClient, rerunner: Rerunner, pool: SandboxPool, refusal: Refusal, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
     monkeypatch.setenv("TEST_CALLS_LOG", str(tmp_path / "calls.log"))
     modes.reset()
     scenario = SCENARIOS[refusal]
@@ -123,16 +130,18 @@ async def test_the_plan_names_each_refusal_before_the_rerun_raises_it(
     # The plan first, from the parent's record: it names the class, and every refusal it reports has one.
     parent = edited(fold((await load_run(client, run_id, open_content=False)).records, check_chain=False))
     plan = plan_branch(parent, request, CodeAllowList.from_env())
+    await check_image(plan, request, pool)  # what `rerun --plan` adds once the host's checks passed
     assert refusal in plan.refused(), (plan.problems, plan.steps)
     assert all(found is not None for found, _ in refusals(parent, request)), plan.problems
     real_fold = rerun_module.fold
     monkeypatch.setattr(rerun_module, "fold", lambda records, **kw: edited(real_fold(records, **kw)))
 
     # Then the re-run: a refused request raises, a refused step fails the branch; either names the class.
-    if plan.ok:
+    if refusal in FAILS_THE_BRANCH:
         result = await rerunner.rerun(request)
         assert (result.status, result.refusal) == ("failed", refusal), result
     else:
+        assert not plan.ok
         with pytest.raises(Exception) as caught:
             await rerunner.rerun(request)
         assert refusal_of(caught.value) is refusal, caught.value

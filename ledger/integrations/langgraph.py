@@ -61,9 +61,10 @@ chain still verifies.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -161,6 +162,20 @@ async def _no_agent_function(run: Any) -> None:
     raise ConfigurationError("a LangGraph thread's run is driven by its graph: invoke the graph with the saver")
 
 
+def _no_agent_function_of(fn: Callable[..., Any]) -> Callable[[Any], Awaitable[None]]:
+    """``_no_agent_function`` wrapping the graph agent's function ``fn``: the threads' runs record the
+    code hash of ``fn``'s import closure (runledger.sdk.code_identity unwraps it), the graph's code,
+    not this module's."""
+    return functools.wraps(fn)(_no_agent_function_copy())
+
+
+def _no_agent_function_copy() -> Callable[[Any], Awaitable[None]]:
+    async def no_agent_function(run: Any) -> None:
+        await _no_agent_function(run)
+
+    return no_agent_function
+
+
 class RunledgerSaver(InMemorySaver):
     """A LangGraph checkpointer whose state is the ledger (see the module docstring).
 
@@ -201,7 +216,7 @@ class RunledgerSaver(InMemorySaver):
         # With a spec (graph_agent), the threads record its version tuple, so `runledger rerun` accepts them.
         self.spec = AgentSpec(
             name,
-            _no_agent_function,
+            _no_agent_function_of(given.fn) if given is not None else _no_agent_function,
             cast(ModelAdapter, self._adapter),
             tools=given.tools if given is not None else (),
             prompt=given.prompt if given is not None else "",

@@ -222,3 +222,15 @@ def test_a_run_recorded_under_the_directory_rule_is_compared_by_that_rule(projec
 
 def test_agent_spec_names_the_rule() -> None:
     assert "import closure" in (AgentSpec.__doc__ or "")
+
+
+async def test_a_langgraph_threads_runs_record_the_graph_agents_code_hash() -> None:
+    """The saver's spec is never driven (its function refuses), but its runs record which code ran: the graph's."""
+    from typing import Any, cast
+
+    from runledger.integrations.langgraph import RunledgerSaver
+
+    graph_spec = load_agent("runledger.examples.refund_agent.agent:spec")
+    saver = RunledgerSaver(cast(Any, None), agent=graph_spec)  # nothing connects until a thread is written
+    assert saver.spec.version().code_hash == graph_spec.version().code_hash
+    assert saver.spec.version().agent_version == graph_spec.version().agent_version

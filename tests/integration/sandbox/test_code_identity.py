@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,12 +27,13 @@ from runledger.log.client import LedgerClient
 from runledger.ops.decisions import approve
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
+from runledger.record.versions import VersionTuple
 from runledger.sandbox.candidate import check_in_image
 from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.rerun import Rerunner, RerunRequest
 from runledger.sdk import code_identity
 from runledger.sdk.agent import ALLOW_CODE_ENV, AgentSpec, load_agent
-from runledger.sdk.code_identity import legacy_code_hash
+from runledger.sdk.code_identity import code_hash, legacy_code_hash
 from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(150)]
@@ -203,3 +205,37 @@ async def test_an_agent_with_a_declared_version_reruns_in_the_sandbox(
     changed = await rerunner.rerun(RerunRequest(parent_run_id=parent.run_id, agent=project.ref, mode="redrive",
                                                 fork_step=0))  # fmt: skip
     assert (changed.status, changed.output) == ("completed", "hotfixed shared"), changed.error
+
+
+async def test_runs_recorded_under_the_directory_rule_still_resume_and_rerun(
+    client: LedgerClient, pool: SandboxPool, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade orphans no run: a version tuple recorded before code hashes covered import closures (no
+    ``code_hash``; ``agent_version`` the hash of the agent's directory) is compared by that rule."""
+    current = AgentSpec.version
+
+    def as_recorded_before(self: AgentSpec) -> VersionTuple:
+        return current(self).model_copy(update={"agent_version": legacy_code_hash(self.fn), "code_hash": None})
+
+    async def record_legacy(run_id: str) -> Any:
+        with monkeypatch.context() as m:
+            m.setattr(AgentSpec, "version", as_recorded_before)  # as the code before import closures recorded it
+            return await start_run(client, fresh(project.ref), None, run_id=run_id)
+
+    done = await record_legacy(f"{project.name}-legacy-done")
+    recorded = fold((await load_run(client, done.run_id)).records).version
+    assert recorded is not None and "code_hash" not in recorded
+    fn = load_agent(project.ref).fn
+    assert recorded["agent_version"] == legacy_code_hash(fn) != code_hash(fn)
+    result = await Rerunner(client, pool).rerun(
+        RerunRequest(parent_run_id=done.run_id, agent=project.ref, mode="redrive", fork_step=0)
+    )
+    assert (result.status, result.output) == ("completed", "original shared"), result.error
+
+    project.agent(wait=True)
+    waiting = await record_legacy(f"{project.name}-legacy-waits")
+    assert waiting.status == "suspended"
+    cp = fold((await load_run(client, waiting.run_id)).records)
+    await approve(client, waiting.run_id, next(iter(cp.pending_approvals)), by="test")
+    resumed = await resume_run(client, fresh(project.ref), waiting.run_id)
+    assert (resumed.status, resumed.output) == ("completed", "original shared")

@@ -209,7 +209,7 @@ async def measure(
         policy = SandboxPolicy(image=image, timeout_s=60)
         warm_pool = SandboxPool(docker, policy, size=args.pool)
         cold_pool = SandboxPool(docker, policy, size=0)
-        code = code_mounts(agent.fn)  # the pool's key, as the re-runs will ask for it
+        code = code_mounts(agent.fn, AGENT)  # the pool's key, as the re-runs will ask for it
         warm_blocks: list[dict[str, Any]] = []
         cold_blocks: dict[int, dict[str, Any]] = {}  # by the index of the warm block it pairs with
         skipped = 0

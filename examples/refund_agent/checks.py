@@ -18,13 +18,16 @@ from runledger.sandbox.gate import CheckResult, Fork
 
 
 def _decision(steps: list[Any]) -> dict[str, Any] | None:
+    """The first refund decision among ``steps``: a model reply with a ``refund`` field (a fork before the
+    decision also holds the classification and the answers to questions, which decide nothing)."""
     for step in steps:
         if step.kind == "model" and isinstance(step.output, dict):
             try:
                 decided = json.loads(str(step.output.get("content", "")))
             except ValueError:
-                return None
-            return decided if isinstance(decided, dict) and "refund" in decided else None
+                continue
+            if isinstance(decided, dict) and "refund" in decided:
+                return decided
     return None
 
 

@@ -343,7 +343,10 @@ async def test_a_guest_whose_mounted_code_differs_from_the_recorded_version_is_r
     assert on_disk != recorded
     result = await rerunner.rerun(RerunRequest(parent_run_id="codeid-parent", agent=ref, mode="redrive", fork_step=0))
     assert result.status == "failed" and result.reason == "exception", result
-    assert f"the mounted agent code hashes to {on_disk}, the run expects {recorded}" in (result.error or "")
+    # Refused by the check that loads the branch's code in the image before any step (Refusal.IMAGE),
+    # naming both versions.
+    error = result.error or ""
+    assert "is another version there" in error and on_disk in error and recorded in error, error
     assert result.output is None
     events = [r.event.type for r in (await load_run(client, result.run_id)).records]
     assert "clock.read" not in events  # the tampered agent never ran a step

@@ -41,5 +41,6 @@ def test_every_command_of_the_tutorial_runs(sandbox_image: str, tmp_path: Path) 
     # What the text promises: the matrix names the fix, the gate opens with a JUnit report.
     assert re.search(r"model=runledger\.examples\.refund_agent\.agent:strict_model: fixed 2", out), out[-4000:]
     assert "gate: open" in out, out[-4000:]
+    assert "1 passed" in out and "replay of the fixed agent: diverges at step 0" in out, out[-4000:]
     suite = ET.parse(work / "gate.xml").getroot()[0]
     assert suite.get("failures") == "0" and int(suite.get("tests") or 0) == 4

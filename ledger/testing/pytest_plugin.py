@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
@@ -37,6 +37,10 @@ _REPLAYER = pytest.StashKey["Replayer"]()
 _LOOP = pytest.StashKey[asyncio.AbstractEventLoop]()
 
 
+# A name for pytest's ini type: mypy (1.20) reads a bare "paths" argument as a possible type expression.
+_INI_PATHS: Final = "paths"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("runledger", "replaying recorded runs in-process (runledger.testing)")
     group.addoption(
@@ -45,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
     group.addoption("--runledger-agent", metavar="MODULE:ATTR", help="the agent the recorded runs are replayed against")
     parser.addini(
-        "runledger_replay", type="paths", default=[], help="recordings replayed as tests (--runledger-replay)"
+        "runledger_replay", type=_INI_PATHS, default=[], help="recordings replayed as tests (--runledger-replay)"
     )
     parser.addini("runledger_agent", default="", help="the agent recordings are replayed against (--runledger-agent)")
 

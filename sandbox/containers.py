@@ -164,7 +164,9 @@ def _mount_unit(name: str) -> str:
 
 def _host_location(unit: str) -> str:
     spec = find_module(unit)
-    places = list(spec.submodule_search_locations or []) if spec is not None else []
+    # One folder can be listed twice (a namespace package found through '' and the working directory alike).
+    places = list(dict.fromkeys(str(Path(p).resolve()) for p in (spec.submodule_search_locations or []))) \
+        if spec is not None else []  # fmt: skip
     if spec is not None and not places and spec.origin:
         return str(Path(spec.origin).resolve())  # a top-level module: its file
     if len(places) != 1:

@@ -82,14 +82,17 @@ def test_three_candidates_over_ten_failures_in_the_cli_json_and_the_page(
 
     # The page draws the same matrix from the projection: its latest branch per run and candidate.
     with ui_server(nats_url, tmp_path) as base, browser() as driver:
-        driver.get(f"{base}matrix")
-        wait_for(driver, "#matrix")
-        for _ in range(60):  # the page's projection follows the stream: wait for the last branches
-            cells = css(driver, "#matrix tbody td.cell[data-result]")
-            if len([c for c in cells if c.get_attribute("data-result")]) == 30:
-                break
-            time.sleep(0.5)
+        # The page's projection starts empty and catches up with the stream (a busy machine takes a while):
+        # reload, for at most two minutes, until every branch is in (the page says "no branches yet" before).
+        deadline = time.monotonic() + 120
+        while True:
             driver.get(f"{base}matrix")
+            wait_for(driver, "#matrix, #matrix-empty")
+            cells = css(driver, "#matrix tbody td.cell[data-result]")
+            if len([c for c in cells if c.get_attribute("data-result")]) == 30 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        wait_for(driver, "#matrix")
         heads = [h.get_attribute("data-candidate") for h in css(driver, "#matrix thead th.candidate")]
         assert sorted(heads) == sorted(CANDIDATES)
         page = {

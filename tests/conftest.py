@@ -17,6 +17,7 @@ from runledger.log.client import LedgerClient, connect
 from runledger.log.cluster import ClusterState, LocalCluster
 from runledger.log.server import EmbeddedServer, ServerState
 from runledger.log.subjects import LEDGER_STREAM
+from runledger.protect.roles import secure
 
 T = TypeVar("T")
 IN_CI = os.environ.get("CI") == "true"
@@ -59,6 +60,18 @@ def nats_server(tmp_path: Path) -> Iterator[ServerState]:
     """A fresh nats-server for one test. Fails (never skips) when the binary is missing."""
     server = EmbeddedServer(home=tmp_path / "home")
     state = server.start(data_dir=tmp_path / "data")
+    try:
+        yield state
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def secure_server(tmp_path: Path) -> Iterator[ServerState]:
+    """A fresh nats-server with role logins (``runledger up --secure``) for agents ``alpha`` and ``beta``;
+    its credentials files are in ``state.creds_dir``."""
+    server = EmbeddedServer(home=tmp_path / "home")
+    state = server.start(data_dir=tmp_path / "data", auth=secure(["alpha", "beta"]))
     try:
         yield state
     finally:

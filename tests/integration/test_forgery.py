@@ -27,13 +27,12 @@ from runledger.cli import main
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient, connect
 from runledger.log.reader import read_raw, read_run
-from runledger.log.server import EmbeddedServer, ServerState
+from runledger.log.server import ServerState
 from runledger.log.subjects import WORKER_WRITER, effect_filter, effect_subject, run_filter, run_subject
 from runledger.ops.decisions import approve
 from runledger.ops.verify import verify_runs
 from runledger.projections.projector import Projector
 from runledger.projections.store import ProjectionStore
-from runledger.protect.roles import secure
 from runledger.record.canonical import CHAIN_FORMAT
 from runledger.record.events import (
     BudgetGranted,
@@ -54,16 +53,6 @@ from runledger.sdk.effects import read_key
 from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def secure_server(tmp_path: Path) -> Iterator[ServerState]:
-    server = EmbeddedServer(home=tmp_path / "home")
-    state = server.start(data_dir=tmp_path / "data", auth=secure(["alpha", "beta"]))
-    try:
-        yield state
-    finally:
-        server.stop()
 
 
 async def login(state: ServerState, user: str) -> LedgerClient:

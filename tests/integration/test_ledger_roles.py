@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from runledger.log.client import LedgerClient, connect
 from runledger.log.credentials import RoleCredentials
 from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.log.reader import read_raw
-from runledger.log.server import EmbeddedServer, ServerState
+from runledger.log.server import ServerState
 from runledger.log.subjects import (
     AGENT_WRITER,
     CMD_STREAM,
@@ -40,7 +40,6 @@ from runledger.ops.verify import verify_runs
 from runledger.protect.blobs import BlobStore
 from runledger.protect.capture import DataPolicy, client_opener
 from runledger.protect.erasure import erase_run
-from runledger.protect.roles import secure
 from runledger.protect.runs import load_run
 from runledger.record.events import ApprovalResolved, EffectIntended, EffectResolved
 from runledger.record.fold import fold, fold_until_refused
@@ -50,16 +49,6 @@ from runledger.sdk.lifecycle import resume_run, start_run
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 FAST = RetryPolicy(deadline_s=1.5, ack_timeout_s=0.5)
-
-
-@pytest.fixture
-def secure_server(tmp_path: Path) -> Iterator[ServerState]:
-    server = EmbeddedServer(home=tmp_path / "home")
-    state = server.start(data_dir=tmp_path / "data", auth=secure(["alpha", "beta"]))
-    try:
-        yield state
-    finally:
-        server.stop()
 
 
 def creds(state: ServerState, user: str) -> str:

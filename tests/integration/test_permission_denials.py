@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,21 +14,10 @@ from runledger import AgentSpec, Run, ScriptedModel
 from runledger.cli import main
 from runledger.errors import PermissionDeniedError
 from runledger.log.client import connect
-from runledger.log.server import EmbeddedServer, ServerState
-from runledger.protect.roles import secure
+from runledger.log.server import ServerState
 from runledger.sdk.lifecycle import start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def secure_server(tmp_path: Path) -> Iterator[ServerState]:
-    server = EmbeddedServer(home=tmp_path / "home")
-    state = server.start(data_dir=tmp_path / "data", auth=secure(["alpha", "beta"]))
-    try:
-        yield state
-    finally:
-        server.stop()
 
 
 def spec(name: str) -> AgentSpec:

@@ -41,8 +41,8 @@ prepare_sandbox() {
   echo "dev.sh: sandbox image ready in $((SECONDS - started))s" >&2
 }
 
-# mypy cannot follow setuptools' editable finder (the folders ledger/, projections/, sandbox/ and
-# examples/ install as runledger, runledger.projections...): it checks a tree of links in that layout.
+# mypy cannot follow setuptools' editable finder (the folders ledger/, projections/, sandbox/,
+# integrations/, ui/ and examples/ install as runledger, runledger.projections...): it checks a tree of links in that layout.
 typecheck_tree() {
   local tree="$root/.build/typecheck/runledger"
   rm -rf "$root/.build/typecheck"
@@ -50,7 +50,7 @@ typecheck_tree() {
   for entry in "$root"/ledger/*; do
     [ "$(basename "$entry")" = "__pycache__" ] || ln -s "$entry" "$tree/"
   done
-  for package in projections sandbox examples; do
+  for package in projections sandbox integrations ui examples; do
     ln -s "$root/$package" "$tree/$package"
   done
 }
@@ -64,7 +64,7 @@ case "${1:-}" in
   test)
     ensure_venv
     shift
-    "$venv/bin/ruff" check ledger projections sandbox examples tests bench
+    "$venv/bin/ruff" check ledger projections sandbox integrations ui examples tests bench
     typecheck_tree
     "$venv/bin/mypy"
     prepare_sandbox

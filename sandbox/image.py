@@ -87,7 +87,7 @@ def _package_tree(into: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", *GUEST_LEAVES_OUT)
     core = Path(runledger.__file__).resolve().parent
     shutil.copytree(core, into, ignore=ignore)
-    for name in ("runledger.sandbox", "runledger.examples"):
+    for name in ("runledger.sandbox", "runledger.integrations", "runledger.examples"):
         # Located, not imported: the examples sit above the sandbox and the sandbox must not import them.
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:

@@ -27,7 +27,7 @@ from tests.installs import Venv, build_wheel, kill_servers_of, make_venv, server
 
 pytestmark = pytest.mark.integration
 # The checkout's folders that install under runledger: none of them may appear at top level.
-CHECKOUT_FOLDERS = ("ledger", "projections", "sandbox", "examples")
+CHECKOUT_FOLDERS = ("ledger", "projections", "sandbox", "integrations", "ui", "examples")
 EXTRA_MODULES = ("duckdb", "pyarrow", "pytz", "docker")
 
 
@@ -79,7 +79,7 @@ def test_the_core_installs_exactly_one_top_level_package_runledger(wheel: Path, 
     for folder in CHECKOUT_FOLDERS:
         assert not (site / folder).exists(), f"the checkout's folder {folder}/ installed at top level"
     assert (site / "runledger" / "py.typed").is_file()
-    for sub in ("projections", "sandbox", "examples", "record", "sdk", "cli"):
+    for sub in ("projections", "sandbox", "integrations", "ui", "examples", "record", "sdk", "cli"):
         assert (site / "runledger" / sub / "__init__.py").is_file(), f"runledger.{sub} is not installed"
     assert (site / "runledger" / "sandbox" / "image_files" / "Dockerfile").is_file()
     assert core.bin("runledger").is_file() and core.bin("nats-server").is_file()

@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # The folders of the repository and the names they install as (pyproject.toml, package-dir).
 ROOTS = {"ledger": "runledger", "projections": "runledger.projections", "sandbox": "runledger.sandbox",
-         "examples": "runledger.examples"}  # fmt: skip
+         "integrations": "runledger.integrations", "ui": "runledger.ui", "examples": "runledger.examples"}  # fmt: skip
 # Lower layers never import higher ones; the core's subpackages stack the way the package docstring draws them.
 LAYERS = [
     ("runledger.errors", "runledger.extras"),
@@ -135,7 +135,7 @@ def test_layers_import_only_downwards() -> None:
     assert upward == []
 
 
-@pytest.mark.parametrize("folder", ["ledger", "projections", "sandbox", "examples", "tests", "bench"])
+@pytest.mark.parametrize("folder", [*ROOTS, "tests", "bench"])
 def test_nothing_imports_the_folders_by_their_repository_names(folder: str) -> None:
     """``ledger``, ``sandbox``... are folders, not packages: only ``runledger.*`` may be imported."""
     bad = []

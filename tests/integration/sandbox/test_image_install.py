@@ -101,7 +101,7 @@ def _checkout_path(context_path: str) -> str | None:
     if parts[:2] != ["runtime", "runledger"]:
         return None
     inner = parts[2:]
-    if inner[0] in ("sandbox", "examples", "projections"):
+    if inner[0] in ("sandbox", "integrations", "examples", "projections"):
         return "/".join(inner)
     return "/".join(["ledger", *inner])
 

@@ -38,7 +38,7 @@ from runledger.log.client import connect
 from runledger.protect import redaction
 from runledger.protect.capture import DataPolicy, PayloadProtector
 from runledger.protect.keystore import RunKeys
-from runledger.protect.redaction import DETECTORS, RedactionPolicy, Redactor
+from runledger.protect.redaction import DETECTORS, RedactionPolicy, Redactor, _detectors
 from runledger.record.events import ToolCalled
 from runledger.sdk.lifecycle import start_run
 
@@ -302,7 +302,7 @@ def _cpu_ms(fn: Callable[[], object]) -> float:
 
 
 def _scan_ms(kind: str, text: str, everything: bool, wrapper: bool = True) -> float:
-    redaction._card_ok.cache_clear()
+    _detectors.card_ok.cache_clear()
     redactor = _redactor_for(kind, everything, wrapper)  # fresh: no warm token cache
     return _cpu_ms(lambda: redactor._scan(text))
 

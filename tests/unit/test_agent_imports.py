@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 # Loaded by the SDK where it records or reads a run, never to build an AgentSpec (a name here also
-# stands for the modules under it and beside it: runledger.protect.redaction, redaction_*).
+# stands for the modules under it: runledger.protect.redaction and its private modules).
 OFF_THE_START_PATH = (
     "runledger.protect.capture",
     "runledger.protect.redaction",

@@ -19,12 +19,15 @@ from pathlib import Path
 import pytest
 
 from runledger.errors import ConfigurationError, SecretNotFoundError
-from runledger.protect import redaction, redaction_detectors, redaction_scan, wrappers
 from runledger.protect.redaction import (
     FieldPaths,
     RedactionPolicy,
     Redactor,
     SecretResolver,
+    _detectors,
+    _redactor,
+    _scan,
+    _wrappers,
     contains_token,
     is_token,
     luhn_ok,
@@ -162,7 +165,7 @@ def test_the_cache_of_repeated_texts_changes_nothing_it_returns_or_counts() -> N
     texts = [_history(text) for _, text, _ in SECRETS] + ["an ordinary turn of the conversation, " * 3]
     for _ in range(3):  # a message history re-sent at every model call
         for text in texts:
-            assert len(text) >= redaction.CACHE_MIN_CHARS
+            assert len(text) >= _redactor.CACHE_MIN_CHARS
             out = cached.redact_text(text)
             assert out == fresh._scan(text)
     for (_, _, secret), text in zip(SECRETS, texts, strict=False):
@@ -189,8 +192,8 @@ def test_a_secret_registered_later_is_redacted_from_texts_seen_before() -> None:
 
 
 def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redaction, "CACHE_MAX_ENTRIES", 8)
-    monkeypatch.setattr(redaction, "CACHE_MAX_CHARS", 2_000)
+    monkeypatch.setattr(_redactor, "CACHE_MAX_ENTRIES", 8)
+    monkeypatch.setattr(_redactor, "CACHE_MAX_CHARS", 2_000)
     r = Redactor(KEY)
     for i in range(100):
         r.redact_text(_history(f"turn {i} sk-proj-Abcdefghij0123456789KLMNOP{i:04d}"))
@@ -202,7 +205,7 @@ def test_the_one_scan_for_all_hints_decides_as_the_per_detector_scans(monkeypatc
     texts = [text for _, text, _ in SECRETS] + ["ordinary text, no marker at all", "a key", "AKIA", "x" * 600]
     texts += [f"{a} {b}" for a in texts[:6] for b in texts[-4:]]
     gated = [Redactor(KEY)._scan(t) for t in texts]
-    monkeypatch.setattr(redaction_scan, "GATE_MAX_CHARS", -1)  # every text takes the per-detector scans
+    monkeypatch.setattr(_scan, "GATE_MAX_CHARS", -1)  # every text takes the per-detector scans
     assert [Redactor(KEY)._scan(t) for t in texts] == gated
 
 
@@ -436,7 +439,7 @@ def test_ordinary_encoded_content_is_left_alone() -> None:
 def test_the_one_probe_for_all_base64_runs_says_yes_whenever_a_run_holds_a_secret() -> None:
     r = Redactor(KEY)
     for _, text, _ in WRAPPED:
-        if text != r._open_base64(text, 0, redaction_scan._Mint(probe=True)):
+        if text != r._open_base64(text, 0, _scan.Mint(probe=True)):
             assert r._base64_may_hold(text, 0)
     assert not r._base64_may_hold("plain " + _b64("nothing here at all, really"), 0)
 
@@ -484,7 +487,7 @@ def test_a_run_right_after_another_runs_padding_is_found_in_text_with_newlines()
         out = Redactor(KEY).redact_text(text)
         assert second not in out and f"{first}«redacted:base64:credential:" in out, repr(text)
     end = 2 + len(first)
-    assert wrappers._b64_runs(f"x\n{first}{second}\n") == [(2, end), (end, end + len(second))]
+    assert _wrappers.b64_runs(f"x\n{first}{second}\n") == [(2, end), (end, end + len(second))]
 
 
 def test_a_lower_cased_detector_still_matches_after_another_detector_placed_tokens() -> None:
@@ -496,13 +499,13 @@ def test_a_lower_cased_detector_still_matches_after_another_detector_placed_toke
 def test_url_offsets_map_decoded_characters_back() -> None:
     texts = ["a%20b", "%41%42%43", "100% and %3D%3d, %zz%2", "x" * 50 + "%25" * 30 + "tail%0A", "%%41%4"]
     for text in texts:
-        decoded = wrappers._url_decode(text)
+        decoded = _wrappers.url_decode(text)
         assert decoded == urllib.parse.unquote(text, encoding="latin-1")
         starts, o = [], 0
         while o < len(text):  # brute force: where each decoded character starts
             starts.append(o)
-            o += 3 if wrappers._PERCENT.match(text, o) else 1
-        assert wrappers._url_offsets(text, list(range(len(decoded) + 1))) == [*starts, len(text)]
+            o += 3 if _wrappers.PERCENT.match(text, o) else 1
+        assert _wrappers.url_offsets(text, list(range(len(decoded) + 1))) == [*starts, len(text)]
 
 
 def test_unknown_wrappers_are_refused() -> None:
@@ -562,7 +565,7 @@ def test_scanning_in_small_windows_finds_what_one_window_finds(monkeypatch: pyte
     texts += [pad + _fill(unit, 300) + pad.join(t for _, t, _ in SECRETS[:6]) for unit in ADVERSARIAL[:8]]
     texts += ["x" * 61 + "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0." + "s" * 200 + " then " + PEM * 2]
     whole = [Redactor(KEY)._scan(t) for t in texts]
-    monkeypatch.setattr(redaction_scan, "WINDOW_CHARS", 37)
+    monkeypatch.setattr(_scan, "WINDOW_CHARS", 37)
     assert [Redactor(KEY)._scan(t) for t in texts] == whole
 
 
@@ -574,8 +577,8 @@ def test_cards_are_checked_in_batches_as_one_by_one() -> None:
     for _ in range(3000):
         digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(13, 19)))
         candidates.append(" ".join(digits[i : i + 4] for i in range(0, len(digits), 4)))
-    assert redaction_detectors._cards_ok(candidates) == [redaction_detectors._card_ok(c) for c in candidates]
-    assert redaction_detectors._cards_ok(candidates[:1] * 50) == [True] * 50
+    assert _detectors._cards_ok(candidates) == [_detectors.card_ok(c) for c in candidates]
+    assert _detectors._cards_ok(candidates[:1] * 50) == [True] * 50
     assert luhn_ok("6011000990139424") and not luhn_ok("6011000990139425")
 
 

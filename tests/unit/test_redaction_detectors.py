@@ -2,7 +2,7 @@
 
 A secret is planted in random text that cannot itself look like a secret (letters no detector's hint
 can be spelled from, no digits, no ``%``, no base64 run), and the text after it starts at a boundary
-the detector defines (for an unquoted credential: ``redaction_detectors._unquoted_end``). The
+the detector defines (for an unquoted credential: ``_detectors._unquoted_end``). The
 redacted text must be the text before, the token, and the text after, byte for byte.
 """
 

@@ -19,9 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runledger.protect import redaction, redaction_unwrap
-from runledger.protect.redaction import Redactor
-from runledger.protect.redaction_scan import _Mint
+from runledger.protect.redaction import Redactor, _redactor, _unwrap
+from runledger.protect.redaction._scan import Mint
 
 KEY = b"k" * 32
 REGISTERED = "hunter2-rosebud"
@@ -36,7 +35,7 @@ class FullPathRedactor(Redactor):
     def _plain(self, text: str, low: str, depth: int) -> bool:
         return False
 
-    def _scan_with(self, text: str, depth: int, mint: _Mint, piece_max: int | None = None) -> str:
+    def _scan_with(self, text: str, depth: int, mint: Mint, piece_max: int | None = None) -> str:
         return super()._scan_with(text, depth, mint, None)
 
 
@@ -127,7 +126,7 @@ def _pair() -> tuple[Redactor, Redactor]:
 def _full_outputs(full: Redactor, values: list[Any]) -> list[Any]:
     # The full path's probes mask with one character per kind (no Latin-1 mask), as before.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(redaction_unwrap, "_FLAT_MASKS", {})
+        patch.setattr(_unwrap, "_FLAT_MASKS", {})
         return [full.redact(v) for v in values]
 
 
@@ -170,7 +169,7 @@ def test_a_short_plain_text_remembered_is_redacted_once_its_secret_is_registered
 
 
 def test_the_plain_texts_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redaction, "PLAIN_MAX_ENTRIES", 8)
+    monkeypatch.setattr(_redactor, "PLAIN_MAX_ENTRIES", 8)
     r = Redactor(KEY)
     for i in range(100):
         assert r.redact_text(f"ordinary note {i}") == f"ordinary note {i}"

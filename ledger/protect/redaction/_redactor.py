@@ -7,7 +7,7 @@ A ``Redactor`` walks a JSON-native value and replaces
   Luhn check, ``password=...``-style assignments, whose value goes whole and no more: to the
   end of its quoted string or of its URL query parameter; unquoted, over words to the end of
   the line or of a sentence, or to a password-shaped word before prose: ``pwd=Tr0ub4dor&3
-  next`` keeps ``next``; ``redaction_detectors._unquoted_end``),
+  next`` keeps ``next``; ``_detectors._unquoted_end``),
 - the same, inside base64 and URL-encoded wrappers: a wrapper whose decoded text holds a
   secret goes whole, as ``«redacted:base64:<kind>:...»`` (``urlencoded:<kind>``),
 - the whole value under a dict key that names a credential (``SENSITIVE_KEYS``: patterns,
@@ -53,7 +53,7 @@ looked at (a ``password:`` that has a value is one Python call, for its extent).
 Limits of the bounds: a URL password of more than 256 characters, or more than 256 blanks
 between ``password:`` and its value, are not recognised.
 
-Wrappers. A *probe* is a scan whose tokens are masks as long as the secrets (``_Mint``), so
+Wrappers. A *probe* is a scan whose tokens are masks as long as the secrets (``Mint``), so
 it keeps offsets. URL encoding: the whole text is ``%XX``-decoded in a few C passes and
 probed; a masked span is mapped back by counting escapes, and its encoded form goes
 (``«redacted:urlencoded:<kind>:...»``). Base64: runs of 16 or more (a block of 64- or
@@ -63,7 +63,7 @@ across; a run whose part changed goes whole (``«redacted:base64:<kind>:...»``)
 one decoding of them all (no offsets kept) is probed first, and only the stretches of text
 holding a run it flagged are looked at run by run (``Redactor._base64_suspects``). That probe is
 cut in bands of run length (``Redactor._probe_bands``): a decoding shorter than a built-in
-detector's shortest match (``_MIN_CHARS``; NULs between decodings, which no built-in detector
+detector's shortest match (``MIN_CHARS``; NULs between decodings, which no built-in detector
 matches across) is not scanned for it (16-character runs, 12 bytes, hold no card number, key or
 base64), and its masks are one Latin-1 character the decodings lack (the probe stays one byte a
 character). Decodings with more than one control character in sixteen are binary and not looked
@@ -89,12 +89,12 @@ path and 1 MiB of adversarial input per detector.
 A ``Redactor`` is safe to share between threads: the scans share nothing mutable, and the
 stats, the caches and the registered secrets change under a lock.
 
-Where things are: the token's shape in ``redaction_tokens``, the catalogue of detectors and
-credential-named keys in ``redaction_detectors``, ``RedactionPolicy`` and field paths in
-``redaction_policy``, the scan of one text in ``redaction_scan``, wrappers in ``redaction_unwrap``,
-``off_loop`` in ``redaction_offload``, ``SecretResolver`` in ``redaction_secrets``; here, the
-``Redactor`` (tokens, the walk over a value, the per-run caches), and every public name of those
-modules, importable from this one.
+Where things are (private modules of the package ``runledger.protect.redaction``, which exports
+their public names): the token's shape in ``_tokens``, the catalogue of detectors and
+credential-named keys in ``_detectors``, ``RedactionPolicy`` and field paths in ``_policy``, the
+scan of one text in ``_scan``, wrappers found and decoded in ``_wrappers`` and probed in
+``_unwrap``, ``off_loop`` in ``_offload``, ``SecretResolver`` in ``_secrets``; here, the
+``Redactor`` (tokens, the walk over a value, the per-run caches).
 """
 
 from __future__ import annotations
@@ -106,69 +106,24 @@ from collections import OrderedDict
 from typing import Any
 
 from runledger.errors import ConfigurationError
-from runledger.protect.redaction_detectors import (
-    DETECTORS,
-    NON_SENSITIVE_KEYS,
-    SENSITIVE_KEYS,
-    Detector,
-    Extent,
-    luhn_ok,
-)
-from runledger.protect.redaction_detectors import _card_ok as _card_ok  # (bench/protect.py clears its cache)
-from runledger.protect.redaction_offload import OFFLOAD_MIN_CHARS, off_loop, text_size
-from runledger.protect.redaction_policy import (
-    WRAPPERS,
+from runledger.protect.redaction._policy import (
     FieldPaths,
     RedactionPolicy,
     RedactionStats,
-    _key_form,
-    _key_pattern,
-    _normalize_key,
+    key_form,
+    key_pattern,
+    normalize_key,
 )
-from runledger.protect.redaction_scan import GATE_MAX_CHARS, WINDOW_CHARS, WRAPPER_DEPTH, _lower, _mask_char, _Mint
-from runledger.protect.redaction_secrets import SecretResolver
-from runledger.protect.redaction_tokens import (
-    _KIND_JUNK,
-    _TOKEN_RE,
+from runledger.protect.redaction._scan import Mint, lower_text, mask_char
+from runledger.protect.redaction._tokens import (
+    KIND_JUNK,
     SECRET_SCHEME,
     TOKEN_CLOSE,
     TOKEN_OPEN,
-    contains_token,
-    is_token,
+    TOKEN_RE,
 )
-from runledger.protect.redaction_unwrap import _WrapperOpener
+from runledger.protect.redaction._unwrap import WrapperOpener
 from runledger.record.canonical import canonical_json
-
-__all__ = [
-    "CACHE_MAX_CHARS",
-    "CACHE_MAX_ENTRIES",
-    "CACHE_MAX_TEXT",
-    "CACHE_MIN_CHARS",
-    "DETECTORS",
-    "GATE_MAX_CHARS",
-    "NON_SENSITIVE_KEYS",
-    "OFFLOAD_MIN_CHARS",
-    "PLAIN_MAX_ENTRIES",
-    "SECRET_SCHEME",
-    "SENSITIVE_KEYS",
-    "TOKEN_CLOSE",
-    "TOKEN_OPEN",
-    "WINDOW_CHARS",
-    "WRAPPERS",
-    "WRAPPER_DEPTH",
-    "Detector",
-    "Extent",
-    "FieldPaths",
-    "RedactionPolicy",
-    "RedactionStats",
-    "Redactor",
-    "SecretResolver",
-    "contains_token",
-    "is_token",
-    "luhn_ok",
-    "off_loop",
-    "text_size",
-]
 
 # Redaction cache of a run (Redactor.redact_text): texts shorter than this are cheaper to scan
 # than to look up; longer than CACHE_MAX_TEXT are documents, not re-sent history.
@@ -183,7 +138,7 @@ PLAIN_MAX_ENTRIES = 4096
 _MISSING = "\x00"  # not a kind: a key not looked at yet
 
 
-class Redactor(_WrapperOpener):
+class Redactor(WrapperOpener):
     """Applies a RedactionPolicy under one run's token key. Thread-safe: the scans share nothing
     mutable; the stats, the caches and the registered secrets change under a lock."""
 
@@ -197,8 +152,8 @@ class Redactor(_WrapperOpener):
         self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
         super().__init__(policy or RedactionPolicy())
         self._fields = FieldPaths(self.policy.fields)
-        self._key_re = _key_pattern(self.policy.sensitive_keys)
-        self._not_key_re = _key_pattern(self.policy.non_sensitive_keys)
+        self._key_re = key_pattern(self.policy.sensitive_keys)
+        self._not_key_re = key_pattern(self.policy.non_sensitive_keys)
         self._key_kinds: dict[str, str | None] = {}  # dict key -> "field:<key>" when it names a credential
         self._lock = threading.Lock()
         self.stats = RedactionStats()
@@ -218,9 +173,9 @@ class Redactor(_WrapperOpener):
         outer.update(inner.digest())
         return outer.hexdigest()[:12]
 
-    def _token(self, kind: str, value: str, mint: _Mint) -> str:
+    def _token(self, kind: str, value: str, mint: Mint) -> str:
         if mint.probe:
-            return (mint.mask or _mask_char(kind)) * len(value)
+            return (mint.mask or mask_char(kind)) * len(value)
         mint.kinds.append(kind)
         key = (kind, value)
         tok = self._tokens.get(key)
@@ -242,7 +197,7 @@ class Redactor(_WrapperOpener):
 
     def token(self, kind: str, value: str) -> str:
         """The stable token of ``value`` in this run."""
-        mint = _Mint()
+        mint = Mint()
         tok = self._token(kind, value, mint)
         self._count(mint.kinds)
         return tok
@@ -257,7 +212,7 @@ class Redactor(_WrapperOpener):
         if len(value) < 4 or value in self._known:
             return  # too short to search for without destroying ordinary text
         with self._lock:
-            known = {**self._known, value: _KIND_JUNK.sub("_", kind.lower())}
+            known = {**self._known, value: KIND_JUNK.sub("_", kind.lower())}
             self._known_order = tuple(sorted(known, key=len, reverse=True))
             self._known = known
             self._cache.clear()  # a text redacted before may hold the new secret
@@ -270,9 +225,9 @@ class Redactor(_WrapperOpener):
         """The token kind of a credential-named dict key (``field:apikey``), None for other keys."""
         kind = self._key_kinds.get(key, _MISSING)
         if kind == _MISSING:
-            form = _key_form(key)
+            form = key_form(key)
             sensitive = self._key_re.match(form) is not None and self._not_key_re.match(form) is None
-            kind = "field:" + _KIND_JUNK.sub("_", _normalize_key(key)) if sensitive else None
+            kind = "field:" + KIND_JUNK.sub("_", normalize_key(key)) if sensitive else None
             if len(self._key_kinds) >= 4096:
                 self._key_kinds.clear()
             self._key_kinds[key] = kind
@@ -289,7 +244,7 @@ class Redactor(_WrapperOpener):
         if path and self._fields.match(path):
             # The matched key as a token kind may hold (a wildcard matches any key, "Card Number" too),
             # so the token is one is_token knows and redacting the output again leaves it as it is.
-            return self._whole("field:" + _KIND_JUNK.sub("_", path[-1].lower()), value)
+            return self._whole("field:" + KIND_JUNK.sub("_", path[-1].lower()), value)
         if isinstance(value, str):
             return self.redact_text(value)
         if isinstance(value, dict):
@@ -323,7 +278,7 @@ class Redactor(_WrapperOpener):
 
     def _whole(self, kind: str, value: Any) -> str:
         if isinstance(value, str):
-            if _TOKEN_RE.fullmatch(value):
+            if TOKEN_RE.fullmatch(value):
                 return value
             if value.startswith(SECRET_SCHEME):
                 return value  # a reference is not the secret; keeping it keeps the args meaningful
@@ -332,7 +287,7 @@ class Redactor(_WrapperOpener):
 
     def redact_known(self, text: str) -> str:
         """``text`` with only the registered secret values replaced (capture=full)."""
-        mint = _Mint()
+        mint = Mint()
         out = self._replace_known(text, mint)
         if mint.kinds:
             self._count(mint.kinds)
@@ -367,7 +322,7 @@ class Redactor(_WrapperOpener):
                         plain.add(text)
                 return text
         if n < CACHE_MIN_CHARS or n > CACHE_MAX_TEXT:
-            mint = _Mint()
+            mint = Mint()
             out = self._scan_with(text, 0, mint)
             self._count(mint.kinds, 1)
             return out
@@ -381,7 +336,7 @@ class Redactor(_WrapperOpener):
                     replaced[kind] = replaced.get(kind, 0) + 1
                 return text if hit[0] == text else hit[0]  # a text left as it was is returned itself
         known = self._known
-        mint = _Mint()
+        mint = Mint()
         out = self._scan_with(text, 0, mint)
         with self._lock:
             self.stats.strings_scanned += 1
@@ -404,12 +359,12 @@ class Redactor(_WrapperOpener):
             return False
         if len(text) < 8:
             return True
-        low = text.lower() if text.isascii() else _lower(text)
+        low = text.lower() if text.isascii() else lower_text(text)
         return self._any_hint.search(low) is None and self._plain(text, low, 0)
 
     def _scan(self, text: str) -> str:
         """``text`` redacted, not cached (counts its tokens, not a string scanned)."""
-        mint = _Mint()
+        mint = Mint()
         out = self._scan_with(text, 0, mint)
         if mint.kinds:
             self._count(mint.kinds)

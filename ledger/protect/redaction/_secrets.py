@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runledger.errors import SecretNotFoundError
-from runledger.protect.redaction_tokens import SECRET_SCHEME
+from runledger.protect.redaction._tokens import SECRET_SCHEME
 
 _SECRET_REF = re.compile(r"secret://([A-Za-z_][A-Za-z0-9_.-]{0,127})")
 

@@ -14,25 +14,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from runledger.errors import ConfigurationError
-from runledger.protect.redaction_detectors import DETECTORS, NON_SENSITIVE_KEYS, SENSITIVE_KEYS, Detector
+from runledger.protect.redaction._detectors import DETECTORS, NON_SENSITIVE_KEYS, SENSITIVE_KEYS, Detector
 
 
 @functools.lru_cache(maxsize=4096)  # the same few keys (role, content, args...) at every step
-def _normalize_key(key: str) -> str:
+def normalize_key(key: str) -> str:
     return key.lower().replace("-", "").replace("_", "")
 
 
-def _key_form(key: str) -> str:
+def key_form(key: str) -> str:
     return key.lower().replace("-", "").replace("_", "").replace(".", "").replace(" ", "")
 
 
-def _key_pattern(patterns: Iterable[str]) -> re.Pattern[str]:
+def key_pattern(patterns: Iterable[str]) -> re.Pattern[str]:
     return _key_pattern_of(frozenset(patterns))
 
 
 @functools.lru_cache(maxsize=64)  # per policy, not per run (as _alternation_of)
 def _key_pattern_of(patterns: frozenset[str]) -> re.Pattern[str]:
-    alternatives = sorted({fnmatch.translate(_key_form(p)) for p in patterns if p})
+    alternatives = sorted({fnmatch.translate(key_form(p)) for p in patterns if p})
     return re.compile("|".join(alternatives)) if alternatives else re.compile(r"(?!)")
 
 

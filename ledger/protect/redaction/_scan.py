@@ -1,10 +1,10 @@
 """The scan of one text by the detectors: hints first, then windows, then each detector's spans tokenized.
 
-``_Scanner`` is the part of a ``Redactor`` that finds secrets in a string: the per-policy tables that
+``Scanner`` is the part of a ``Redactor`` that finds secrets in a string: the per-policy tables that
 decide most texts in a few C calls (``_plain``), the window-by-window search of one detector
 (``_find``), and the replacement of its spans (``_apply``). What a scan looks for inside wrappers is
-``runledger.protect.redaction_unwrap``'s (``_open_wrappers``); tokens are the ``Redactor``'s (``_token``).
-The reasoning behind the bounds is in ``runledger.protect.redaction``'s notes.
+``runledger.protect.redaction._unwrap``'s (``_open_wrappers``); tokens are the ``Redactor``'s (``_token``).
+The reasoning behind the bounds is in ``runledger.protect.redaction._redactor``'s notes.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from runledger.protect.redaction_detectors import _MIN_CHARS, Detector
-from runledger.protect.redaction_policy import RedactionPolicy
-from runledger.protect.redaction_tokens import _PROTECTED, SECRET_SCHEME, TOKEN_OPEN
-from runledger.protect.wrappers import (
-    _B64_BLOCK_LINE,
-    _B64_KEEP,
-    _B64_MAP,
-    _B64_RUN,
-    _B64_SHORT,
-    _PERCENT,
+from runledger.protect.redaction._detectors import MIN_CHARS, Detector
+from runledger.protect.redaction._policy import RedactionPolicy
+from runledger.protect.redaction._tokens import PROTECTED, SECRET_SCHEME, TOKEN_OPEN
+from runledger.protect.redaction._wrappers import (
+    B64_BLOCK_LINE,
+    B64_KEEP,
+    B64_MAP,
+    B64_RUN,
+    B64_SHORT,
+    PERCENT,
 )
 
 # Up to this length one scan for every detector's hints at once (Redactor._any_hint) decides for
@@ -41,26 +41,26 @@ WINDOW_CHARS = 128 * 1024
 WRAPPER_DEPTH = 2
 
 
-def _b64_candidates(text: str) -> tuple[bytes, bytes, bool, list[bytes]] | None:
+def b64_candidates(text: str) -> tuple[bytes, bytes, bool, list[bytes]] | None:
     """The runs of ``text`` that may be base64 of text: of 16 characters or more, of mixed case (as
-    ``_mixed_case`` keeps), the lines of a block joined, each once, by length; with the text as Latin-1
+    ``mixed_case`` keeps), the lines of a block joined, each once, by length; with the text as Latin-1
     bytes, its base64 characters (blanks elsewhere, block lines joined) and whether lines were joined.
     None: no such run (most texts: C passes, a few Python calls)."""
     encoded = text.encode("latin-1", "replace")
-    if _B64_RUN.search(encoded.translate(_B64_MAP)) is None:
+    if B64_RUN.search(encoded.translate(B64_MAP)) is None:
         return None
     if len(text) <= GATE_MAX_CHARS:  # a few runs: find them in place, and let one-case ones go
-        short_runs = _B64_SHORT.findall(text)
+        short_runs = B64_SHORT.findall(text)
         if all(r.islower() or r.isupper() or r.isdigit() for r in short_runs):
             return None
-    raw = encoded.translate(_B64_KEEP)
+    raw = encoded.translate(B64_KEEP)
     lines_joined = False
     if b"\n" in raw:  # the lines of a block are one run
-        joined = _B64_BLOCK_LINE.sub(b"", raw)
+        joined = B64_BLOCK_LINE.sub(b"", raw)
         lines_joined, raw = len(joined) != len(raw), joined
     runs = sorted(set(raw.split()), key=len)  # a run repeated is probed once
     runs = runs[bisect.bisect_left(runs, 16, key=len) :]
-    # Mixed case only, as in _open_base64 (what ``_mixed_case`` keeps; filters: fewer C passes).
+    # Mixed case only, as in _open_base64 (what ``mixed_case`` keeps; filters: fewer C passes).
     filters = (bytes.islower, bytes.isupper, bytes.isdigit)
     runs = list(functools.reduce(lambda kept, one_case: itertools.filterfalse(one_case, kept), filters, iter(runs)))
     return (encoded, raw, lines_joined, runs) if runs else None
@@ -96,7 +96,7 @@ def _alternation_of(literals: frozenset[str]) -> re.Pattern[str]:
     return re.compile(build(trie))
 
 
-def _lower(text: str) -> str:
+def lower_text(text: str) -> str:
     """``text`` lower-cased with the same length, so offsets carry over (only U+0130 grows).
 
     Only ASCII letters matter (the patterns matched on it are ASCII, and ``\\w``/``\\s`` take a letter
@@ -114,7 +114,7 @@ def _lower(text: str) -> str:
     return low
 
 
-class _Mint:
+class Mint:
     """Where the tokens of one scan go: their kinds (for the stats and the cache); or, for a probe (a
     look inside a wrapper), nowhere: a probe's "token" is a mask as long as the secret, of one
     private-use character per kind, so the probed text keeps its offsets (no HMAC, nothing counted);
@@ -132,8 +132,8 @@ class _Mint:
 # Masks of a probe: one character of Unicode plane 15 (private use) per kind.
 _MASK_BASE = 0xF0000
 _MASK_KINDS: dict[str, str] = {}
-_KIND_OF_MASK: dict[str, str] = {}
-_MASKED = re.compile("[\U000f0000-\U000ffffd]+")
+KIND_OF_MASK: dict[str, str] = {}
+MASKED = re.compile("[\U000f0000-\U000ffffd]+")
 # Kind-less masks of a probe that only asks where its secrets are: control characters, the first one
 # the probed text does not hold.
 # (A literal first, which the regex engine searches for: ``x+`` alone is tried at every position.)
@@ -142,14 +142,14 @@ _MASKED = re.compile("[\U000f0000-\U000ffffd]+")
 _MASK_LOCK = threading.Lock()
 
 
-def _mask_char(kind: str) -> str:
+def mask_char(kind: str) -> str:
     ch = _MASK_KINDS.get(kind)
     if ch is None:
         with _MASK_LOCK:
             ch = _MASK_KINDS.get(kind)
             if ch is None:
                 ch = _MASK_KINDS[kind] = chr(_MASK_BASE + min(len(_MASK_KINDS), 0xFFFD))
-                _KIND_OF_MASK.setdefault(ch, kind)
+                KIND_OF_MASK.setdefault(ch, kind)
     return ch
 
 
@@ -181,7 +181,7 @@ class _Hints:
         return self.low.find(hint, pos)
 
 
-class _Protected:
+class Protected:
     """The tokens and secret:// references of a text, found when first asked about (most texts,
     and most detectors, never ask)."""
 
@@ -196,7 +196,7 @@ class _Protected:
         if self._spans is None:
             text = self._text
             has = TOKEN_OPEN in text or SECRET_SCHEME in text
-            self._spans = [m.span() for m in _PROTECTED.finditer(text)] if has else []
+            self._spans = [m.span() for m in PROTECTED.finditer(text)] if has else []
             self._starts = [p[0] for p in self._spans]
         return self._spans
 
@@ -232,7 +232,7 @@ class _Protected:
         return i >= 0 and spans[i][1] > s
 
 
-class _Scanner:
+class Scanner:
     """The detectors of one policy run over a text (``_scan_with``). Builds, once, what decides most
     texts without entering a detector: the hints of all detectors as one regex, the detectors without
     hints and their patterns, the widths a probe's pieces need. Holds the registered secrets (replaced
@@ -255,7 +255,7 @@ class _Scanner:
         self._opens_urlencoded = "urlencoded" in self._unwrap
         # Where a probe of decoded runs is cut in bands (``_probe_bands``): the shortest match of each
         # built-in detector, and what a wrapper inside needs (a %XX escape; a base64 run).
-        widths = {_MIN_CHARS[id(det)] for det in self._detectors if id(det) in _MIN_CHARS}
+        widths = {MIN_CHARS[id(det)] for det in self._detectors if id(det) in MIN_CHARS}
         widths |= {3} if self._opens_urlencoded else set()
         widths |= {16} if self._opens_base64 else set()
         self._piece_widths = tuple(sorted(widths))
@@ -264,17 +264,17 @@ class _Scanner:
         self._known_order: tuple[str, ...] = ()  # longest first
 
     # What the classes built on this one provide: a token (or a probe's mask) for a value, the
-    # Redactor's; and what a scan finds inside wrappers, runledger.protect.redaction_unwrap's.
+    # Redactor's; and what a scan finds inside wrappers, runledger.protect.redaction._unwrap's.
 
-    def _token(self, kind: str, value: str, mint: _Mint) -> str:
+    def _token(self, kind: str, value: str, mint: Mint) -> str:
         raise NotImplementedError
 
-    def _open_wrappers(self, text: str, depth: int, mint: _Mint, piece_max: int | None = None) -> str:
+    def _open_wrappers(self, text: str, depth: int, mint: Mint, piece_max: int | None = None) -> str:
         raise NotImplementedError
 
-    def _scan_with(self, text: str, depth: int, mint: _Mint, piece_max: int | None = None) -> str:
+    def _scan_with(self, text: str, depth: int, mint: Mint, piece_max: int | None = None) -> str:
         """``text`` with its secrets replaced (tokens, or a probe's masks), looking ``depth`` wrappers deep
-        already. ``piece_max``: ``text`` is pieces of at most that many characters, NULs or ``_SEP``
+        already. ``piece_max``: ``text`` is pieces of at most that many characters, NULs or ``SEP``
         between them (a probe of decoded runs), so a built-in detector whose shortest match is longer,
         and a wrapper that needs more, is left out."""
         if self._known_order:
@@ -282,14 +282,14 @@ class _Scanner:
         if len(text) < 8:
             return text
         hints: _Hints | None = None
-        protected: _Protected | None = None
+        protected: Protected | None = None
         detectors = self._detectors
         # The hints the text holds, found at once (None: a text of several windows, whose detectors look
         # their hints up one by one and skip to them, ``_Hints``). Up to GATE_MAX_CHARS one scan for all
         # of them decides first; in a longer text a C ``in`` each (a ``filter``, no Python call a hint).
         present: frozenset[str] | None = None
         if len(text) <= WINDOW_CHARS:
-            low = text.lower() if text.isascii() else _lower(text)
+            low = text.lower() if text.isascii() else lower_text(text)
             if len(text) > GATE_MAX_CHARS:
                 present = frozenset(filter(low.__contains__, self._hint_list))
             elif self._any_hint.search(low) is None:
@@ -303,7 +303,7 @@ class _Scanner:
             hints = _Hints(low)
         hint_sets = self._hint_sets
         for det in detectors:
-            if piece_max is not None and _MIN_CHARS.get(id(det), 0) > piece_max:
+            if piece_max is not None and MIN_CHARS.get(id(det), 0) > piece_max:
                 continue
             if det.hints:
                 if present is not None:
@@ -311,18 +311,18 @@ class _Scanner:
                         continue
                 elif det.gate is None:  # (a long text is searched for a detector's gate, if it has one)
                     if hints is None:
-                        hints = _Hints(_lower(text))
+                        hints = _Hints(lower_text(text))
                     if all(hints.find(h, 0) < 0 for h in det.hints):
                         continue
             if det.lower and hints is None:
                 # (Also after an earlier detector's tokens reset the hints: a short text's hints are not
                 # looked up again, and ``_find`` would match the lower-cased pattern on the text as is,
                 # missing "Bearer ..." after an AWS key id.)
-                hints = _Hints(_lower(text))
+                hints = _Hints(lower_text(text))
             if det.gate is not None and present is not None and not det.hints and det.gate.search(text) is None:
                 continue
             if protected is None:
-                protected = _Protected(text)
+                protected = Protected(text)
             spans = self._find(det, text, hints, protected)
             if spans:
                 text = self._apply(det.kind, text, spans, protected if det.extent is not None else None, mint)
@@ -341,11 +341,11 @@ class _Scanner:
                 return False
         if depth >= WRAPPER_DEPTH:
             return True
-        if self._opens_urlencoded and "%" in text and _PERCENT.search(text) is not None:
+        if self._opens_urlencoded and "%" in text and PERCENT.search(text) is not None:
             return False
-        return not (self._opens_base64 and len(text) >= 16 and _b64_candidates(text) is not None)
+        return not (self._opens_base64 and len(text) >= 16 and b64_candidates(text) is not None)
 
-    def _find(self, det: Detector, text: str, hints: _Hints | None, protected: _Protected) -> list[tuple[int, int]]:
+    def _find(self, det: Detector, text: str, hints: _Hints | None, protected: Protected) -> list[tuple[int, int]]:
         """The spans of ``det``'s secrets in ``text`` (sorted, not overlapping), window by window.
 
         A match that starts inside a token or a secret:// reference is not one (a token's kind,
@@ -453,7 +453,7 @@ class _Scanner:
         return found
 
     def _apply(
-        self, kind: str, text: str, spans: list[tuple[int, int]], protected: _Protected | None, mint: _Mint
+        self, kind: str, text: str, spans: list[tuple[int, int]], protected: Protected | None, mint: Mint
     ) -> str:
         """``text`` with each span replaced by its token. A span that runs over tokens placed before
         (a credential's value holding an API key) leaves them be and tokenizes the text between."""
@@ -480,7 +480,7 @@ class _Scanner:
         out.append(text[prev:])
         return "".join(out)
 
-    def _replace_known(self, text: str, mint: _Mint) -> str:
+    def _replace_known(self, text: str, mint: Mint) -> str:
         order = self._known_order
         if not order or len(text) < 4:
             return text

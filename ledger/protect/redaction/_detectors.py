@@ -5,8 +5,8 @@ secret's span worked out from a match: the value after ``password:``, a PEM key 
 Where a credential's value ends, and no further, is ``_credential_extent``'s and ``_unquoted_end``'s.
 ``DETECTORS`` is their order of application (structured secrets first, so that a generic pattern
 never sees half of a key a specific one takes whole). How a pattern keeps the scan linear (a literal
-first, a bounded ``reach``, possessive tails) is in ``runledger.protect.redaction``'s notes; how they
-are run, in ``runledger.protect.redaction_scan``.
+first, a bounded ``reach``, possessive tails) is in ``runledger.protect.redaction._redactor``'s notes; how they
+are run, in ``runledger.protect.redaction._scan``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from runledger.protect.redaction_tokens import _PROTECTED
-from runledger.protect.wrappers import _SEP
+from runledger.protect.redaction._tokens import PROTECTED
+from runledger.protect.redaction._wrappers import SEP
 
 
 def luhn_ok(digits: str) -> bool:
@@ -35,21 +35,21 @@ _DOUBLED = bytes.maketrans(b"0123456789", b"0246813579")
 
 
 @functools.lru_cache(maxsize=4096)  # a table of the same few numbers, or an input made of one
-def _card_ok(text: str) -> bool:
+def card_ok(text: str) -> bool:
     raw = text.encode().translate(None, b" -")
     n = len(raw)
     return 13 <= n <= 19 and (sum(raw[-1::-2]) + sum(raw[-2::-2].translate(_DOUBLED)) - 48 * n) % 10 == 0
 
 
 def _cards_ok(candidates: list[str]) -> list[bool]:
-    """``_card_ok`` of each candidate, in C loops over the batch: the digits of every candidate
+    """``card_ok`` of each candidate, in C loops over the batch: the digits of every candidate
     right-aligned in 20 (zeros in front change no Luhn sum), so that the digits to double are at the
     same places in every block; each block's sums are then two ``sum``s over its 10-byte slices."""
     if not candidates:
         return []
     unique = set(candidates)
     if len(unique) * 2 < len(candidates):  # the same few numbers again and again: check each once
-        verdicts = dict(zip(unique, map(_card_ok, unique), strict=True))
+        verdicts = dict(zip(unique, map(card_ok, unique), strict=True))
         return list(map(verdicts.__getitem__, candidates))
     digits = list(map(bytes.translate, map(str.encode, candidates), itertools.repeat(None), itertools.repeat(b" -")))
     blocks = b"".join(map(bytes.rjust, digits, itertools.repeat(20), itertools.repeat(b"0")))
@@ -144,7 +144,7 @@ def _pem_extent(text: str, m: re.Match[str]) -> tuple[int, int]:
     """A PEM key: from its header to its footer, or to the end of the text (a truncated key)."""
     footer = _PEM_END.search(text, m.end())  # a literal-prefix search, once per key
     stop = footer.start() if footer else len(text)
-    sep = text.find(_SEP, m.end(), stop)
+    sep = text.find(SEP, m.end(), stop)
     if sep >= 0:
         return m.start(), sep
     return m.start(), footer.end() if footer else len(text)
@@ -287,7 +287,7 @@ def _credential_extent(text: str, m: re.Match[str]) -> tuple[int, int] | None:
     scheme = _AUTH_SCHEME.match(text, start, end)
     if scheme is not None and scheme.end() < end:
         start = scheme.end()
-    placed = _PROTECTED.match(text, start, end)
+    placed = PROTECTED.match(text, start, end)
     if placed is not None:  # a detector that knew where this secret ends took it (or it is a reference)
         end = placed.end()
     return (start, end) if end > start else None
@@ -428,7 +428,7 @@ DETECTORS: tuple[Detector, ...] = (
     _d(
         "card_number",
         r"[3456](?<![\d-][3456])\d{3}(?:[ -]?\d){9,15}(?![\d-])",
-        valid=_card_ok,
+        valid=card_ok,
         valid_all=_cards_ok,
         gate=r"[3456]\d{3}",
         reach=64,
@@ -449,7 +449,7 @@ def _min_chars(pattern: re.Pattern[str]) -> int:
 # The shortest match of each built-in detector, by id: a probe of pieces shorter than that (the decodings
 # of short base64 runs, NULs between them) leaves the detector out. Built-in only: none of them matches
 # across a NUL (an extra detector might, over pieces: it always runs).
-_MIN_CHARS: dict[int, int] = {id(det): _min_chars(det.pattern) for det in DETECTORS}
+MIN_CHARS: dict[int, int] = {id(det): _min_chars(det.pattern) for det in DETECTORS}
 
 # Dict keys whose value is a credential whatever it looks like: fnmatch patterns over the key
 # lower-cased, without ``-``, ``_``, ``.`` and blanks (``X-Api-Key`` is ``xapikey``).

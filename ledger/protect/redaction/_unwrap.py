@@ -1,9 +1,9 @@
 """Secrets inside base64 and URL-encoded text: wrappers decoded in bulk and *probed*.
 
-A probe is a scan whose tokens are masks as long as the secrets (``_Mint``), so that what it finds
-keeps its offsets and is mapped back to the wrapper, which goes whole. ``runledger.protect.wrappers``
+A probe is a scan whose tokens are masks as long as the secrets (``Mint``), so that what it finds
+keeps its offsets and is mapped back to the wrapper, which goes whole. ``runledger.protect.redaction._wrappers``
 finds and decodes the wrappers; the bands, the bulk probe of many runs and what was rejected are in
-``runledger.protect.redaction``'s notes.
+``runledger.protect.redaction._redactor``'s notes.
 """
 
 from __future__ import annotations
@@ -14,31 +14,31 @@ import itertools
 import operator
 import re
 
-from runledger.protect.redaction_scan import (
-    _KIND_OF_MASK,
-    _MASKED,
+from runledger.protect.redaction._scan import (
+    KIND_OF_MASK,
+    MASKED,
     WRAPPER_DEPTH,
-    _b64_candidates,
-    _mask_char,
-    _Mint,
-    _Protected,
-    _Scanner,
+    Mint,
+    Protected,
+    Scanner,
+    b64_candidates,
+    mask_char,
 )
-from runledger.protect.wrappers import (
-    _B64_BARE,
-    _B64_MAX_SUSPECTS,
-    _B64_PREFIX,
-    _CONTROL_TO_NUL,
-    _PERCENT,
-    _SEP,
-    _URLSAFE_BYTES,
-    _b64_decode_all,
-    _b64_runs,
-    _b64_tails,
-    _mixed_case,
-    _texty,
-    _url_decode,
-    _url_offsets,
+from runledger.protect.redaction._wrappers import (
+    B64_BARE,
+    B64_MAX_SUSPECTS,
+    B64_PREFIX,
+    CONTROL_TO_NUL,
+    PERCENT,
+    SEP,
+    URLSAFE_BYTES,
+    b64_decode_all,
+    b64_runs,
+    b64_tails,
+    mixed_case,
+    texty,
+    url_decode,
+    url_offsets,
 )
 
 # Kind-less masks of a probe that only asks where its secrets are: control characters, the first one
@@ -47,15 +47,15 @@ from runledger.protect.wrappers import (
 _FLAT_MASKS = {chr(c): re.compile(re.escape(chr(c)) * 2 + "*+") for c in (0x7F, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06)}
 
 
-class _WrapperOpener(_Scanner):
-    """The scan of ``_Scanner`` with what it finds inside base64 and URL-encoded text."""
+class WrapperOpener(Scanner):
+    """The scan of ``Scanner`` with what it finds inside base64 and URL-encoded text."""
 
-    def _open_wrappers(self, text: str, depth: int, mint: _Mint, piece_max: int | None = None) -> str:
+    def _open_wrappers(self, text: str, depth: int, mint: Mint, piece_max: int | None = None) -> str:
         """Secrets inside base64 and URL-encoded text (``WRAPPER_DEPTH`` wrappers deep).
 
-        A probe is a scan whose tokens are same-length masks (``_Mint``): what it finds keeps its
+        A probe is a scan whose tokens are same-length masks (``Mint``): what it finds keeps its
         offsets. Base64: the runs of a text are decoded together (C ``map``s over the list) and probed
-        as one text, their decodings joined by ``_SEP``, which no detector matches across; a run whose
+        as one text, their decodings joined by ``SEP``, which no detector matches across; a run whose
         part the probe changed is replaced whole (``«redacted:base64:<kind>:...»``). URL encoding: the
         whole text is decoded at once and probed; a masked span is mapped back to the text by counting
         escapes, and the encoded span goes (``«redacted:urlencoded:<kind>:...»``). Base64 first: a
@@ -69,35 +69,35 @@ class _WrapperOpener(_Scanner):
                 text = self._open_urlencoded(text, depth, mint)
         return text
 
-    def _open_base64(self, text: str, depth: int, mint: _Mint) -> str:
+    def _open_base64(self, text: str, depth: int, mint: Mint) -> str:
         suspects = self._base64_suspects(text, depth)
         if suspects is None:
-            spans = _b64_runs(text)
+            spans = b64_runs(text)
         else:  # only the stretches that may hold a secret: the runs there are those of the whole text
-            spans = [(s + a, e + a) for a, b in suspects for s, e in _b64_runs(text[a:b])]
+            spans = [(s + a, e + a) for a, b in suspects for s, e in b64_runs(text[a:b])]
         if not spans:
             return text
         runs = list(map(text.__getitem__, itertools.starmap(slice, spans)))
-        keep = list(itertools.compress(range(len(runs)), _mixed_case(runs)))
+        keep = list(itertools.compress(range(len(runs)), mixed_case(runs)))
         if not keep:
             return text
-        decoded = _b64_decode_all(list(map(runs.__getitem__, keep)))
+        decoded = b64_decode_all(list(map(runs.__getitem__, keep)))
         if not any(decoded):
             return text
-        joined = _SEP.join(decoded)
-        probed = self._scan_with(joined, depth + 1, _Mint(probe=True), max(map(len, decoded)))
+        joined = SEP.join(decoded)
+        probed = self._scan_with(joined, depth + 1, Mint(probe=True), max(map(len, decoded)))
         if probed == joined:
             return text
-        parts = probed.split(_SEP)
+        parts = probed.split(SEP)
         if len(parts) != len(decoded):  # an extra detector matched across the separator: all are suspect
-            parts = [_mask_char("secret")] * len(decoded)
-        protected = _Protected(text)
+            parts = [mask_char("secret")] * len(decoded)
+        protected = Protected(text)
         hits: dict[int, str] = {}
         for k in itertools.compress(range(len(keep)), map(operator.ne, parts, decoded)):
             s, e = spans[keep[k]]
             if not protected.overlaps(s, e):
-                mask = _MASKED.search(parts[k])
-                hits[keep[k]] = _KIND_OF_MASK.get(mask.group()[0], "secret") if mask else "secret"
+                mask = MASKED.search(parts[k])
+                hits[keep[k]] = KIND_OF_MASK.get(mask.group()[0], "secret") if mask else "secret"
         out: list[str] = []
         prev = 0
         for i in sorted(hits):  # by start: a run comes before its sub-runs, which it covers
@@ -121,7 +121,7 @@ class _WrapperOpener(_Scanner):
         All runs are decoded and probed at once, without their offsets (C passes: split, filter, pad,
         join, one ``a2b_base64``). A run whose decoding holds a secret makes the probe find something
         (a probe finds at least what it would in the run alone: the runs are apart, NULs between
-        them, which end what a detector can match as ``_SEP`` does: every class that leaves out one
+        them, which end what a detector can match as ``SEP`` does: every class that leaves out one
         leaves out both), so [] is a safe no. Of more than 16 runs (distinct), what the probe found
         is mapped back to the runs it lies in (their decodings' offsets in the probe: a bisect) and
         each such run to the stretches of ``text`` holding it (a ``find``: the whole run of base64
@@ -130,17 +130,17 @@ class _WrapperOpener(_Scanner):
         goes on. One secret among 60,000 runs no longer sends every run down the exact path (which
         slices, decodes and probes each at its offset: 300 ms a MiB). None, the whole text, when a
         stretch may be a line of a block (a newline at either end: ``_b64_blocks`` joins lines),
-        when the probe changed a length (an extra detector), or past ``_B64_MAX_SUSPECTS`` stretches
+        when the probe changed a length (an extra detector), or past ``B64_MAX_SUSPECTS`` stretches
         (dense secrets: a token each, the exact path's cost either way).
 
         Rejected: the offsets of every run kept through the probe (``finditer``, slices: what the
         exact path costs); a second probe per run (a Python call each)."""
-        found = _b64_candidates(text)
+        found = b64_candidates(text)
         if found is None:
             return []
         encoded, raw, lines_joined, runs = found
-        if len(runs[-1]) > _B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
-            tails = _b64_tails(runs[bisect.bisect_right(runs, _B64_PREFIX, key=len) :])
+        if len(runs[-1]) > B64_PREFIX and (b"-" in raw or b"_" in raw or b"/" in raw or b"+" in raw):
+            tails = b64_tails(runs[bisect.bisect_right(runs, B64_PREFIX, key=len) :])
             if tails:
                 runs += tails
                 runs.sort(key=len)  # (by length still: _base64_suspects_of_many takes them so)
@@ -149,19 +149,19 @@ class _WrapperOpener(_Scanner):
         if len(runs) > 16:
             return self._base64_suspects_of_many(text, encoded, raw, runs, urlsafe, lines_joined, depth)
         if urlsafe:
-            runs = list(map(bytes.translate, runs, itertools.repeat(_URLSAFE_BYTES)))
+            runs = list(map(bytes.translate, runs, itertools.repeat(URLSAFE_BYTES)))
         sizes = list(map(len, runs))
         # Each run padded with "A" to whole quanta (zero bits: at most two bytes of junk at its end).
         lengths = map(operator.and_, map(operator.add, sizes, itertools.repeat(3)), itertools.repeat(-4))
         padded = map(bytes.ljust, runs, lengths, itertools.repeat(b"A"))
-        # A document, an image: each decoded, binary ones left out (as in _b64_decode_all).
+        # A document, an image: each decoded, binary ones left out (as in b64_decode_all).
         decodings = list(map(binascii.a2b_base64, padded))
-        decoded = b"\x00".join(itertools.compress(decodings, _texty(decodings)))
-        # Control bytes (binary) become NULs, which end what a detector can match as _SEP does, and
-        # keep the probe Latin-1: one byte a character for the scans, where _SEP would make it two.
-        probe = decoded.translate(_CONTROL_TO_NUL).decode("latin-1")
+        decoded = b"\x00".join(itertools.compress(decodings, texty(decodings)))
+        # Control bytes (binary) become NULs, which end what a detector can match as SEP does, and
+        # keep the probe Latin-1: one byte a character for the scans, where SEP would make it two.
+        probe = decoded.translate(CONTROL_TO_NUL).decode("latin-1")
         piece_max = max(map(len, decodings))
-        return None if probe and self._scan_with(probe, depth + 1, _Mint(probe=True), piece_max) != probe else []
+        return None if probe and self._scan_with(probe, depth + 1, Mint(probe=True), piece_max) != probe else []
 
     def _base64_suspects_of_many(
         self,
@@ -193,7 +193,7 @@ class _WrapperOpener(_Scanner):
             offset += slot * (end - first)
             first = end
         joined = b"".join(pieces)
-        decoded = bytearray(binascii.a2b_base64(joined.translate(_URLSAFE_BYTES) if urlsafe else joined))
+        decoded = bytearray(binascii.a2b_base64(joined.translate(URLSAFE_BYTES) if urlsafe else joined))
         for offset, slot, _, size, count in groups:
             if size & 3:  # 4k + r characters: 3k + r - 1 bytes (r = 1: 3k, and 4k decode as extra text)
                 junk = offset + size // 4 * 3 + (size & 3) - 1
@@ -205,12 +205,12 @@ class _WrapperOpener(_Scanner):
         masked: list[tuple[int, int]] = []
         for start, end, piece_max in self._probe_bands(groups):
             part = text_probe[start:end]
-            probed = self._scan_with(part, depth + 1, _Mint(probe=True, mask=mask), piece_max)
+            probed = self._scan_with(part, depth + 1, Mint(probe=True, mask=mask), piece_max)
             if probed == part:
                 continue
             if lines_joined or len(probed) != len(part):
                 return None
-            finder = _FLAT_MASKS[mask] if mask else _MASKED
+            finder = _FLAT_MASKS[mask] if mask else MASKED
             masked += [(start + m.start(), start + m.end()) for m in finder.finditer(probed)]
         if not masked:
             return []
@@ -222,10 +222,10 @@ class _WrapperOpener(_Scanner):
                 offset, slot, first, _, _ = groups[bisect.bisect_right(group_starts, pos) - 1]
                 ends.append(first + (pos - offset) // slot)
             held.update(runs[ends[0] : ends[1] + 1])
-            if len(held) > _B64_MAX_SUSPECTS:
+            if len(held) > B64_MAX_SUSPECTS:
                 return None
         # The stretch around each place a held run is in: the run of base64 characters, its padding.
-        bare = raw.translate(_B64_BARE)
+        bare = raw.translate(B64_BARE)
         n = len(encoded)
         stretches: dict[int, int] = {}
         for run in held:
@@ -242,7 +242,7 @@ class _WrapperOpener(_Scanner):
                 if (start > 0 and encoded[start - 1] in b"\r\n") or (stop < n and encoded[stop] in b"\r\n"):
                     return None  # maybe a line of a block, which the whole text decides
                 stretches[start] = stop
-                if len(stretches) > _B64_MAX_SUSPECTS:
+                if len(stretches) > B64_MAX_SUSPECTS:
                     return None
                 at = encoded.find(run, stop)
         return sorted(stretches.items())
@@ -266,17 +266,17 @@ class _WrapperOpener(_Scanner):
                 level = fits
         return bands
 
-    def _open_urlencoded(self, text: str, depth: int, mint: _Mint) -> str:
-        if _PERCENT.search(text) is None:
+    def _open_urlencoded(self, text: str, depth: int, mint: Mint) -> str:
+        if PERCENT.search(text) is None:
             return text
-        decoded = _url_decode(text)
-        probed = self._scan_with(decoded, depth + 1, _Mint(probe=True))
+        decoded = url_decode(text)
+        probed = self._scan_with(decoded, depth + 1, Mint(probe=True))
         if probed == decoded:
             return text
-        masks = list(_MASKED.finditer(probed))
+        masks = list(MASKED.finditer(probed))
         if len(probed) != len(decoded):  # an extra detector's probe changed a length: take the whole text
             return self._token("urlencoded:secret", text, mint)
-        offsets = _url_offsets(text, [x for m in masks for x in m.span()])
+        offsets = url_offsets(text, [x for m in masks for x in m.span()])
         out: list[str] = []
         prev = 0
         for i, m in enumerate(masks):
@@ -284,7 +284,7 @@ class _WrapperOpener(_Scanner):
             if s < prev or e <= s:
                 continue
             out.append(text[prev:s])
-            out.append(self._token(f"urlencoded:{_KIND_OF_MASK.get(m.group()[0], 'secret')}", text[s:e], mint))
+            out.append(self._token(f"urlencoded:{KIND_OF_MASK.get(m.group()[0], 'secret')}", text[s:e], mint))
             prev = e
         out.append(text[prev:])
         return "".join(out)

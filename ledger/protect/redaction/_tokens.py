@@ -2,7 +2,7 @@
 
 The hex is an HMAC-SHA256 of the value under the run's token key (``Redactor._token``). A token
 contains nothing any detector matches (a test checks it), so redaction is idempotent; tokens already
-placed and ``secret://`` references are never looked into again (``_PROTECTED``: a reference names a
+placed and ``secret://`` references are never looked into again (``PROTECTED``: a reference names a
 credential, it is not one, and replays must see it unchanged).
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 import re
 
 TOKEN_OPEN, TOKEN_CLOSE = "«", "»"
-_TOKEN_RE = re.compile(r"«redacted:[a-z0-9_:.-]+:[0-9a-f]{12}»")
+TOKEN_RE = re.compile(r"«redacted:[a-z0-9_:.-]+:[0-9a-f]{12}»")
 # Tokens already placed and secret:// references are never looked into (see Redactor._find).
-_PROTECTED = re.compile(r"«redacted:[a-z0-9_:.-]{1,128}:[0-9a-f]{12}»|secret://[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+PROTECTED = re.compile(r"«redacted:[a-z0-9_:.-]{1,128}:[0-9a-f]{12}»|secret://[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 SECRET_SCHEME = "secret://"
-_KIND_JUNK = re.compile(r"[^a-z0-9_:.-]")  # what a token's kind may not hold
+KIND_JUNK = re.compile(r"[^a-z0-9_:.-]")  # what a token's kind may not hold
 
 
 def is_token(text: str) -> bool:
-    return bool(_TOKEN_RE.fullmatch(text))
+    return bool(TOKEN_RE.fullmatch(text))
 
 
 def contains_token(text: str) -> bool:
-    return bool(_TOKEN_RE.search(text))
+    return bool(TOKEN_RE.search(text))

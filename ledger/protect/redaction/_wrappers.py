@@ -1,10 +1,10 @@
 """The wrappers a secret may hide in, found and decoded in bulk: base64 runs and URL escapes.
 
-What ``runledger.protect.redaction`` opens (``Redactor._open_wrappers``): here, where base64-looking
-runs are (``_b64_runs``: a block of full lines and its short last line as one run, and the tail
-after a separator prefix), what many runs decode to (``_b64_decode_all``: C ``map``s over the list,
-binary decodings left out, ``_texty``), which runs may be base64 of text (``_mixed_case``), and URL
-escapes decoded with their offsets mapped back (``_url_decode``, ``_url_offsets``). Pure functions
+What the ``Redactor`` opens (``Redactor._open_wrappers``): here, where base64-looking
+runs are (``b64_runs``: a block of full lines and its short last line as one run, and the tail
+after a separator prefix), what many runs decode to (``b64_decode_all``: C ``map``s over the list,
+binary decodings left out, ``texty``), which runs may be base64 of text (``mixed_case``), and URL
+escapes decoded with their offsets mapped back (``url_decode``, ``url_offsets``). Pure functions
 of the text, no detector and no state: the probing (which detector finds what in a decoding, and
 the tokens) is the Redactor's. An input can hold 60,000 runs a MiB, so nothing here makes a Python
 call per run.
@@ -21,28 +21,28 @@ from typing import AnyStr, cast
 
 # Joins decoded wrappers in one probe: no detector matches across it, so the probe's output
 # splits back into one part per wrapper.
-_SEP = "\uffff"
+SEP = "\uffff"
 
 # base64 runs are found on a copy of the text mapped to bytes (every base64 character -> "a", "=" and
 # line ends kept, anything else -> " "), where a run of 16 is a literal the regex engine searches for.
 _B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
-_B64_MAP = bytes(ord("a") if c in _B64_ALPHABET else c if c in b"=\r\n" else ord(" ") for c in range(256))
-_B64_RUN = re.compile(b"a" * 16 + rb"a*+={0,2}+")
-_B64_SHORT = re.compile(r"[A-Za-z0-9+/_-]{16,}")  # the same, for a short text (no copy of it made)
+B64_MAP = bytes(ord("a") if c in _B64_ALPHABET else c if c in b"=\r\n" else ord(" ") for c in range(256))
+B64_RUN = re.compile(b"a" * 16 + rb"a*+={0,2}+")
+B64_SHORT = re.compile(r"[A-Za-z0-9+/_-]{16,}")  # the same, for a short text (no copy of it made)
 # The text as bytes with only base64 characters and line ends kept (blanks elsewhere).
-_B64_KEEP = bytes(c if c in _B64_ALPHABET or c in b"\r\n" else ord(" ") for c in range(256))
+B64_KEEP = bytes(c if c in _B64_ALPHABET or c in b"\r\n" else ord(" ") for c in range(256))
 # "-", "_", "/" and "+" are base64 data, or a separator in front of base64 (``key-<base64>``,
 # ``/v1/<base64>``): a run is also tried from after the last of them in its first 17 characters.
-_B64_PREFIX = 17
+B64_PREFIX = 17
 _B64_SEPARATORS = bytes.maketrans(b"_/+", b"---")
 
 
-def _b64_tails(runs: list[bytes]) -> list[bytes]:
+def b64_tails(runs: list[bytes]) -> list[bytes]:
     """What follows a short prefix ended by a separator, for the runs that have one (C maps)."""
-    runs = list(itertools.compress(runs, map(operator.lt, itertools.repeat(_B64_PREFIX), map(len, runs))))
+    runs = list(itertools.compress(runs, map(operator.lt, itertools.repeat(B64_PREFIX), map(len, runs))))
     cut_at = cast("Callable[[bytes, slice], bytes]", operator.getitem)
     heads = map(
-        bytes.translate, map(cut_at, runs, itertools.repeat(slice(0, _B64_PREFIX))), itertools.repeat(_B64_SEPARATORS)
+        bytes.translate, map(cut_at, runs, itertools.repeat(slice(0, B64_PREFIX))), itertools.repeat(_B64_SEPARATORS)
     )
     cuts = list(map(bytes.rfind, heads, itertools.repeat(b"-")))
     tails = list(map(cut_at, runs, map(slice, map(operator.add, cuts, itertools.repeat(1)), itertools.repeat(None))))
@@ -56,32 +56,32 @@ def _b64_tails(runs: list[bytes]) -> list[bytes]:
 
 # A line end inside a block (after a full line of 64 or 76), for joining its lines.
 # (Anchored at the line end, which the engine searches for; the look-behinds check the line before.)
-_B64_BLOCK_LINE = re.compile(
+B64_BLOCK_LINE = re.compile(
     rb"(?:\n(?:(?<=(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{64}\n)|(?<=(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{76}\n))"
     rb"|\r\n(?:(?<=(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{64}\r\n)|(?<=(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{76}\r\n)))"
     rb"(?=[A-Za-z0-9+/])"
 )
-_URLSAFE_BYTES = bytes.maketrans(b"-_", b"+/")
+URLSAFE_BYTES = bytes.maketrans(b"-_", b"+/")
 # Above this many candidate runs, the exact path (every run at its offset) runs over the whole text.
-_B64_MAX_SUSPECTS = 64
-_B64_BARE = bytes.maketrans(b"\r\n", b"  ")  # (for _B64_KEEP's output: base64 characters or blanks)
+B64_MAX_SUSPECTS = 64
+B64_BARE = bytes.maketrans(b"\r\n", b"  ")  # (for B64_KEEP's output: base64 characters or blanks)
 # Lines of MIME, PEM and GNU ``base64`` output (64 or 76 characters, a multiple of 4) decode as one.
 _B64_LINE = (64, 76)
 _URLSAFE = str.maketrans("-_", "+/")
 _PADDING = "=="
 
 
-def _b64_runs(text: str) -> list[tuple[int, int]]:
+def b64_runs(text: str) -> list[tuple[int, int]]:
     """The spans of base64-looking runs of 16 characters or more (a block of full lines, and the
-    shorter line that ends it, is one run), and of their tails after a short prefix (``_b64_tails``)."""
+    shorter line that ends it, is one run), and of their tails after a short prefix (``b64_tails``)."""
     encoded = text.encode("latin-1", "replace")
-    spans = _b64_blocks(text, encoded.translate(_B64_MAP))
+    spans = _b64_blocks(text, encoded.translate(B64_MAP))
     if not spans:
         return spans
     # The last separator in each run's first characters: one rfind a run over the text with every
     # separator made "-" (no slice, no Python call a run: an input can hold 60,000 runs a MiB).
     starts, ends = map(list, zip(*spans, strict=True))
-    heads = map(min, ends, map(operator.add, starts, itertools.repeat(_B64_PREFIX)))
+    heads = map(min, ends, map(operator.add, starts, itertools.repeat(B64_PREFIX)))
     cuts = list(map(encoded.translate(_B64_SEPARATORS).rfind, itertools.repeat(b"-"), starts, heads))
     has = list(map(operator.le, itertools.repeat(0), cuts))
     if not any(has):
@@ -92,7 +92,7 @@ def _b64_runs(text: str) -> list[tuple[int, int]]:
 
 
 def _b64_blocks(text: str, mapped: bytes) -> list[tuple[int, int]]:
-    spans = list(map(re.Match.span, _B64_RUN.finditer(mapped)))
+    spans = list(map(re.Match.span, B64_RUN.finditer(mapped)))
     if b"\n" not in mapped or not spans:
         return spans
     merged: list[tuple[int, int]] = []
@@ -121,26 +121,26 @@ def _full_line(text: str, start: int, end: int) -> bool:
     return text[end - 1] != "=" and end - max(text.rfind("\n", start, end) + 1, start) in _B64_LINE
 
 
-def _b64_decode_all(runs: list[str]) -> list[str]:
+def b64_decode_all(runs: list[str]) -> list[str]:
     """What each run decodes to, as text (latin-1: one character a byte), or "" when it is no base64
     of text: not base64 at all, or binary (more than one control character in sixteen; no secret a
     detector knows looks like that, and an image is most of what base64 carries). C calls over the
     whole list (``map``), no Python call a run: an input can hold 60,000 runs a MiB."""
-    joined = _SEP.join(runs)
+    joined = SEP.join(runs)
     if "\n" in joined:
         joined = joined.replace("\r", "").replace("\n", "")
     if "-" in joined or "_" in joined:
         joined = joined.translate(_URLSAFE)  # a run with both alphabets decodes to junk either way
-    stripped = joined.replace("=", "").split(_SEP)
+    stripped = joined.replace("=", "").split(SEP)
     lengths = list(map(operator.mod, map(len, stripped), itertools.repeat(4)))
     if 1 in lengths:  # 4k+1 characters are no base64: decode as empty
         stripped = [r if k != 1 else "" for r, k in zip(stripped, lengths, strict=True)]
     raw = list(map(binascii.a2b_base64, map(str.__add__, stripped, itertools.repeat(_PADDING))))
     # junk * False: ""
-    return list(map(operator.mul, map(bytes.decode, raw, itertools.repeat("latin-1")), _texty(raw)))
+    return list(map(operator.mul, map(bytes.decode, raw, itertools.repeat("latin-1")), texty(raw)))
 
 
-def _mixed_case(runs: list[AnyStr]) -> list[bool]:
+def mixed_case(runs: list[AnyStr]) -> list[bool]:
     """Which runs may be base64 of text: hex digests and ids are of one case (or all digits), base64
     of text never is. C ``map``s over the list."""
     if not runs:
@@ -152,7 +152,7 @@ def _mixed_case(runs: list[AnyStr]) -> list[bool]:
     return list(map(operator.not_, one_case))
 
 
-def _texty(decodings: list[bytes]) -> list[bool]:
+def texty(decodings: list[bytes]) -> list[bool]:
     """Which decodings may be text: at most one control character in sixteen (else binary)."""
     sizes = list(map(len, decodings))
     kept = map(len, map(bytes.translate, decodings, itertools.repeat(None), itertools.repeat(_CONTROL)))
@@ -161,16 +161,16 @@ def _texty(decodings: list[bytes]) -> list[bool]:
 
 
 _CONTROL = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
-_CONTROL_TO_NUL = bytes(0 if c in _CONTROL or c == 0xFF else c for c in range(256))
+CONTROL_TO_NUL = bytes(0 if c in _CONTROL or c == 0xFF else c for c in range(256))
 
 
-_PERCENT = re.compile(r"%(?=[0-9A-Fa-f]{2})")
+PERCENT = re.compile(r"%(?=[0-9A-Fa-f]{2})")
 
 
 _NOT_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
-def _url_decode(text: str) -> str:
+def url_decode(text: str) -> str:
     """``text`` with every ``%XX`` decoded to one character (U+0000-U+00FF), in a few C passes: each
     ``%`` becomes ``\\x`` (a ``%`` that starts no escape, ``\\x25``) and the codec does the rest."""
     escaped = text.replace("\\", "\\\\")
@@ -180,8 +180,8 @@ def _url_decode(text: str) -> str:
     return escaped.encode("latin-1", "backslashreplace").decode("unicode_escape")
 
 
-def _url_offsets(text: str, decoded_offsets: list[int]) -> list[int]:
-    """Where the characters at ``decoded_offsets`` (sorted) of ``_url_decode(text)`` start in ``text``.
+def url_offsets(text: str, decoded_offsets: list[int]) -> list[int]:
+    """Where the characters at ``decoded_offsets`` (sorted) of ``url_decode(text)`` start in ``text``.
 
     Counted in C: a stretch of the text with k escapes decodes to k x 2 fewer characters; each step
     counts the escapes of a new stretch, and the distance left shrinks geometrically."""
@@ -192,10 +192,10 @@ def _url_offsets(text: str, decoded_offsets: list[int]) -> list[int]:
         while d < target and o < n:
             step = target - d
             end = min(n, o + step)
-            escapes = len(_PERCENT.findall(text, o, min(n, end + 2)))  # those starting before ``end``
+            escapes = len(PERCENT.findall(text, o, min(n, end + 2)))  # those starting before ``end``
             for back in (1, 2):  # an escape straddling ``end`` is taken whole
                 at = end - back
-                if at >= o and text[at] == "%" and _PERCENT.match(text, at) is not None:
+                if at >= o and text[at] == "%" and PERCENT.match(text, at) is not None:
                     end = at + 3
                     break
             d += (end - o) - 2 * escapes

@@ -353,102 +353,42 @@ class Scanner:
         a credential, it is not one, and replays must see it unchanged); nor is a span running into
         one, except an extent's (a credential's value holding a token: see ``_apply``)."""
         subject = hints.low if det.lower and hints is not None else text
-        pattern, reach, cut, extent, valid = det.pattern, max(1, det.reach), det.cut, det.extent, det.valid
-        if len(text) <= WINDOW_CHARS and pattern.search(subject) is None:
+        if len(text) <= WINDOW_CHARS and det.pattern.search(subject) is None:
             return []  # one window and no match: no more to do
         # Skipping to hints (or gate matches) is for texts of more than one window; a gate wins.
         own = det.hints if hints is not None and len(text) > WINDOW_CHARS and det.gate is None else ()
-        group = det.group
+        skip = _Skip(det, text, hints, own)
         guarded: bool | None = None  # whether the text holds tokens or references (asked at the first match)
         n = len(text)
         found: list[tuple[int, int]] = []
         last = 0  # end of the last secret: the next starts after it
-        next_hint: dict[str, int] = {}  # hint -> its next offset at or after pos - reach (-1: none left)
         pos = 0
         while pos < n:
-            if own:
-                assert hints is not None
-                back, hit = max(0, pos - reach), -1
-                for h in own:
-                    i = next_hint.get(h, -2)
-                    if i == -1:
-                        continue
-                    if i < back:
-                        i = next_hint[h] = hints.find(h, back)
-                        if i < 0:
-                            continue
-                    if hit < 0 or i < hit:
-                        hit = i
-                if hit < 0:
+            if own or det.gate is not None:
+                pos = skip.to_next(pos)
+                if pos < 0:
                     break
-                pos = max(pos, hit - reach)
-            elif det.gate is not None:
-                g = det.gate.search(text, pos, min(n, pos + WINDOW_CHARS + reach))
-                if g is None:
-                    pos += WINDOW_CHARS
-                    continue
-                pos = max(pos, g.start() - reach)
-            if cut is not None:
-                c = cut.search(subject, pos + WINDOW_CHARS) if pos + WINDOW_CHARS < n else None
+            if det.cut is not None:
+                c = det.cut.search(subject, pos + WINDOW_CHARS) if pos + WINDOW_CHARS < n else None
                 window_end = limit = c.start() if c is not None else n
             else:
                 window_end = min(n, pos + WINDOW_CHARS)
-                limit = min(n, window_end + reach)
-            resume = window_end
+                limit = min(n, window_end + max(1, det.reach))
             if guarded is None:
                 guarded = protected.any()
-            if extent is None and not guarded:
+            if det.extent is None and not guarded:
                 # A plain pattern in a text without tokens: the whole window's matches at once. (Not
                 # for extents: a secret that runs past its match restarts the window from its end,
                 # and listing a window's matches each time would be quadratic.)
-                if det.valid_all is not None and group == 0 and pattern.groups == 0:
-                    # Candidates as strings first (no match objects): most windows hold no valid one.
-                    # (A batch-checked detector's matches are shorter than its reach: none is cut.)
-                    candidates = pattern.findall(subject, pos, limit)
-                    if not candidates or not any(det.valid_all(candidates)):
-                        pos = max(resume, last)
-                        continue
-                matches = list(pattern.finditer(subject, pos, limit))
-                starts = list(map(re.Match.start, matches))
-                del matches[bisect.bisect_left(starts, window_end) :]
-                if matches and cut is None and matches[-1].end() >= limit and limit < n:
-                    matches[-1] = pattern.match(subject, matches[-1].start(), n) or matches[-1]
-                spans = list(map(re.Match.span, matches, itertools.repeat(group)))
-                if group:  # an optional group may be empty
-                    spans = list(itertools.compress(spans, map(operator.lt, map(min, spans), map(max, spans))))
-                if spans and (det.valid_all is not None or valid is not None):
-                    if group == 0 and subject is text:
-                        secrets = list(map(re.Match.group, matches))
-                    else:
-                        secrets = list(map(text.__getitem__, itertools.starmap(slice, spans)))
-                    verdicts = det.valid_all(secrets) if det.valid_all is not None else map(valid, secrets)  # type: ignore[arg-type]
-                    spans = list(itertools.compress(spans, verdicts))
+                spans = _window_spans(det, text, subject, pos, window_end, limit)
                 if spans:
                     found.extend(spans)
                     last = spans[-1][1]
-                pos = max(resume, last)
+                pos = max(window_end, last)
                 continue
-            for m in pattern.finditer(subject, pos, limit):
-                start = m.start()
-                if start >= window_end:
-                    break
-                if start < last or (guarded and protected.holds(start)):
-                    continue
-                if cut is None and m.end() >= limit and limit < n:
-                    m = pattern.match(subject, start, n) or m  # a tail the window cut short
-                span = extent(text, m) if extent is not None else m.span(group)
-                if span is None:
-                    continue
-                s, e = span
-                if s < last or e <= s or (guarded and extent is None and protected.overlaps(s, e)):
-                    continue
-                if valid is not None and not valid(text[s:e]):
-                    continue
-                found.append(span)
-                last = e
-                if e > m.end() + 1024:  # the secret runs far past its match (a long value, a key's body):
-                    resume = e  # go on from its end rather than skip the matches inside it one by one
-                    break
+            last, resume = _window_matches(
+                det, text, subject, (pos, window_end, limit), last, guarded, protected, found
+            )
             pos = max(resume, last)
         return found
 
@@ -504,3 +444,109 @@ class Scanner:
             prev = e
         out.append(text[prev:])
         return "".join(out)
+
+
+class _Skip:
+    """Where ``Scanner._find``'s next window starts in a text of many windows: at ``reach`` before
+    the next of the detector's own hints, or before the next match of its gate."""
+
+    def __init__(self, det: Detector, text: str, hints: _Hints | None, own: tuple[str, ...]) -> None:
+        self.det, self.text, self.hints, self.own = det, text, hints, own
+        self.reach = max(1, det.reach)
+        self.next_hint: dict[str, int] = {}  # hint -> its next offset at or after pos - reach (-1: none left)
+
+    def to_next(self, pos: int) -> int:
+        """The next window's start at or after ``pos``; -1 if the text holds no more to look at."""
+        reach, n = self.reach, len(self.text)
+        if self.own:
+            assert self.hints is not None
+            back, hit = max(0, pos - reach), -1
+            for h in self.own:
+                i = self.next_hint.get(h, -2)
+                if i == -1:
+                    continue
+                if i < back:
+                    i = self.next_hint[h] = self.hints.find(h, back)
+                    if i < 0:
+                        continue
+                if hit < 0 or i < hit:
+                    hit = i
+            return -1 if hit < 0 else max(pos, hit - reach)
+        gate = self.det.gate
+        assert gate is not None
+        while pos < n:
+            g = gate.search(self.text, pos, min(n, pos + WINDOW_CHARS + reach))
+            if g is not None:
+                return max(pos, g.start() - reach)
+            pos += WINDOW_CHARS
+        return -1
+
+
+def _window_spans(
+    det: Detector, text: str, subject: str, pos: int, window_end: int, limit: int
+) -> list[tuple[int, int]]:
+    """The spans of ``det``'s secrets starting in one window ``[pos, window_end)`` of a text without
+    tokens or references, all at once (a plain pattern: no extent), the last match's tail read up
+    to ``limit`` or further."""
+    pattern, group, valid, n = det.pattern, det.group, det.valid, len(text)
+    if det.valid_all is not None and group == 0 and pattern.groups == 0:
+        # Candidates as strings first (no match objects): most windows hold no valid one.
+        # (A batch-checked detector's matches are shorter than its reach: none is cut.)
+        candidates = pattern.findall(subject, pos, limit)
+        if not candidates or not any(det.valid_all(candidates)):
+            return []
+    matches = list(pattern.finditer(subject, pos, limit))
+    starts = list(map(re.Match.start, matches))
+    del matches[bisect.bisect_left(starts, window_end) :]
+    if matches and det.cut is None and matches[-1].end() >= limit and limit < n:
+        matches[-1] = pattern.match(subject, matches[-1].start(), n) or matches[-1]
+    spans = list(map(re.Match.span, matches, itertools.repeat(group)))
+    if group:  # an optional group may be empty
+        spans = list(itertools.compress(spans, map(operator.lt, map(min, spans), map(max, spans))))
+    if spans and (det.valid_all is not None or valid is not None):
+        if group == 0 and subject is text:
+            secrets = list(map(re.Match.group, matches))
+        else:
+            secrets = list(map(text.__getitem__, itertools.starmap(slice, spans)))
+        verdicts = det.valid_all(secrets) if det.valid_all is not None else map(valid, secrets)  # type: ignore[arg-type]
+        spans = list(itertools.compress(spans, verdicts))
+    return spans
+
+
+def _window_matches(
+    det: Detector,
+    text: str,
+    subject: str,
+    window: tuple[int, int, int],
+    last: int,
+    guarded: bool,
+    protected: Protected,
+    found: list[tuple[int, int]],
+) -> tuple[int, int]:
+    """The secrets of one window ``(pos, window_end, limit)`` match by match (an extent, or a text
+    holding tokens), appended to ``found``: (the end of the last secret, where the next window starts)."""
+    pos, window_end, limit = window
+    pattern, extent, n = det.pattern, det.extent, len(text)
+    resume = window_end
+    for m in pattern.finditer(subject, pos, limit):
+        start = m.start()
+        if start >= window_end:
+            break
+        if start < last or (guarded and protected.holds(start)):
+            continue
+        if det.cut is None and m.end() >= limit and limit < n:
+            m = pattern.match(subject, start, n) or m  # a tail the window cut short
+        span = extent(text, m) if extent is not None else m.span(det.group)
+        if span is None:
+            continue
+        s, e = span
+        if s < last or e <= s or (guarded and extent is None and protected.overlaps(s, e)):
+            continue
+        if det.valid is not None and not det.valid(text[s:e]):
+            continue
+        found.append(span)
+        last = e
+        if e > m.end() + 1024:  # the secret runs far past its match (a long value, a key's body):
+            resume = e  # go on from its end rather than skip the matches inside it one by one
+            break
+    return last, resume

@@ -41,6 +41,8 @@ from runledger.protect.redaction._wrappers import (
     url_offsets,
 )
 
+_Group = tuple[int, int, int, int, int]  # (offset in the probe, bytes a run, first run, size, runs)
+
 # Kind-less masks of a probe that only asks where its secrets are: control characters, the first one
 # the probed text does not hold.
 # (A literal first, which the regex engine searches for: ``x+`` alone is tried at every position.)
@@ -175,29 +177,18 @@ class WrapperOpener(Scanner):
     ) -> list[tuple[int, int]] | None:
         """``_base64_suspects`` of more than 16 distinct runs (as ``text`` holds them, by length),
         decoded in one call: binary ones too (they only add to what is probed)."""
-        # The runs of one length are joined by one separator, their padding with "A" and "AAAA" (three
-        # NULs): no C pass a run. In a run's decoding, the byte past its last whole one (from the
-        # padding and its last character's low bits) is set to NUL, as a junk letter there could hide
-        # a secret a detector bounds ("AKIA..." then "P" is no key id).
-        pieces: list[bytes] = []
-        groups: list[tuple[int, int, int, int, int]] = []  # (offset in the probe, bytes a run, first run, size, runs)
-        first = offset = 0
-        while first < len(runs):
-            size = len(runs[first])
-            end = bisect.bisect_right(runs, size, first, key=len)
-            padded = (size + 3) & -4
-            gap = b"A" * (padded - size + 4)
-            pieces.append(gap.join(runs[first:end]) + gap)
-            slot = (padded // 4 + 1) * 3
-            groups.append((offset, slot, first, size, end - first))
-            offset += slot * (end - first)
-            first = end
-        joined = b"".join(pieces)
-        decoded = bytearray(binascii.a2b_base64(joined.translate(URLSAFE_BYTES) if urlsafe else joined))
-        for offset, slot, _, size, count in groups:
-            if size & 3:  # 4k + r characters: 3k + r - 1 bytes (r = 1: 3k, and 4k decode as extra text)
-                junk = offset + size // 4 * 3 + (size & 3) - 1
-                decoded[junk : junk + slot * count : slot] = bytes(count)
+        decoded, groups = _decode_runs(runs, urlsafe)
+        masked = self._masked_in_probe(decoded, groups, lines_joined, depth)
+        if not masked:
+            return masked  # None (the whole text decides) or [] (nothing in the runs)
+        held = _runs_holding(masked, groups, runs)
+        return None if held is None else _stretches_around(held, encoded, raw)
+
+    def _masked_in_probe(
+        self, decoded: bytearray, groups: list[_Group], lines_joined: bool, depth: int
+    ) -> list[tuple[int, int]] | None:
+        """Where the secrets are in the decodings of ``_decode_runs`` (offsets in ``decoded``), band by
+        band; None if a secret may span runs joined from lines (the whole text decides)."""
         text_probe = decoded.decode("latin-1")
         # Only where the secrets are matters here, not their kinds: masked with a character the decodings
         # do not hold, if there is one (binary runs may hold every byte).
@@ -212,42 +203,9 @@ class WrapperOpener(Scanner):
                 return None
             finder = _FLAT_MASKS[mask] if mask else MASKED
             masked += [(start + m.start(), start + m.end()) for m in finder.finditer(probed)]
-        if not masked:
-            return []
-        group_starts = [g[0] for g in groups]
-        held: set[bytes] = set()
-        for m_start, m_end in masked:
-            ends = []  # the runs holding its first and its last character
-            for pos in (m_start, m_end - 1):
-                offset, slot, first, _, _ = groups[bisect.bisect_right(group_starts, pos) - 1]
-                ends.append(first + (pos - offset) // slot)
-            held.update(runs[ends[0] : ends[1] + 1])
-            if len(held) > B64_MAX_SUSPECTS:
-                return None
-        # The stretch around each place a held run is in: the run of base64 characters, its padding.
-        bare = raw.translate(B64_BARE)
-        n = len(encoded)
-        stretches: dict[int, int] = {}
-        for run in held:
-            at = encoded.find(run)
-            if at < 0:
-                return None  # (a run is text of ``text``; not a case that occurs)
-            while at >= 0:
-                start = bare.rfind(b" ", 0, at) + 1
-                end = bare.find(b" ", at + len(run))
-                end = n if end < 0 else end
-                stop = end
-                while stop < n and stop - end < 2 and encoded[stop] == 0x3D:  # "="
-                    stop += 1
-                if (start > 0 and encoded[start - 1] in b"\r\n") or (stop < n and encoded[stop] in b"\r\n"):
-                    return None  # maybe a line of a block, which the whole text decides
-                stretches[start] = stop
-                if len(stretches) > B64_MAX_SUSPECTS:
-                    return None
-                at = encoded.find(run, stop)
-        return sorted(stretches.items())
+        return masked
 
-    def _probe_bands(self, groups: list[tuple[int, int, int, int, int]]) -> list[tuple[int, int, int]]:
+    def _probe_bands(self, groups: list[_Group]) -> list[tuple[int, int, int]]:
         """The probe of ``_base64_suspects_of_many`` cut where its runs' decodings grow long enough for
         another built-in detector (or a wrapper) to fit: (start, end, longest decoding) each, scanned
         apart with that bound (``_scan_with``'s ``piece_max``). 16-character runs decode to 12 bytes,
@@ -288,3 +246,73 @@ class WrapperOpener(Scanner):
             prev = e
         out.append(text[prev:])
         return "".join(out)
+
+
+def _decode_runs(runs: list[bytes], urlsafe: bool) -> tuple[bytearray, list[_Group]]:
+    """``runs`` (sorted by length) decoded in one call, and where each length's runs are in the result."""
+    # The runs of one length are joined by one separator, their padding with "A" and "AAAA" (three
+    # NULs): no C pass a run. In a run's decoding, the byte past its last whole one (from the
+    # padding and its last character's low bits) is set to NUL, as a junk letter there could hide
+    # a secret a detector bounds ("AKIA..." then "P" is no key id).
+    pieces: list[bytes] = []
+    groups: list[_Group] = []
+    first = offset = 0
+    while first < len(runs):
+        size = len(runs[first])
+        end = bisect.bisect_right(runs, size, first, key=len)
+        padded = (size + 3) & -4
+        gap = b"A" * (padded - size + 4)
+        pieces.append(gap.join(runs[first:end]) + gap)
+        slot = (padded // 4 + 1) * 3
+        groups.append((offset, slot, first, size, end - first))
+        offset += slot * (end - first)
+        first = end
+    joined = b"".join(pieces)
+    decoded = bytearray(binascii.a2b_base64(joined.translate(URLSAFE_BYTES) if urlsafe else joined))
+    for offset, slot, _, size, count in groups:
+        if size & 3:  # 4k + r characters: 3k + r - 1 bytes (r = 1: 3k, and 4k decode as extra text)
+            junk = offset + size // 4 * 3 + (size & 3) - 1
+            decoded[junk : junk + slot * count : slot] = bytes(count)
+    return decoded, groups
+
+
+def _runs_holding(masked: list[tuple[int, int]], groups: list[_Group], runs: list[bytes]) -> set[bytes] | None:
+    """The runs that hold the secrets found at ``masked`` (offsets in the decodings of ``_decode_runs``);
+    None if there are more than ``B64_MAX_SUSPECTS``."""
+    group_starts = [g[0] for g in groups]
+    held: set[bytes] = set()
+    for m_start, m_end in masked:
+        ends = []  # the runs holding its first and its last character
+        for pos in (m_start, m_end - 1):
+            offset, slot, first, _, _ = groups[bisect.bisect_right(group_starts, pos) - 1]
+            ends.append(first + (pos - offset) // slot)
+        held.update(runs[ends[0] : ends[1] + 1])
+        if len(held) > B64_MAX_SUSPECTS:
+            return None
+    return held
+
+
+def _stretches_around(held: set[bytes], encoded: bytes, raw: bytes) -> list[tuple[int, int]] | None:
+    """The stretch around each place a held run is in: the run of base64 characters, its padding
+    (sorted); None where the whole text decides (a line of a block, too many stretches)."""
+    bare = raw.translate(B64_BARE)
+    n = len(encoded)
+    stretches: dict[int, int] = {}
+    for run in held:
+        at = encoded.find(run)
+        if at < 0:
+            return None  # (a run is text of ``text``; not a case that occurs)
+        while at >= 0:
+            start = bare.rfind(b" ", 0, at) + 1
+            end = bare.find(b" ", at + len(run))
+            end = n if end < 0 else end
+            stop = end
+            while stop < n and stop - end < 2 and encoded[stop] == 0x3D:  # "="
+                stop += 1
+            if (start > 0 and encoded[start - 1] in b"\r\n") or (stop < n and encoded[stop] in b"\r\n"):
+                return None  # maybe a line of a block, which the whole text decides
+            stretches[start] = stop
+            if len(stretches) > B64_MAX_SUSPECTS:
+                return None
+            at = encoded.find(run, stop)
+    return sorted(stretches.items())

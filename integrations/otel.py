@@ -49,7 +49,6 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -80,7 +79,6 @@ __all__ = [
     "follow_runs",
     "otlp_exporter",
     "run_spans",
-    "select_runs",
     "span_id_of",
     "trace_id_of",
 ]
@@ -531,25 +529,6 @@ async def export_runs(
     return result
 
 
-async def select_runs(client: LedgerClient, where: str, db: Path | None = None, *, sync: bool = True) -> list[str]:
-    """Run ids matching a SQL condition over the projection's ``runs`` table, oldest first.
-
-    Catches the DuckDB file (default ``$RUNLEDGER_HOME/ledger.duckdb``) up with the stream first
-    unless ``sync`` is false.
-    Needs the projections extra. Raises QueryError naming the condition when DuckDB refuses it."""
-    require_extra("projections", "`runledger export otlp --where`")
-    from runledger.projections.projector import default_db_path, project
-    from runledger.projections.queries import run_sql
-    from runledger.projections.store import ProjectionStore
-
-    path = db or default_db_path()
-    if sync:
-        await project(client, path)
-    with ProjectionStore(path, writer=False) as store:
-        rows = run_sql(store.con, f"SELECT run_id FROM runs WHERE ({where}) ORDER BY started_at, run_id").rows
-    return [str(r[0]) for r in rows]
-
-
 async def follow_runs(
     client: LedgerClient,
     exporter: SpanExporter,
@@ -564,8 +543,8 @@ async def follow_runs(
 
     A run that settles again (a suspended run resumed and completed) is exported again, with the
     same ids. ``ready()`` is called once the subscription is in place (events before it are not
-    seen: export those by id or with ``select_runs``). A run whose export fails is logged and
-    skipped; following goes on."""
+    seen: export those by id, as ``runledger export otlp --where`` does). A run whose export fails is
+    logged and skipped; following goes on."""
     result = OtlpExportResult()
     settled: asyncio.Queue[str] = asyncio.Queue()
 

@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 from runledger.cli.connect import with_client
@@ -48,10 +47,8 @@ def _headers(items: list[str]) -> dict[str, str] | None:
 
 def cmd_export_otlp(args: argparse.Namespace) -> int:
     require_extra("otel", "`runledger export otlp`")
-    from runledger.integrations.otel import export_runs, follow_runs, otlp_exporter, select_runs
+    from runledger.integrations.otel import export_runs, follow_runs, otlp_exporter
 
-    if args.runs and args.where:
-        raise ConfigurationError("give RUN ids or --where, not both")
     if not (args.runs or args.where or args.follow):
         raise ConfigurationError("name the runs to export: RUN ..., --where SQL over runs, or --follow")
     endpoint = _endpoint(args)
@@ -61,12 +58,10 @@ def cmd_export_otlp(args: argparse.Namespace) -> int:
         print(f"{run_id}  trace {trace_id}  {spans} spans", flush=True)
 
     async def go(client: LedgerClient) -> int:
-        run_ids = list(args.runs)
-        if args.where:
-            run_ids = await select_runs(client, args.where, Path(args.db) if args.db else None, sync=not args.no_sync)
-            if not run_ids and not args.follow:
-                print(f"no recorded run matches: {args.where}")
-                return 0
+        run_ids = await args.select_runs(client)
+        if args.where and not run_ids and not args.follow:
+            print(f"no recorded run matches: {args.where}")
+            return 0
         options: dict[str, Any] = {"content": args.content, "service_name": args.service_name, "on_run": sent}
         result = await export_runs(client, run_ids, exporter, **options)
         if not args.follow:
@@ -89,13 +84,12 @@ def cmd_export_otlp(args: argparse.Namespace) -> int:
 
 def register(modes: Any, parents: list[argparse.ArgumentParser]) -> None:
     """Entry point of ``export otlp`` (group ``runledger.export``): ``parents`` are the options
-    every ``export`` takes (the connection, ``--db``, ``--no-sync``)."""
+    every ``export`` takes (the connection, ``--db``, ``--no-sync``, and the selection: RUN ids or
+    ``--where``, which the command resolves into ``args.select_runs``)."""
     p = modes.add_parser(
         "otlp", parents=parents, help="send runs as OpenTelemetry traces to an OTLP/HTTP collector (docs/otel.md)"
     )
-    p.add_argument("runs", nargs="*", metavar="RUN", help="run ids to export")
     p.add_argument("--endpoint", metavar="URL", help="the collector, e.g. http://localhost:4318 (/v1/traces added)")
-    p.add_argument("--where", metavar="SQL", help="export every run matching this condition on the runs table")
     p.add_argument("--follow", action="store_true", help="then keep exporting runs as they settle, until Ctrl-C")
     p.add_argument(
         "--content", action="store_true", help="include messages, tool arguments and results (as the run recorded them)"

@@ -1,8 +1,9 @@
 """runledger: a flight recorder and re-drive bench for AI-agent runs.
 
 The public surface is this module's ``__all__``; everything else is an implementation
-detail that may move. The package is cut by concern, and each layer imports only the
-layers below it (``tests/unit/test_layers.py`` keeps it so)::
+detail that may move. The package is cut by concern into layers, and each layer imports only
+the layers the table in docs/architecture.md ("Packages and layers") lets it
+(``tests/unit/test_layers.py`` enforces that table and checks the drawing below against it)::
 
     runledger
     ├── errors, extras   the error tree of the core, the optional parts and what each needs
@@ -16,15 +17,25 @@ layers below it (``tests/unit/test_layers.py`` keeps it so)::
     │                    model adapters, effects, the sync facade
     ├── ops              what operators read and decide: traces, verification, approvals, grants
     ├── cli              the ``runledger`` program (also ``python -m runledger``) and the core's sub-commands
-    ├── projections      [projections] DuckDB read models of the log, SQL for analysts
-    ├── sandbox          [sandbox] re-runs in Docker sandboxes, workers, diffs of branches
     ├── testing          recorded runs replayed in-process for unit tests: recordings (``export jsonl``),
     │                    the replayer, the pytest plugin (not a sandbox: trusted recordings only)
-    └── examples         the example refund agent and the ``runledger demo`` command
+    ├── projections      [projections] DuckDB read models of the log, SQL for analysts (projections/)
+    ├── integrations     [langgraph] [openai] [otel] frameworks recorded as runs; runs as traces (integrations/)
+    ├── sandbox          [sandbox] re-runs in Docker sandboxes, workers, diffs of branches (sandbox/)
+    ├── ui               [ui] the page: runs, timelines, the matrix, operator actions (ui/)
+    └── examples         the example agents and the ``runledger demo`` command (examples/)
 
-    record ◀── log ◀── protect ◀── sdk ◀── ops ◀── cli        projections ──▶ core
-                                                              sandbox ──▶ projections, core
-                                                              testing ──▶ core (projections for --where)
+    errors ◀── record ◀── log ◀── protect ◀── sdk ◀── ops ◀── cli
+    projections ──▶ core
+    integrations ──▶ core
+    testing ──▶ core
+    sandbox ──▶ core, projections
+    ui ──▶ core, projections, sandbox
+    examples ──▶ anything
+
+The first seven layers are the core, each on the ones before it (``errors`` holds ``extras`` too);
+``testing`` lives in the core's folder (``ledger/testing``) but sits beside ``projections`` and
+``integrations``, which import nothing of each other.
 
 Names are imported on first use (PEP 562): ``from runledger import tool`` loads only what it
 needs. The sandbox guest depends on this: it imports the Run API and the fold, and must not

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from runledger.projections.errors import StreamReadError
 from runledger.projections.progress import ProgressLine
 from runledger.projections.projector import ProjectResult, default_db_path, project, rebuild
 from runledger.projections.queries import FORMATS, export_parquet, format_result, quarantined, run_sql
+from runledger.projections.selection import select_runs
 from runledger.projections.store import ProjectionStore
 
 
@@ -112,6 +114,25 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _selecting(mode: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A mode's command, handed the run selection: ``args.select_runs(client)`` is the RUN ids given,
+    or the ids ``--where`` selects from the projection (caught up first unless ``--no-sync``)."""
+
+    def run(args: argparse.Namespace) -> int:
+        if args.runs and args.where:
+            raise ConfigurationError("give RUN ids or --where, not both")
+
+        async def selected(client: LedgerClient) -> list[str]:
+            if not args.where:
+                return list(args.runs)
+            return await select_runs(client, args.where, _db(args), sync=not args.no_sync)
+
+        args.select_runs = selected
+        return mode(args)
+
+    return run
+
+
 def cmd_quarantine(args: argparse.Namespace) -> int:
     with _open_for_reading(args) as store:
         result = quarantined(store.con, args.limit)
@@ -164,12 +185,18 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--parquet", metavar="DIR", help="directory to write <table>/... files into")
     p.set_defaults(func=cmd_export)
-    # Other packages add modes (`export otlp`, runledger.integrations) through entry points: none is imported here.
+    # Other packages add modes (`export otlp`, `export jsonl`) through entry points: none is imported here. The
+    # command owns the run selection the modes share (RUN ids or --where) and resolves it for them.
+    selection = argparse.ArgumentParser(add_help=False)
+    selection.add_argument("runs", nargs="*", metavar="RUN", help="run ids to export")
+    selection.add_argument("--where", metavar="SQL", help="export every run matching this condition on the runs table")
     modes = sorted(entry_points(group="runledger.export"), key=lambda ep: ep.name)
     if modes:
         targets = p.add_subparsers(dest="export_mode", metavar="MODE")
         for ep in modes:
-            ep.load()(targets, [common, db, reading])
+            ep.load()(targets, [common, db, reading, selection])
+            mode = targets.choices[ep.name]
+            mode.set_defaults(func=_selecting(mode.get_default("func")))
 
     p = sub.add_parser("quarantine", parents=[common, db, reading], help="list messages that are not valid events")
     p.add_argument("--limit", type=_positive)

@@ -57,6 +57,25 @@ async def test_export_jsonl_writes_runs_the_replayer_replays_without_a_server(
     assert changed[0].divergence is not None and changed[0].divergence.step == 3
 
 
+async def test_export_jsonl_selects_runs_with_where_through_the_export_command(
+    client: LedgerClient, nats_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--where`` is resolved by ``runledger export`` over the projection, the mode gets run ids."""
+    shops = [(await start_run(client, recorded_agents.shop_spec(), {"basket": b})).run_id for b in ("b-1", "b-2")]
+    common = ["--nats", nats_url, "--db", str(tmp_path / "ledger.duckdb")]
+    out = tmp_path / "selected.jsonl"
+    argv = ["export", "jsonl", *common, "--where", "agent = 'shop'", "--out", str(out)]
+    assert await asyncio.to_thread(main, argv) == 0
+    assert [r.run_id for r in read_recordings(out)] == shops
+    assert "exported 2 runs" in capsys.readouterr().out
+
+    argv = ["export", "jsonl", *common, "--where", "agent = 'nobody'", "--out", str(tmp_path / "none.jsonl")]
+    assert await asyncio.to_thread(main, argv) == 0
+    assert "no recorded run matches: agent = 'nobody'" in capsys.readouterr().out
+    assert await asyncio.to_thread(main, ["export", "jsonl", *common, shops[0], "--where", "true", "--out", "x"]) == 1
+    assert "give RUN ids or --where, not both" in capsys.readouterr().err
+
+
 async def test_export_refuses_content_it_cannot_open(
     client: LedgerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,7 +27,8 @@ from pathlib import Path
 from runledger.errors import LedgerError
 from runledger.log.client import LedgerClient
 from runledger.ops.prices import PriceTable
-from runledger.projections.projector import project
+from runledger.projections import selection
+from runledger.projections.errors import QueryError
 from runledger.projections.store import ProjectionStore
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
@@ -91,16 +92,12 @@ def projection_prices(db: Path) -> PriceTable:
 
 
 async def select_runs(client: LedgerClient, db: Path, where: str) -> list[str]:
-    """Recorded (non-branch) runs matching a SQL condition over the ``runs`` table."""
-    await project(client, db)
-    with ProjectionStore(db, writer=False) as store:
-        try:
-            rows = store.con.execute(
-                f"SELECT run_id FROM runs WHERE parent_run_id IS NULL AND ({where}) ORDER BY started_at, run_id"
-            ).fetchall()
-        except Exception as exc:  # duckdb reports the SQL error; say where it came from
-            raise RerunRequestError(f"--where {where!r} is not a valid condition over runs: {exc}") from exc
-    return [str(r[0]) for r in rows]
+    """Recorded (non-branch) runs matching a SQL condition over the ``runs`` table, oldest first
+    (the projection caught up first: ``runledger.projections.selection``)."""
+    try:
+        return await selection.select_runs(client, f"parent_run_id IS NULL AND ({where})", db)
+    except QueryError as exc:  # say where the condition came from
+        raise RerunRequestError(f"--where {where!r} is not a valid condition over runs: {exc.reason}") from exc
 
 
 async def sweep(

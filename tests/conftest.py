@@ -19,6 +19,9 @@ from runledger.log.server import EmbeddedServer, ServerState
 from runledger.log.subjects import LEDGER_STREAM
 from runledger.protect.roles import secure
 
+# The abstract contracts run by test modules of both suites: their asserts explain themselves too.
+pytest.register_assert_rewrite("tests.log_contract", "tests.run_contract")
+
 T = TypeVar("T")
 IN_CI = os.environ.get("CI") == "true"
 

@@ -5,7 +5,8 @@ the sandbox guest's ``RemoteRun`` (every call is a request to the host's broker)
 host side of a re-run (``BranchRun``, a ``RecordedRun`` with a mode's rules). An agent
 annotated ``async def handle(run: Run)`` type-checks once and works in all three; the sync
 facade (``SyncRun``) wraps any of them. ``tests/unit/test_run_api.py`` checks each
-implementation against this protocol.
+implementation's signatures against this protocol, and ``tests/run_contract.py`` their behaviour:
+one scripted agent through each, the same observations and events.
 """
 
 from __future__ import annotations

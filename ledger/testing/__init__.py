@@ -1,4 +1,4 @@
-"""Testing agent code against recorded runs, in-process: the replayer, recordings, the pytest plugin.
+"""Testing agent code in-process: the replayer, recordings, the pytest plugin, the in-memory ledger.
 
     from runledger.testing import Replayer
     results = Replayer("myagent.agent:spec").replay_paths("tests/recordings")   # one ReplayResult a run
@@ -7,6 +7,10 @@
 ``runledger export jsonl RUN... --out FILE`` writes recordings (``export``: from the log);
 ``pytest --runledger-replay DIR --runledger-agent MODULE:ATTR`` makes one test per recorded run
 (``pytest_plugin``). Not a sandbox: replay only recordings you trust (docs/testing.md).
+
+``MemoryLedger`` (``runledger.log.memory``) is the log in this process's memory: ``start_run``,
+``resume_run`` and ``load_run`` on ``await MemoryLedger().connect()`` record and read as on nats-server,
+with no server (docs/testing.md, "Fast tests on the in-memory ledger").
 
     testing
     ├── recording       the recording file format: write, read, refuse content that was not opened
@@ -18,12 +22,14 @@
 
 from __future__ import annotations
 
+from runledger.log.memory import MemoryLedger
 from runledger.testing.recording import FORMAT_VERSION, Recording, read_recordings, write_recordings
 from runledger.testing.replayer import Divergence, Replayer, ReplayResult
 
 __all__ = [
     "FORMAT_VERSION",
     "Divergence",
+    "MemoryLedger",
     "Recording",
     "ReplayResult",
     "Replayer",

@@ -1,6 +1,11 @@
 """``runledger.Run`` is one interface: the recorded run, the sandbox guest's run and the host side
 of a re-run all implement it with the same method signatures (mypy checks the same statically,
-in ledger/sdk/run.py and sandbox/guest.py), and the sync facade wraps any of them."""
+in ledger/sdk/run.py and sandbox/guest.py), and the sync facade wraps any of them.
+
+Signatures say little of behaviour: tests/run_contract.py drives one scripted agent through every
+implementation and compares what it observed and what was written (tests/unit/test_run_contract.py
+on the in-memory ledger, tests/integration/test_run_contract.py on nats-server); the last test here
+checks that the contract leaves none out."""
 
 from __future__ import annotations
 
@@ -42,3 +47,11 @@ def test_the_sync_facade_mirrors_every_method() -> None:
     for name in METHODS:
         assert callable(getattr(SyncRun, name)) and not inspect.iscoroutinefunction(getattr(SyncRun, name))
         assert [p for p, _ in _parameters(SyncRun, name)][1:] == [p for p, _ in _parameters(Run, name)][1:], name
+
+
+def test_the_behavioural_contract_drives_every_implementation() -> None:
+    from tests.unit import test_run_contract
+
+    cases = [c for name, c in vars(test_run_contract).items() if name.startswith("Test") and isinstance(c, type)]
+    covered = {c.implementation for c in cases}
+    assert covered == {cls.__name__ for cls in (RecordedRun, BranchRun, RemoteRun, SyncRun)}

@@ -57,7 +57,7 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
 
 _parse = msgspec.json.Decoder(_Envelope).decode
 # The ts pattern decode_fast checks; the rest of its proof is proven_event, used rather than copied.
-_ts_matches = ledger_events._RFC3339_ASCII.fullmatch
+_ts_matches = ledger_events.RFC3339_ASCII.fullmatch
 
 
 def decode_record(raw: bytes) -> Event:

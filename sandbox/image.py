@@ -161,7 +161,7 @@ def build_lock(log: Callable[[str], None] | None = None) -> Iterator[None]:
             os.close(fd)  # releases the lock
 
 
-def _build_offline(
+def build_offline(
     client: Any, ctx: Path, tag: str, base: str, what: str, buildargs: dict[str, str] | None = None
 ) -> None:
     """``docker build`` of ``ctx`` FROM ``base`` with no network: the context holds every wheel."""
@@ -174,7 +174,7 @@ def _build_offline(
         raise ImageError(f"{what} failed: {exc}") from exc
 
 
-def _has_image(client: Any, tag: str) -> bool:
+def has_image(client: Any, tag: str) -> bool:
     import docker.errors
 
     try:
@@ -190,14 +190,14 @@ def ensure_base(client: Any, base: str | None = None, log: Callable[[str], None]
     Steps that take minutes are reported to ``log`` (default: this module's logger, at INFO)."""
     log = log or logger.info
     if base:
-        if not _has_image(client, base):
+        if not has_image(client, base):
             try:
                 client.images.pull(base)
             except Exception as exc:
                 raise ImageError(f"base image {base!r} is not present and cannot be pulled: {exc}") from exc
         return base
     for candidate in (OFFICIAL_BASE, OFFLINE_BASE):
-        if _has_image(client, candidate):
+        if has_image(client, candidate):
             return candidate
     try:
         client.images.pull(OFFICIAL_BASE)
@@ -227,7 +227,7 @@ def build_base(tag: str, log: Callable[[str], None]) -> None:
     log(f"base image {tag} ready after {time.monotonic() - started:.0f}s")
 
 
-def _image_python(client: Any, base: str) -> str:
+def image_python(client: Any, base: str) -> str:
     out = client.containers.run(
         base, ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
         network_mode="none", remove=True,
@@ -270,7 +270,7 @@ def download_wheels(
         shutil.rmtree(partial, ignore_errors=True)
 
 
-def _wheels(python_version: str) -> Path:
+def guest_wheels(python_version: str) -> Path:
     """Wheels of the guest's dependencies for ``python_version``, downloaded once and cached."""
     requirements = guest_requirements()
     key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
@@ -286,7 +286,7 @@ def _context(python_version: str) -> tuple[Path, str, str]:
     runtime = ctx / "runtime"
     _package_tree(runtime / "runledger")
     shutil.copytree(
-        _wheels(python_version), runtime / "wheels", ignore=shutil.ignore_patterns(".complete", "*.partial-*")
+        guest_wheels(python_version), runtime / "wheels", ignore=shutil.ignore_patterns(".complete", "*.partial-*")
     )
     return ctx, _tree_digest(ctx), _tree_digest(runtime / "runledger")
 
@@ -302,15 +302,15 @@ def build_image(base: str | None = None, log: Callable[[str], None] | None = Non
         client = docker_client()
         base = ensure_base(client, base, log)
         base_id = client.images.get(base).id
-        ctx, content, source = _context(_image_python(client, base))
+        ctx, content, source = _context(image_python(client, base))
         try:
             tag = f"{IMAGE_REPO}:{hashlib.sha256((base_id + content).encode()).hexdigest()[:16]}"
-            if _has_image(client, tag):
+            if has_image(client, tag):
                 log(f"{tag} is built for this code already: reused")
             else:
                 log(f"building {tag} on {base}")
                 started = time.monotonic()
-                _build_offline(client, ctx, tag, base, "docker build", {"SOURCE": source})
+                build_offline(client, ctx, tag, base, "docker build", {"SOURCE": source})
                 log(f"built {tag} in {time.monotonic() - started:.0f}s")
             if latest:
                 client.images.get(tag).tag(IMAGE_REPO, "latest")
@@ -342,6 +342,6 @@ def find_image(client: Any, extras: Sequence[str] = ()) -> str:
 
 def current_image(client: Any) -> str:
     """The newest built sandbox image, or a clear error saying how to build one."""
-    if _has_image(client, LATEST):
+    if has_image(client, LATEST):
         return LATEST
     raise ImageError("no sandbox image: build it with `runledger sandbox build`")

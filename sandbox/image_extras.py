@@ -37,14 +37,14 @@ from runledger.sandbox.image import (
     EXTRAS_LABEL,
     IMAGE_REPO,
     LATEST,
-    _build_offline,
-    _has_image,
-    _image_python,
-    _wheels,
     build_image,
     build_lock,
+    build_offline,
     docker_client,
     download_wheels,
+    guest_wheels,
+    has_image,
+    image_python,
 )
 
 DOCKERFILE = """\
@@ -118,15 +118,15 @@ def build_extras_image(base_tag: str, extras: Sequence[str], log: Callable[[str]
     log = log or (lambda message: None)
     with build_lock(log):
         client = docker_client()
-        python_version = _image_python(client, base_tag)
+        python_version = image_python(client, base_tag)
         requirements = sorted({r for extra in extras for r in extra_requirements(extra)})
-        wheels = _extra_wheels(python_version, requirements, _wheels(python_version))
+        wheels = _extra_wheels(python_version, requirements, guest_wheels(python_version))
         base_id = client.images.get(base_tag).id
         # The names were checked by extra_requirements: runledger's own extras, no quote among them.
         dockerfile = DOCKERFILE + f'LABEL {EXTRAS_LABEL}="{",".join(sorted(set(extras)))}"\n'
         content = "\n".join([base_id, dockerfile, *(w.name for w in wheels)])
         tag = f"{IMAGE_REPO}:{hashlib.sha256(content.encode()).hexdigest()[:16]}"
-        if _has_image(client, tag):
+        if has_image(client, tag):
             log(f"{tag} ({base_tag} with {', '.join(extras)}) is built already: reused")
             return tag
         ctx = Path(tempfile.mkdtemp(prefix="runledger-image-extras-"))
@@ -137,7 +137,7 @@ def build_extras_image(base_tag: str, extras: Sequence[str], log: Callable[[str]
                 shutil.copy(wheel, ctx / "wheels" / wheel.name)
             log(f"building {tag}: {base_tag} with {', '.join(extras)} ({len(wheels)} wheels)")
             started = time.monotonic()
-            _build_offline(client, ctx, tag, base_tag, "docker build of the extras' layer")
+            build_offline(client, ctx, tag, base_tag, "docker build of the extras' layer")
             log(f"built {tag} in {time.monotonic() - started:.0f}s")
             return tag
         finally:
@@ -147,7 +147,7 @@ def build_extras_image(base_tag: str, extras: Sequence[str], log: Callable[[str]
 def latest_extras(client: Any) -> list[str]:
     """The extras ``runledger/sandbox:latest`` holds (its ``runledger.extras`` label): none when it
     is the core image, or when there is no such image yet."""
-    if not _has_image(client, LATEST):
+    if not has_image(client, LATEST):
         return []
     label = (client.images.get(LATEST).labels or {}).get(EXTRAS_LABEL, "")
     return [name for name in label.split(",") if name]

@@ -50,7 +50,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
 from runledger import EffectContext, LedgerClient, Run, connect
-from runledger.examples.refund_agent.agent import ORDERS, _reconcile_refund, payments_url
+from runledger.examples.refund_agent.agent import ORDERS, payments_url, reconcile_refund
 from runledger.integrations.langchain import ChatModelAdapter
 from runledger.integrations.langgraph import GraphAgent, RedriveSaver, RunledgerSaver, graph_agent, redrive_thread
 
@@ -169,7 +169,7 @@ def build_graph(saver: RunledgerSaver | RedriveSaver, chat_model: BaseChatModel 
     model = saver.model(chat_model or SupportChatModel())
     tools = [
         saver.tool(lookup_order),
-        saver.tool(refund, effect="irreversible", key=lambda a: f"refund:{a['order']}", reconcile=_reconcile_refund),
+        saver.tool(refund, effect="irreversible", key=lambda a: f"refund:{a['order']}", reconcile=reconcile_refund),
     ]
     bound = model.bind_tools(tools)
 

@@ -59,7 +59,7 @@ def lookup_order(args: dict[str, Any]) -> dict[str, Any]:
     return {"order": args["order"], **order}
 
 
-def _reconcile_refund(key: str) -> Any:
+def reconcile_refund(key: str) -> Any:
     order = key.split(":", 1)[1]
     with urllib.request.urlopen(f"{payments_url()}/refunds?order={order}", timeout=10) as resp:
         refunds = json.loads(resp.read())
@@ -89,7 +89,7 @@ refund = tool(
     "refund",
     effect="irreversible",
     key=lambda a: f"refund:{a['order']}",
-    reconcile=_reconcile_refund,
+    reconcile=reconcile_refund,
     schema={"type": "object", "properties": {"order": {"type": "string"}, "amount": {"type": "number"}}},
 )(_issue_refund)
 

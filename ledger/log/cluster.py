@@ -28,12 +28,12 @@ from pathlib import Path
 from runledger.errors import ServerError
 from runledger.log.private import open_private, private_dir, private_umask, write_private
 from runledger.log.server import (
-    _accepts,
-    _check_data_dir,
-    _tail,
+    check_data_dir,
     free_port,
+    log_tail,
     nats_server_binary,
     pid_alive,
+    port_accepts,
     runledger_home,
 )
 
@@ -132,7 +132,7 @@ class LocalCluster:
         for i in range(1, size + 1):
             name = f"n{i}"
             node_dir = data_dir / name
-            _check_data_dir(node_dir)
+            check_data_dir(node_dir)
             nodes.append(
                 NodeState(
                     name=name,
@@ -238,9 +238,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not pid_alive(node.pid):
-                raise ServerError(f"cluster node {node.name} exited:\n{_tail(Path(node.log))}")
-            if _accepts(node.port):
+                raise ServerError(f"cluster node {node.name} exited:\n{log_tail(Path(node.log))}")
+            if port_accepts(node.port):
                 return
             time.sleep(0.05)
-        tail = _tail(Path(node.log))
+        tail = log_tail(Path(node.log))
         raise ServerError(f"cluster node {node.name} did not accept connections in {timeout:g}s:\n{tail}")

@@ -80,7 +80,7 @@ class ServerState:
     creds_dir: str = ""  # set when started with --secure: the role credentials files (runledger.protect.roles)
 
 
-def _check_data_dir(data_dir: Path) -> None:
+def check_data_dir(data_dir: Path) -> None:
     try:
         private_dir(data_dir)
     except OSError as exc:
@@ -161,7 +161,7 @@ class EmbeddedServer:
         if running is not None:
             return running
         data_dir = (data_dir or self.home / "data").resolve()
-        _check_data_dir(data_dir)
+        check_data_dir(data_dir)
         private_dir(self.home)
         if port is None or port == 0:
             port = free_port()
@@ -200,16 +200,16 @@ class EmbeddedServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                tail = _tail(log)
+                tail = log_tail(log)
                 if "address already in use" in tail:
                     raise PortInUseError(port)
                 raise ServerError(f"nats-server exited with code {proc.returncode}:\n{tail}")
-            if _accepts(port):
+            if port_accepts(port):
                 write_private(self.state_file, json.dumps(asdict(state)))
                 return state
             time.sleep(0.05)
         proc.kill()
-        raise ServerError(f"nats-server did not accept connections within {timeout:g}s:\n{_tail(log)}")
+        raise ServerError(f"nats-server did not accept connections within {timeout:g}s:\n{log_tail(log)}")
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop the running server (SIGTERM, then SIGKILL). False when none was running."""
@@ -243,7 +243,7 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def _accepts(port: int) -> bool:
+def port_accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
             return True
@@ -251,7 +251,7 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+def log_tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:

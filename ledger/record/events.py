@@ -364,7 +364,7 @@ def _finite(value: Any) -> bool:
 _ENVELOPE = tuple(Event.model_fields)
 _GET_ENVELOPE = operator.itemgetter(*_ENVELOPE)
 # ASCII digits only and no trailing newline: a subset of what the pattern of ``Event.ts`` accepts.
-_RFC3339_ASCII = re.compile(
+RFC3339_ASCII = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})"
 )
 
@@ -428,7 +428,7 @@ def _decode_fast(raw: bytes) -> Event | None:
         type(id_) is str and type(run_id) is str and type(agent) is str and type(type_) is str
         and type(ts) is str and type(prev_hash) is str and type(hash_) is str
         and type(seq) is int and 0 <= seq <= MAX_INT64 and type(version) is int and type(payload) is dict
-        and ts.isascii() and _RFC3339_ASCII.fullmatch(ts) is not None and hash_.isascii() and prev_hash.isascii()
+        and ts.isascii() and RFC3339_ASCII.fullmatch(ts) is not None and hash_.isascii() and prev_hash.isascii()
     ):  # fmt: skip
         return None
     cls = PAYLOADS.get(type_)

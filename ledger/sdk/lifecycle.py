@@ -326,7 +326,7 @@ async def resume_run(
             if exc.run_id != run_id:
                 raise  # a child's (run.child), already side by side with the child's own record
             records = log.records if whole else (await _read_whole(client, run_id, spec.name)).records
-            raise exc.with_detail(await _side_by_side(records, exc, opener)) from None
+            raise exc.with_detail(await side_by_side(records, exc, opener)) from None
         result.resumed = True
         return result
     finally:
@@ -495,7 +495,7 @@ _ARGS_OF: dict[str, Callable[[dict[str, Any]], Any]] = {
 _DIFF_LINES = 40
 
 
-async def _side_by_side(records: list[Recorded], exc: NondeterminismError, opener: PayloadOpener) -> str:
+async def side_by_side(records: list[Recorded], exc: NondeterminismError, opener: PayloadOpener) -> str:
     """The recorded call's arguments against the new ones, as a unified diff (bounded)."""
     recorded: Any = None
     for rec in records:

@@ -47,7 +47,7 @@ from runledger.record.canonical import canonical_json
 from runledger.record.events import Event, Payload
 from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.sdk.agent import AgentSpec, load_agent
-from runledger.sdk.lifecycle import RunResult, _side_by_side, drive
+from runledger.sdk.lifecycle import RunResult, drive, side_by_side
 from runledger.sdk.models import ModelResponse
 from runledger.sdk.run import RecordedRun
 from runledger.sdk.tools import Tool, ToolFn
@@ -348,7 +348,7 @@ class Replayer:
                 expected = f"no step {first.step}: the run {recorded} after step {cp.last_step}"
             detail = ""
             if first.attempted_args is not None:
-                detail = await _side_by_side(records, first, PayloadOpener(None))
+                detail = await side_by_side(records, first, PayloadOpener(None))
             return result(Divergence(first.step, expected, first.attempted, detail), "diverged")
         assert ended is not None
         replayed = _ending(ended.status, ended.reason)

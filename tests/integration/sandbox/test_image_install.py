@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from runledger.sandbox.image import _image_python, build_image, ensure_base
+from runledger.sandbox.image import build_image, ensure_base, image_python
 from tests.installs import REPO, Venv, build_wheel, clean_env, make_venv
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
@@ -63,7 +63,7 @@ def test_the_installed_package_builds_the_sandbox_image_the_checkout_builds(
 
     from_checkout = installed.checkout_tag
     if tag != from_checkout:
-        python_version = _image_python(docker, ensure_base(docker, None, log=lambda m: None))
+        python_version = image_python(docker, ensure_base(docker, None, log=lambda m: None))
         pytest.fail(
             f"the installed package built {tag}, the checkout {from_checkout}: they put different files into "
             f"the image.\n{_difference(installed, home, python_version)}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ import pytest
 
 from runledger import AgentSpec, Run, ScriptedModel
 from runledger.cli import main
-from runledger.errors import EffectWriteRefusedError, LedgerError, PublishError
+from runledger.errors import EffectWriteRefusedError, LedgerError, PermissionDeniedError, PublishError
+from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient, connect
 from runledger.log.credentials import RoleCredentials
 from runledger.log.publish import RetryPolicy, SubjectWriter
@@ -41,7 +43,7 @@ from runledger.protect.blobs import BlobStore
 from runledger.protect.capture import DataPolicy, client_opener
 from runledger.protect.erasure import erase_run
 from runledger.protect.runs import load_run
-from runledger.record.events import ApprovalResolved, EffectIntended, EffectResolved
+from runledger.record.events import ApprovalResolved, BudgetGranted, EffectIntended, EffectResolved, VersionAccepted
 from runledger.record.fold import fold, fold_until_refused
 from runledger.sdk.effects import append_to_key, read_key, resolve_key
 from runledger.sdk.lifecycle import resume_run, start_run
@@ -66,6 +68,14 @@ async def admin(secure_server: ServerState) -> AsyncIterator[LedgerClient]:
 
 async def login(state: ServerState, user: str) -> LedgerClient:
     return await connect(state.url, user_credentials=creds(state, user))
+
+
+async def last_seq_on(client: LedgerClient, subject: str) -> int:
+    """The stream sequence of the last message on ``subject`` as the server holds it (0: none)."""
+    try:
+        return (await client.js.get_last_msg(LEDGER_STREAM, subject)).seq or 0
+    except nats.js.errors.NotFoundError:
+        return 0
 
 
 async def logged_after(state: ServerState, start: int, *needles: str) -> None:
@@ -274,14 +284,51 @@ async def test_decisions_are_made_only_by_operators(admin: LedgerClient, secure_
                 secure_server, client.nc.jetstream(timeout=1.0).publish(decision_subject, b"{}", timeout=1.0),
                 decision_subject,
             )  # fmt: skip
-            # Through the library (refused at the read of the run, or at the publish of the decision).
-            for decide in (
-                lambda c=client: approve(c, "decide-run", request, by="self"),
-                lambda c=client: grant_budget(c, "decide-run", tokens=10**6, by="self"),
-                lambda c=client: accept_version(c, "decide-run", "v2", by="self"),
-            ):
-                with pytest.raises((LedgerError, TimeoutError, nats.errors.Error)):
-                    await asyncio.wait_for(decide(), 60)
+        # Through the library: each refusal exactly, and nothing new on the operator's subject after it,
+        # as the server holds it (a refusal raised after the decision landed would be no refusal).
+        decisions = (
+            lambda c: approve(c, "decide-run", request, by="self"),
+            lambda c: grant_budget(c, "decide-run", tokens=10**6, by="self"),
+            lambda c: accept_version(c, "decide-run", "v2", by="self"),
+        )
+        assert await last_seq_on(admin, decision_subject) == 0  # no decision yet
+        # An agent cannot find a run by its id alone (every agent's subjects): refused at the read.
+        read_refusal = (
+            r"cannot read ledger\.run\.\*\.decide-run\.\*: these credentials may not read it \('Permissions "
+            r"Violation for Publish to \"\$JS\.API\.CONSUMER\.CREATE\.LEDGER\.rl[0-9a-f]+\.ledger\.run\.\*\."
+            r"decide-run\.\*\"'\)"
+        )  # fmt: skip
+        for decide in decisions:
+            with pytest.raises(LedgerError) as denied:
+                await asyncio.wait_for(decide(alpha), 10)
+            assert type(denied.value) is LedgerError and re.fullmatch(read_refusal, str(denied.value)), denied.value
+            assert await last_seq_on(admin, decision_subject) == 0
+        # A worker reads the run and is refused at the publish; so is the agent that reads its own run first.
+        operator_only = (
+            "approvals, budget grants, accepted versions and retries are an operator's decisions: connect with "
+            f"the operator's credentials, --creds {secure_server.creds_dir}/operator.json (or RUNLEDGER_CREDS)"
+        )
+        own_log = await load_run(alpha, "decide-run", agent="alpha", open_content=False)
+        digest = fold(own_log.records).pending_approvals[request]["digest"]
+        bodies = (
+            ApprovalResolved(request_id=request, digest=digest, approved=True, by="self"),
+            BudgetGranted(tokens=10**6, by="self"),
+            VersionAccepted(agent_version="v2", previous="v1", by="self"),
+        )
+        attempts = [(worker, "the worker credentials", decide) for decide in decisions] + [
+            (alpha, "the agent 'alpha' credentials", lambda c, b=body: append_to_run(c, "decide-run", b, log=own_log))
+            for body in bodies
+        ]
+        for client, who, decide in attempts:
+            with pytest.raises(PermissionDeniedError) as denied:
+                await asyncio.wait_for(decide(client), 10)
+            assert type(denied.value) is PermissionDeniedError
+            assert str(denied.value) == (
+                f"permission denied: {who} may not publish to {decision_subject}, and nothing was recorded; "
+                + operator_only
+            )
+            assert (denied.value.subject, denied.value.who) == (decision_subject, who)
+            assert await last_seq_on(admin, decision_subject) == 0
         # A worker writes branch runs ("w"), never an agent's run.
         agent_subject = run_subject("alpha", "decide-run", AGENT_WRITER)
         await refused(

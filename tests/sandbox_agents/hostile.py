@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import time
 from typing import Any
@@ -106,11 +107,18 @@ async def fork_bomb(run: Run) -> Any:
     return children  # never refused: the run completes, which the test does not accept
 
 
+# Where the memory hog stops: 8 times the limit of the sandbox it is run in (128 MiB), so that a limit not
+# enforced never takes the host's memory. There it dies as a process killed for memory dies (SIGKILL, exit
+# 137): only the engine's own verdict (State.OOMKilled) tells that death from the limit's.
+HOG_BOUND = 1024 * 1024 * 1024
+
+
 async def eat_memory(run: Run) -> Any:
     await run.tool("read_doc", 1)
     hog = []
-    while True:
+    while len(hog) * 16 * 1024 * 1024 < HOG_BOUND:
         hog.append(bytearray(16 * 1024 * 1024))
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def spin(run: Run) -> Any:

@@ -3,22 +3,60 @@ no container left behind, and the same pool keeps serving."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import docker.errors
 import pytest
 
 from runledger.log.client import LedgerClient
 from runledger.protect.redaction import Redactor
 from runledger.protect.runs import load_run
 from runledger.record.fold import fold
-from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+from runledger.sandbox.containers import Sandbox, SandboxPolicy, SandboxPool
 from runledger.sandbox.rerun import Rerunner, RerunRequest
 from runledger.sdk.lifecycle import start_run
 from tests.sandbox_agents.hostile import benign_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 MOD = "tests.sandbox_agents.hostile"
+LIMIT_S = 8.0  # the hostile re-runs' wall-clock limit
+MEMORY = 128 * 1024 * 1024  # and their memory limit
+# From the test's start of a re-run to its container's kill: what the re-run does before its clock starts
+# (read the parent, open the branch) and the kill. Less than the limit: a timer twice as long is not in it.
+SLACK_S = 5.0
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A sandbox's container as the engine saw it just before its removal, asked by the test."""
+
+    state: dict[str, Any]  # docker inspect's State: OOMKilled, Running, ExitCode
+    memory: int  # the memory limit the engine enforced (HostConfig.Memory)
+    at: float  # time.monotonic() of the removal (for a running container, its kill)
+
+
+class InspectedPool(SandboxPool):
+    """A pool whose every removal first asks the engine how the container ended: the engine's own
+    verdict, not the text runledger recorded about it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ended: list[Ended] = []
+
+    async def discard(self, sandbox: Sandbox, state: dict[str, Any] | None = None) -> None:
+        at = time.monotonic()
+        try:
+            attrs = await asyncio.to_thread(self.docker.api.inspect_container, sandbox.container_id)
+        except docker.errors.NotFound:
+            pass  # removed twice (close() after a re-run's own removal)
+        else:
+            self.ended.append(Ended(attrs["State"], attrs["HostConfig"]["Memory"], at))
+        await super().discard(sandbox, state)
 
 
 @pytest.fixture
@@ -80,13 +118,28 @@ async def test_hostile_agent_code_is_contained_and_reported(
     monkeypatch.setenv("RUNLEDGER_SECRET_TOKEN", "sk-live-should-never-leak")
     monkeypatch.setenv(CANARY_NAME, CANARY_VALUE)
     assert Redactor(os.urandom(32)).redact(f"{CANARY_NAME}={CANARY_VALUE}") == f"{CANARY_NAME}={CANARY_VALUE}"
-    pool = SandboxPool(docker, SandboxPolicy(image=sandbox_image, timeout_s=8, memory="128m", pids=32), size=0)
+    policy = SandboxPolicy(image=sandbox_image, timeout_s=LIMIT_S, memory="128m", pids=32)
+    pool = InspectedPool(docker, policy, size=0)
     rerunner = Rerunner(client, pool)
     try:
-        request = RerunRequest(parent_run_id=parent, agent=f"{MOD}:{agent}", mode="live", fork_step=0, timeout_s=8)
+        request = RerunRequest(parent_run_id=parent, agent=f"{MOD}:{agent}", mode="live", fork_step=0,
+                               timeout_s=LIMIT_S)  # fmt: skip
+        started = time.monotonic()
         result = await rerunner.rerun(request)
+        elapsed = time.monotonic() - started
         assert result.status == "failed", result
         assert result.reason == reason, result.error
+        await pool.settle()  # a guest that reported its outcome is removed off the re-run's path
+        [ended] = pool.ended
+        if agent == "memory_spec":  # killed by the kernel for the limit, in the engine's own words
+            assert ended.state["OOMKilled"] is True and ended.state["ExitCode"] == 137, ended
+        elif agent == "spin_spec":  # still running when the host killed it, at the limit as this test measures it
+            assert ended.state["OOMKilled"] is False and ended.state["Running"] is True, ended
+            assert LIMIT_S <= ended.at - started < LIMIT_S + SLACK_S, ended.at - started
+            assert elapsed < LIMIT_S + SLACK_S, elapsed
+        else:
+            assert ended.state["OOMKilled"] is False, ended
+        assert ended.memory == MEMORY, ended  # the limit the engine enforced was the policy's
         cp = fold((await load_run(client, result.run_id)).records)
         recorded = cp.error or {}
         text = f"{recorded.get('message')}\n{recorded.get('traceback')}"

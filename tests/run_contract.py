@@ -46,7 +46,10 @@ class Killed(BaseException):
     """The process dying between two steps: nothing records an outcome (drive catches Exception only)."""
 
 
-def _saw(kind: str, value: Any) -> Any:
+def _saw(seen: list[tuple[str, Any]], kind: str, value: Any) -> Any:
+    """Note what the agent observed: in ``seen`` (the agent's output carries it, across a sandbox's
+    channel too) and in ``OBSERVED`` (what a driver in this process reads, as the agent had it)."""
+    seen.append((kind, value))
     OBSERVED.append((kind, value))
     if STOP_AFTER and len(OBSERVED) >= STOP_AFTER[0]:
         raise Killed(f"killed after {len(OBSERVED)} calls")
@@ -78,27 +81,29 @@ def _reply(messages: list[dict[str, Any]]) -> str:
 
 async def shopper(run: Run) -> Any:
     """One of each kind of call a run records."""
+    seen: list[tuple[str, Any]] = []
     reply = await run.model([{"role": "user", "content": f"buy {run.input['sku']}"}])
-    _saw("model", reply.content)
-    _saw("lookup", await run.tool(lookup, {"qty": 2, "sku": run.input["sku"]}))
-    _saw("charge", await run.tool(charge, {"order": run.input["order"], "amount": 6}))
-    _saw("gather", list(await asyncio.gather(run.tool(square, {"n": 3}), run.tool(square, {"n": 4}))))
-    _saw("now", (await run.now()).isoformat())
-    _saw("random", await run.random())
-    return {"reply": reply.content, "done": True}
+    _saw(seen, "model", reply.content)
+    _saw(seen, "lookup", await run.tool(lookup, {"qty": 2, "sku": run.input["sku"]}))
+    _saw(seen, "charge", await run.tool(charge, {"order": run.input["order"], "amount": 6}))
+    _saw(seen, "gather", list(await asyncio.gather(run.tool(square, {"n": 3}), run.tool(square, {"n": 4}))))
+    _saw(seen, "now", (await run.now()).isoformat())
+    _saw(seen, "random", await run.random())
+    return {"reply": reply.content, "done": True, "observed": seen}
 
 
 def sync_shopper(run: SyncRun) -> Any:
     """``shopper`` written against the blocking facade: two threads make the calls at once."""
+    seen: list[tuple[str, Any]] = []
     reply = run.model([{"role": "user", "content": f"buy {run.input['sku']}"}])
-    _saw("model", reply.content)
-    _saw("lookup", run.tool(lookup, {"qty": 2, "sku": run.input["sku"]}))
-    _saw("charge", run.tool(charge, {"order": run.input["order"], "amount": 6}))
+    _saw(seen, "model", reply.content)
+    _saw(seen, "lookup", run.tool(lookup, {"qty": 2, "sku": run.input["sku"]}))
+    _saw(seen, "charge", run.tool(charge, {"order": run.input["order"], "amount": 6}))
     with ThreadPoolExecutor(2) as pool:
-        _saw("gather", list(pool.map(lambda n: run.tool(square, {"n": n}), [3, 4])))
-    _saw("now", run.now().isoformat())
-    _saw("random", run.random())
-    return {"reply": reply.content, "done": True}
+        _saw(seen, "gather", list(pool.map(lambda n: run.tool(square, {"n": n}), [3, 4])))
+    _saw(seen, "now", run.now().isoformat())
+    _saw(seen, "random", run.random())
+    return {"reply": reply.content, "done": True, "observed": seen}
 
 
 def spec(fn: Callable[..., Any] = shopper) -> AgentSpec:
@@ -148,7 +153,7 @@ def essentials(event: Event) -> tuple[str, int | None, dict[str, Any]]:
     elif event.type == "effect.committed":
         fields = {"key": p.get("key"), "result": p.get("result")}
     elif event.type == "run.completed":
-        fields = {"output": p.get("output")}
+        fields = {"output": {k: v for k, v in (p.get("output") or {}).items() if k != "observed"}}
     return event.type, p.get("step"), fields
 
 
@@ -360,27 +365,30 @@ class InProcessPool:
         """Closed by ``remote`` once the re-run returned (a pool lets it exit in the background)."""
 
 
-async def remote(client: LedgerClient, parent_id: str, fork_step: int, directory: str) -> Drive:
+async def remote(client: LedgerClient, parent_id: str, fork_step: int, pool: Any) -> Drive:
     """A re-drive through ``Rerunner.rerun``: the agent runs on the guest's ``RemoteRun``, every call a
-    request to the broker, answered by the host's ``BranchRun``."""
+    request to the broker, answered by the host's ``BranchRun``. ``pool``: an ``InProcessPool``, or
+    a ``SandboxPool`` of containers (the guest's observations then come back in the agent's output)."""
     from runledger.sandbox.rerun import Rerunner, RerunRequest
     from runledger.sdk.agent import CodeAllowList
 
     await recorded(client, parent_id)
     OBSERVED.clear()
     ACTED.clear()
-    pool = InProcessPool(directory)
     request = RerunRequest(
         parent_run_id=parent_id, agent="tests.run_contract:spec", mode="redrive", fork_step=fork_step
     )
-    rerunner = Rerunner(client, pool, allowed=CodeAllowList(("tests",)))  # type: ignore[arg-type]
+    rerunner = Rerunner(client, pool, allowed=CodeAllowList((".", "tests")))
     result = await rerunner.rerun(request)
-    for sandbox in pool.sandboxes:
+    for sandbox in getattr(pool, "sandboxes", []):
         await sandbox.close()
     assert result.requests > 0, result  # the agent's calls crossed the channel
-    return finished(
+    drive = finished(
         result.run_id, result.status, await events_of(client, result.run_id), await events_of(client, parent_id)
     )
+    if not isinstance(pool, InProcessPool):  # the agent ran in a container: what it saw is in its output
+        drive.observed = [(kind, value) for kind, value in (result.output or {}).get("observed", [])]
+    return drive
 
 
 # -- one abstract case per implementation; a suite gives each its ``client`` -------------------------
@@ -446,4 +454,4 @@ class RemoteRunContract(RunContract):
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="rl-guest-") as directory:  # short: a socket path is limited
-            return await remote(self.client, run_id, 2, directory)
+            return await remote(self.client, run_id, 2, InProcessPool(directory))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runledger import AgentSpec, ModelResponse, Run, ScriptedModel
+from runledger import AgentSpec, DataPolicy, ModelResponse, Run, ScriptedModel
 
 # Each planted value is a phrase no redaction detector takes for a secret, so it is recorded
 # (sealed) as is and the tests can tell "erased" from "never recorded".
@@ -44,9 +44,24 @@ async def root(run: Run) -> dict[str, Any]:
     doc = run.input["doc"]
     fields = await run.tool("extract", {"doc": doc}, fn=_extract)
     reply = await run.model([{"role": "user", "content": f"Summarise for {fields['holder']}: {doc}"}])
-    child = await run.child(reader_spec(), {"doc": doc})
+    child_spec = plain_reader_spec() if run.agent == PLAIN_ROOT else reader_spec()
+    child = await run.child(child_spec, {"doc": doc})
     return {"summary": reply.content, "fields": fields, "child": child}
 
 
 def root_spec() -> AgentSpec:
     return AgentSpec("lineage_root", root, ScriptedModel(_reply))
+
+
+# The same lineage recorded unsealed (encrypt=False), every content value by reference (a blob in
+# the clear): what erasure can still remove is the blobs; the token keys of redaction go too.
+PLAIN = DataPolicy(encrypt=False, blob_threshold=0)
+PLAIN_ROOT = "lineage_plain_root"
+
+
+def plain_reader_spec() -> AgentSpec:
+    return AgentSpec("lineage_plain_reader", reader, ScriptedModel([]), data_policy=PLAIN)
+
+
+def plain_root_spec() -> AgentSpec:
+    return AgentSpec(PLAIN_ROOT, root, ScriptedModel(_reply), data_policy=PLAIN)

@@ -105,7 +105,10 @@ from runledger.sdk.models import ModelResponse
 from runledger.sdk.run import RecordedRun
 from runledger.sdk.tools import Tool, ToolFn
 
-Mode = Literal["redrive", "live"]
+# The rule a branch applies to the calls from the fork on: a re-run's mode (sandbox.rerun.Mode, four
+# members) comes down to one of these two (a trace replay runs no branch; a counterfactual
+# builds on its base mode).
+CallRule = Literal["redrive", "live"]
 
 # The ``reason`` of a simulated effect whose key was committed with other arguments.
 ARGS_DIFFER = "args_differ"
@@ -218,7 +221,7 @@ class BranchRun(RecordedRun):
         *args: Any,
         parent: Checkpoint,
         fork_step: int,
-        mode: Mode,
+        mode: CallRule,
         allow_effects: bool = False,
         live_tools: frozenset[str] | None = None,
         sandbox_policy: SandboxPolicy | None = None,

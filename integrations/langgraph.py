@@ -116,7 +116,7 @@ from runledger.ops.trace import list_runs  # noqa: E402
 from runledger.protect.erasure import erase_run  # noqa: E402
 from runledger.protect.runs import load_run  # noqa: E402
 from runledger.record.events import GraphCheckpointed, GraphWritesSaved, RunCompleted  # noqa: E402
-from runledger.record.ids import is_token  # noqa: E402
+from runledger.record.ids import is_subject_token  # noqa: E402
 from runledger.sdk.lifecycle import open_run  # noqa: E402
 from runledger.sdk.run import RecordedRun  # noqa: E402
 
@@ -135,7 +135,7 @@ _HEADER = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channe
 def thread_run_id(thread_id: str, generation: int = 1) -> str:
     """The run that records ``thread_id``: the thread id itself when it can stand in a subject,
     else ``lg-`` and a digest of it; ``-g<n>`` from the second generation (after a ``delete_thread``)."""
-    base = thread_id if is_token(thread_id) and len(thread_id) <= 100 else "lg-" + _digest(thread_id)
+    base = thread_id if is_subject_token(thread_id) and len(thread_id) <= 100 else "lg-" + _digest(thread_id)
     return base if generation == 1 else f"{base}-g{generation}"
 
 
@@ -202,7 +202,7 @@ class RunledgerSaver(InMemorySaver):
         super().__init__(serde=serde)
         given = agent if isinstance(agent, AgentSpec) else None
         name = given.name if given is not None else str(agent)
-        if not is_token(name):
+        if not is_subject_token(name):
             raise ConfigurationError(f"agent {name!r} cannot be used in a subject: use 1-128 of A-Z a-z 0-9 _ -")
         policy = data_policy or (given.data_policy if given is not None else DataPolicy())
         if policy.capture == "hash-only":

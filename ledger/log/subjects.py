@@ -17,7 +17,7 @@ import functools
 
 from runledger.errors import ConfigurationError
 from runledger.record.canonical import short_digest
-from runledger.record.ids import is_token
+from runledger.record.ids import is_subject_token
 
 # Re-exported: code that builds subjects asks this module for the writer tokens too.
 from runledger.record.writers import AGENT_WRITER as AGENT_WRITER
@@ -44,7 +44,7 @@ KEY_STREAM = f"KV_{KEY_BUCKET}"
 
 
 def _check(name: str, value: str) -> None:
-    if not is_token(value):
+    if not is_subject_token(value):
         raise ConfigurationError(f"{name} {value!r} cannot be used in a subject: use 1-128 of A-Z a-z 0-9 _ -")
 
 
@@ -71,7 +71,7 @@ def run_filter(agent: str, run_id: str) -> str:
 
 def any_agent_run_subject(run_id: str) -> str:
     """The filter that finds a run's messages knowing only its id."""
-    if not is_token(run_id):
+    if not is_subject_token(run_id):
         raise ConfigurationError(f"run id {run_id!r} is not valid: use 1-128 of A-Z a-z 0-9 _ -")
     return f"{RUN_PREFIX}.*.{run_id}.*"
 

@@ -67,7 +67,7 @@ from runledger.log.credentials import RoleCredentials
 from runledger.log.private import private_dir, write_private
 from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, KEY_BUCKET, KEY_STREAM, LEDGER_STREAM
 from runledger.protect.keystore import WORKER_KID_PREFIX
-from runledger.record.ids import is_token
+from runledger.record.ids import is_subject_token
 
 API = "$JS.API"
 BLOB_STREAM = f"OBJ_{BLOB_BUCKET}"
@@ -107,7 +107,7 @@ def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
     if role == "admin":
         return {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}}
     if role == "agent":
-        if not agent or not is_token(agent):
+        if not agent or not is_subject_token(agent):
             raise ConfigurationError(f"an agent user needs a valid agent name, got {agent!r}")
         own = f"ledger.run.{agent}"
         allow = [
@@ -211,7 +211,7 @@ def generate(directory: Path, agents: list[str], url: str = "") -> dict[str, Pat
     private_dir(directory)
     wanted: list[tuple[str, str | None]] = [(r, None) for r in ("admin", "analyst", "operator", "worker")]
     for agent_name in agents:
-        if not is_token(agent_name):
+        if not is_subject_token(agent_name):
             raise ConfigurationError(f"agent name {agent_name!r} cannot be used in a subject")
         wanted.append(("agent", agent_name))
     users: list[RoleCredentials] = []

@@ -50,6 +50,6 @@ def new_id() -> str:
     return "".join([pairs[value >> shift & 1023] for shift in _SHIFTS])
 
 
-def is_token(text: str) -> bool:
+def is_subject_token(text: str) -> bool:
     """True when ``text`` can stand as one NATS subject token (agent names, run ids)."""
     return bool(_TOKEN.match(text))

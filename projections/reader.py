@@ -63,8 +63,8 @@ def parse_ack_subject(reply: bytes) -> tuple[int, int]:
     return fastread.parse_ack_subject(reply, StreamReadError)
 
 
-class PullReader(fastread.PullReader):
-    """The fast reader: an ephemeral no-ack pull consumer on a connection of its own (runledger.log.fastread)."""
+class PullReader(fastread.StreamFollower):
+    """The fast reader: runledger.log.fastread's StreamFollower raising the projection's errors."""
 
     read_error = StreamReadError
     gap_error = SequenceGapError

@@ -10,9 +10,9 @@ client-side slow-consumer drop that makes ordered consumers lose messages.
 ``read_subject`` reads one subject filter once (a run, an effect key): a named push consumer
 (no acks, memory, R1) filtered to the subject, created by a request on the same connection
 and delivering to that connection's inbox, so the whole read is one round trip plus the data.
-``PullReader`` follows the whole stream in large pull batches (the projector).
+``StreamFollower`` follows the whole stream in large pull batches (the projector).
 
-Neither trusts the delivery: ``PullReader`` checks that stream sequences are contiguous;
+Neither trusts the delivery: ``StreamFollower`` checks that stream sequences are contiguous;
 ``read_subject`` cannot (a filtered subject has gaps), so it checks the consumer's own
 accounting instead: every delivery carries how many matching messages are still pending,
 which may drop by exactly one per message (more means one went missing), the read ends only
@@ -198,7 +198,7 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
-class PullReader:
+class StreamFollower:
     """The stream follower: an ephemeral no-ack pull consumer on a connection of its own.
 
     ``next_batch`` returns the next records in stream order, each exactly one sequence after

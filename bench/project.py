@@ -58,7 +58,7 @@ from runledger.log.subjects import (
     run_msg_id,
     run_subject,
 )
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.canonical import canonical_json, digest
 from runledger.record.events import GENESIS
 from runledger.record.fold import OPERATOR_TYPES, fold

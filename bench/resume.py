@@ -57,7 +57,7 @@ from runledger.log.reader import read_raw
 from runledger.log.subjects import any_agent_run_subject
 from runledger.ops.decisions import approve
 from runledger.protect.capture import client_opener
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.lifecycle import resume_run, start_run

@@ -114,7 +114,7 @@ from runledger.integrations.langgraph_values import (  # noqa: E402
 )
 from runledger.ops.trace import list_runs  # noqa: E402
 from runledger.protect.erasure import erase_run  # noqa: E402
-from runledger.protect.runs import load_run  # noqa: E402
+from runledger.protect.loading import load_run  # noqa: E402
 from runledger.record.events import GraphCheckpointed, GraphWritesSaved, RunCompleted  # noqa: E402
 from runledger.record.ids import is_subject_token  # noqa: E402
 from runledger.sdk.lifecycle import open_run  # noqa: E402

@@ -67,7 +67,7 @@ from runledger.log.client import LedgerClient
 from runledger.log.reader import RunLog
 from runledger.log.subjects import LEDGER_STREAM, RUN_PREFIX, parse_run_subject
 from runledger.protect.capture import is_marker
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import Event, decode_fast
 from runledger.record.fold import Checkpoint, StepRecord, fold
 
@@ -414,7 +414,7 @@ def _root_links(cp: Checkpoint, attrs: dict[str, Any]) -> list[Link]:
 
 
 def run_spans(log: RunLog, *, content: bool = False, service_name: str | None = None) -> list[ReadableSpan]:
-    """The spans of one run's trace, root first, from its record (``runledger.protect.runs.load_run``).
+    """The spans of one run's trace, root first, from its record (``runledger.protect.loading.load_run``).
 
     Pure: the same record gives the same spans, ids and times included. ``content`` adds
     message, argument, result and error texts where the record holds them readable (the run's

@@ -75,8 +75,8 @@ from runledger.log.reader import decode_records, read_raw
 from runledger.log.subjects import effect_filter
 from runledger.protect.blobs import is_blob_ref
 from runledger.protect.capture import content_values
+from runledger.protect.loading import load_run
 from runledger.protect.redaction import SecretResolver
-from runledger.protect.runs import load_run
 from runledger.record.canonical import canonical_json, digest, jsonable
 from runledger.record.events import (
     ApprovalRequested,

@@ -20,7 +20,7 @@ from runledger.errors import ConfigurationError, LedgerError, RunNotFoundError
 from runledger.extras import require_extra
 from runledger.log.client import LedgerClient, connect
 from runledger.ops.trace import render_run
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import LABEL, OWNER, SandboxPolicy, SandboxPool
 from runledger.sandbox.diff import diff, render

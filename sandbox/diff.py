@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.sandbox.branch import args_differ_marker
 from runledger.sandbox.errors import SandboxError

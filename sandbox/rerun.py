@@ -42,7 +42,7 @@ from runledger.log.reader import RunLog
 from runledger.log.subjects import WORKER_WRITER, run_subject
 from runledger.protect.capture import DataPolicy, PayloadProtector, client_opener, run_protector
 from runledger.protect.erasure import cascade_to, erased_now
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.canonical import digest, recorded_chain_format
 from runledger.record.events import ErrorInfo, RunFailed, RunForked, RunResumed, RunStarted, VersionTuple
 from runledger.record.fold import Checkpoint, apply, fold

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.errors import RerunRequestError
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult, check_names

@@ -30,7 +30,7 @@ from runledger.ops.prices import PriceTable
 from runledger.projections import selection
 from runledger.projections.errors import QueryError
 from runledger.projections.store import ProjectionStore
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.diff import diff

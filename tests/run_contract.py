@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from runledger import AgentSpec, Run, ScriptedModel, SyncRun, tool
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import Event
 from runledger.sdk.sync import sync_agent
 

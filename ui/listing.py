@@ -8,7 +8,7 @@ and cannot jump to a page number, for a saving the top-N does not need at this s
 Search looks at recorded content, so it cannot be SQL: in the projection content stays sealed.
 It reads the newest ``SEARCH_LIMIT`` runs that pass the other filters from the log through the
 viewer's own connection, opened where the viewer's credentials can open them
-(``runledger.protect.runs.load_run``), and keeps those whose content, ids or names contain the
+(``runledger.protect.loading.load_run``), and keeps those whose content, ids or names contain the
 text; sealed content the viewer cannot open is never searched. The page says when the limit cut
 the search short.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 from runledger.errors import LedgerError
 from runledger.ops.trace import live_status
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.ui.projection import ProjectionFollower
 from runledger.ui.render import stand_in
 from runledger.ui.viewers import Viewer

@@ -1,7 +1,7 @@
 """Values as the page shows them: pretty JSON with redaction tokens and content stand-ins visible.
 
 Recorded content reaches the page opened where the viewer's credentials can open it
-(``runledger.protect.runs.load_run``); what stays sealed, was recorded hash-only, is stored by
+(``runledger.protect.loading.load_run``); what stays sealed, was recorded hash-only, is stored by
 reference or was erased is shown as such, never as its ciphertext. Redaction tokens
 (``«redacted:kind:hmac»``) are shown as tokens. Everything is escaped before it is marked up.
 """

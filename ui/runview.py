@@ -15,7 +15,7 @@ from typing import Any
 
 from runledger.log.reader import RunLog
 from runledger.ops.trace import record_status
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.record.records import Recorded
 from runledger.sandbox.diff import RunDiff, diff_runs

@@ -13,7 +13,7 @@ from runledger.log.client import connect
 from runledger.ops.decisions import approve
 from runledger.ops.trace import list_runs, render_run
 from runledger.ops.verify import verify_runs
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run
 

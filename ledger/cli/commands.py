@@ -19,8 +19,8 @@ from runledger.log.server import NO_LOGINS_WARNING, EmbeddedServer, pid_alive
 from runledger.log.streams import StreamSettings
 from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, LEDGER_STREAM
 from runledger.protect.keystore import MasterKeySource, ensure_master_key
+from runledger.protect.loading import load_run
 from runledger.protect.roles import secure
-from runledger.protect.runs import load_run
 from runledger.record.events import json_schemas
 from runledger.record.fold import fold
 

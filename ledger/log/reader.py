@@ -143,7 +143,7 @@ async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = Non
 
     Raises RunNotFoundError. Knowing the ``agent`` reads the run's own subject, which an agent
     role may read; the default finds the run under any agent (roles that may read every run).
-    ``runledger.protect.runs.load_run`` reads a run with its content opened.
+    ``runledger.protect.loading.load_run`` reads a run with its content opened.
     """
     raws = await read_raw(client, run_filter(agent, run_id) if agent else any_agent_run_subject(run_id))
     if not raws:

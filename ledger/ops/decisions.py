@@ -13,7 +13,7 @@ from __future__ import annotations
 from runledger.errors import ConfigurationError, LedgerError
 from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import ApprovalResolved, BudgetGranted, Event, RunRetried, VersionAccepted
 from runledger.record.fold import fold
 

@@ -18,7 +18,7 @@ from runledger.log.client import LedgerClient
 from runledger.log.reader import RunLog, decode_records, read_raw
 from runledger.log.subjects import parse_run_subject
 from runledger.protect.capture import client_opener
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import decode_fast
 from runledger.record.fold import BROKEN, Checkpoint, fold_until_refused, quarantine_error
 from runledger.record.records import Quarantined, Recorded

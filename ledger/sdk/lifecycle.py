@@ -51,7 +51,7 @@ from runledger.protect.capture import (
     is_marker,
     run_protector,
 )
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.canonical import CHAIN_FORMAT, as_recorded, jsonable, recorded_chain_format
 from runledger.record.events import (
     Budgets,

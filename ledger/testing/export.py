@@ -1,6 +1,6 @@
 """Exporting recorded runs from the log to a recording file (``runledger export jsonl``).
 
-Each run is read with its content opened and its blobs fetched (``runledger.protect.runs.load_run``,
+Each run is read with its content opened and its blobs fetched (``runledger.protect.loading.load_run``,
 the reader every other command uses), checked, and written in the recording format
 (runledger.testing.recording). A run whose content cannot be opened is refused, never written
 half-readable: an erased run (its keys are gone), a role that does not hold the master key, a run
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from runledger.errors import PayloadUnavailableError
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.testing.recording import Recording, refuse_unopened, write_recordings
 
 

@@ -35,7 +35,7 @@ from runledger.log.client import LedgerClient, connect
 from runledger.log.cluster import ClusterState, LocalCluster
 from runledger.log.publish import RetryPolicy
 from runledger.ops.verify import verify_runs
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.ids import new_id
 from runledger.sdk.lifecycle import RunResult, resume_run, start_run
 from tests.conftest import cluster_client, eventually, stream_leader

@@ -30,7 +30,7 @@ from runledger.log.client import connect
 from runledger.log.cluster import ClusterState, LocalCluster
 from runledger.log.publish import RetryPolicy
 from runledger.log.server import EmbeddedServer, free_port, nats_server_binary
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run
 from tests.conftest import eventually

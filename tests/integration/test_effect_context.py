@@ -15,7 +15,7 @@ from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.subjects import effect_filter
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import EffectCommitted, Event
 from runledger.record.fold import fold
 from runledger.sdk.effects import append_to_key, lease_remaining, read_key, resolve_key

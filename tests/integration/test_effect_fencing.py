@@ -38,7 +38,7 @@ from runledger.log.client import connect
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.server import EmbeddedServer
 from runledger.log.subjects import LEDGER_STREAM, effect_filter
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run
 

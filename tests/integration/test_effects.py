@@ -16,7 +16,7 @@ from runledger.log.client import LedgerClient, connect
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.subjects import effect_filter
 from runledger.ops.verify import verify_runs
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import Event
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run

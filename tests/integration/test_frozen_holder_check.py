@@ -29,7 +29,7 @@ from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import connect
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.subjects import effect_filter
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run
 from tests.integration.frozen_payer import spec

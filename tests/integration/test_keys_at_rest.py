@@ -37,7 +37,7 @@ from runledger.protect.keystore import (
     LocalMasterKey,
     RunKeys,
 )
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = pytest.mark.integration

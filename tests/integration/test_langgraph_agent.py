@@ -32,7 +32,7 @@ from runledger.log.client import LedgerClient
 from runledger.log.server import ServerState
 from runledger.ops.verify import verify_runs
 from runledger.projections.projector import project
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]

@@ -37,7 +37,7 @@ from runledger.log.reader import read_raw
 from runledger.log.subjects import run_filter
 from runledger.ops.verify import verify_runs
 from runledger.protect.blobs import is_blob_ref
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

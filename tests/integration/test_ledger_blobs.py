@@ -17,7 +17,7 @@ from runledger.log.subjects import BLOB_BUCKET
 from runledger.ops.decisions import approve
 from runledger.protect.blobs import BlobStore, is_blob_ref
 from runledger.protect.capture import DataPolicy, client_opener
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run
 

@@ -30,7 +30,7 @@ from runledger.log.publish import RetryPolicy
 from runledger.ops.decisions import approve
 from runledger.ops.verify import verify_runs
 from runledger.projections.projector import project
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, fold
 from runledger.sdk.lifecycle import resume_run, start_run
 from runledger.sdk.run import RecordedRun

@@ -22,7 +22,7 @@ from runledger.protect.blobs import BlobStore, is_blob_ref
 from runledger.protect.capture import DataPolicy, client_opener
 from runledger.protect.erasure import erase_run
 from runledger.protect.keystore import KVKeyStore
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.effects import read_key
 from runledger.sdk.lifecycle import resume_run, start_run

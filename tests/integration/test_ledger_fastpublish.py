@@ -21,7 +21,7 @@ from runledger.log.publish import RetryPolicy, SubjectWriter, publish_fenced
 from runledger.log.reader import read_raw
 from runledger.log.server import EmbeddedServer
 from runledger.log.subjects import run_subject
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import ClockRead
 from tests.conftest import eventually
 

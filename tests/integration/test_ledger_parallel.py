@@ -22,7 +22,7 @@ import pytest
 from runledger import AgentSpec, Run, ScriptedModel
 from runledger.log.client import LedgerClient
 from runledger.ops.verify import verify_runs
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run
 from tests.agents import calls, ordinary_spec

@@ -11,7 +11,7 @@ from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter, publish_fenced
 from runledger.log.reader import read_raw
 from runledger.log.subjects import run_subject
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import ClockRead
 
 pytestmark = pytest.mark.integration

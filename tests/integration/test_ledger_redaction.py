@@ -30,8 +30,8 @@ from runledger.log.server import ServerState
 from runledger.ops.decisions import approve
 from runledger.ops.trace import list_runs
 from runledger.protect.capture import DataPolicy, client_opener
+from runledger.protect.loading import load_run
 from runledger.protect.redaction import SecretResolver
-from runledger.protect.runs import load_run
 from runledger.sdk.lifecycle import resume_run, start_run
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from runledger import (
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import accept_version, approve
 from runledger.protect.capture import DataPolicy
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import VersionAcceptance, resume_run, start_run
 

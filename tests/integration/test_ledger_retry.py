@@ -17,7 +17,7 @@ from runledger import AgentSpec, ConfigurationError, OpenAIChatModel, Run, Scrip
 from runledger.cli import main
 from runledger.log.client import LedgerClient
 from runledger.ops.trace import list_runs
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import RetryRequest, resume_run, start_run
 from runledger.sdk.retry import Retry

@@ -42,7 +42,7 @@ from runledger.ops.verify import verify_runs
 from runledger.protect.blobs import BlobStore
 from runledger.protect.capture import DataPolicy, client_opener
 from runledger.protect.erasure import erase_run
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import ApprovalResolved, BudgetGranted, EffectIntended, EffectResolved, VersionAccepted
 from runledger.record.fold import fold, fold_until_refused
 from runledger.sdk.effects import append_to_key, read_key, resolve_key

@@ -17,7 +17,7 @@ from runledger import AgentSpec, OpenAIChatModel, PublishError, Run, ScriptedMod
 from runledger.log.client import connect
 from runledger.log.publish import RetryPolicy
 from runledger.log.server import EmbeddedServer
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import start_run
 from runledger.sdk.sync import SyncRun, resume_sync, run_sync, sync_agent

@@ -14,7 +14,7 @@ from runledger import Run
 from runledger.log.client import connect
 from runledger.log.server import EmbeddedServer
 from runledger.ops.verify import verify_runs
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.lifecycle import start_run
 from runledger.sdk.models import ScriptedModel

@@ -14,7 +14,7 @@ import pytest
 from runledger import AgentSpec, ModelResponse, Run, ScriptedModel, ToolFailedError, VersionMismatchError, tool
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import approve
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.effects import read_key
 from runledger.sdk.lifecycle import resume_run, start_run

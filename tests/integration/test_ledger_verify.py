@@ -145,7 +145,7 @@ async def _sealed_run(client: LedgerClient, run_id: str) -> None:
 
 
 async def _append_forged(client: LedgerClient, run_id: str, body: object) -> int:
-    from runledger.protect.runs import load_run
+    from runledger.protect.loading import load_run
     from runledger.record.events import Payload
 
     assert isinstance(body, Payload)
@@ -192,7 +192,7 @@ async def test_a_swapped_blob_is_caught_and_an_erased_run_still_verifies(client:
     from runledger.log.subjects import BLOB_BUCKET
     from runledger.protect.blobs import is_blob_ref
     from runledger.protect.erasure import erase_run
-    from runledger.protect.runs import load_run
+    from runledger.protect.loading import load_run
 
     await _sealed_run(client, "deep-blob")
     log = await load_run(client, "deep-blob", open_content=False)

@@ -9,7 +9,7 @@ import pytest
 from bench.load import AGENT, RAW_STREAM, STEPS_PER_RUN, prepare, run_phase
 from runledger.log.client import connect
 from runledger.log.reader import subject_counts
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

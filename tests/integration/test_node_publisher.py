@@ -18,7 +18,7 @@ import pytest
 
 from runledger.log.client import LedgerClient
 from runledger.ops.verify import verify_runs
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.lifecycle import start_run

@@ -21,7 +21,7 @@ import pytest
 from runledger import AgentSpec, ModelResponse, OpenAIChatModel, Run
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import approve
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run
 from runledger.sdk.retry import NO_RETRY, Retry

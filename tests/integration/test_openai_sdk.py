@@ -28,7 +28,7 @@ from runledger.integrations.openai import OpenAIModel, SyncRecordedStream, recor
 from runledger.log.client import LedgerClient
 from runledger.log.server import ServerState
 from runledger.ops.decisions import approve
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.sdk.agent import AgentFn
 from runledger.sdk.lifecycle import resume_run, start_run
 from runledger.sdk.retry import Retry

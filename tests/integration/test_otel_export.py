@@ -36,7 +36,7 @@ from runledger.integrations.otel import export_runs, follow_runs, otlp_exporter,
 from runledger.log.client import LedgerClient
 from runledger.log.server import ServerState
 from runledger.ops.decisions import approve
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import RunForked
 from runledger.sdk.lifecycle import start_run
 from tests.conftest import eventually

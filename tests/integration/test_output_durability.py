@@ -25,7 +25,7 @@ from runledger.log.reader import read_raw
 from runledger.log.subjects import LEDGER_STREAM, run_subject
 from runledger.log.window import ATOMIC_MIN, Window, WindowedWriter
 from runledger.ops.verify import verify_runs
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import BudgetGranted, ClockRead
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import open_run, resume_run, start_run

@@ -29,8 +29,8 @@ from runledger.log.subjects import LEDGER_STREAM, run_subject
 from runledger.ops.decisions import approve
 from runledger.projections.errors import StreamMismatchError
 from runledger.projections.projector import project, rebuild
+from runledger.protect.loading import load_run
 from runledger.protect.roles import secure
-from runledger.protect.runs import load_run
 from runledger.record.canonical import digest
 from runledger.record.events import (
     EffectCommitted,

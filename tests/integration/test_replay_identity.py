@@ -26,7 +26,7 @@ from runledger.log.subjects import any_agent_run_subject
 from runledger.ops.decisions import approve
 from runledger.ops.verify import verify_runs
 from runledger.protect.capture import DataPolicy, is_blob_ref, is_sealed
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.canonical import JCS_CHAIN_FORMAT
 from runledger.record.events import decode
 from runledger.record.fold import fold

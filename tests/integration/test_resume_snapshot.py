@@ -16,7 +16,7 @@ from runledger.ops.decisions import approve
 from runledger.protect.blobs import BlobStore
 from runledger.protect.capture import client_opener
 from runledger.protect.erasure import erase_run
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import decode_fast
 from runledger.record.fold import fold
 from runledger.sdk import snapshot

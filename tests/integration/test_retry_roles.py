@@ -24,8 +24,8 @@ from runledger.log.reader import read_raw
 from runledger.log.server import EmbeddedServer, ServerState
 from runledger.log.subjects import AGENT_WRITER, OPERATOR_WRITER, run_filter, run_subject
 from runledger.ops.decisions import retry_run
+from runledger.protect.loading import load_run
 from runledger.protect.roles import secure
-from runledger.protect.runs import load_run
 from runledger.record.events import RunRetried
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import RetryRequest, resume_run, start_run

@@ -25,7 +25,7 @@ from runledger.log.subjects import LEDGER_STREAM, run_subject
 from runledger.ops.decisions import approve
 from runledger.ops.verify import verify_runs
 from runledger.protect.capture import client_opener
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.events import JournalSnapshotted, decode_fast
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run

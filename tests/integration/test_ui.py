@@ -34,8 +34,8 @@ from runledger.examples.refund_agent.agent import TICKETS, spec, strict_model
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient, connect
 from runledger.log.server import EmbeddedServer, ServerState
+from runledger.protect.loading import load_run
 from runledger.protect.roles import secure
-from runledger.protect.runs import load_run
 from runledger.record.events import RunForked
 from runledger.sdk.lifecycle import start_run
 from tests.conftest import unavailable

@@ -22,7 +22,7 @@ import pytest
 from runledger.log.client import LedgerClient
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.subjects import CMD_STREAM, effect_filter
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.sandbox.rerun import RerunRequest
 from runledger.sandbox.worker import RERUN_SUBJECT
 from runledger.sdk.effects import read_key

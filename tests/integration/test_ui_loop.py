@@ -13,7 +13,7 @@ import pytest
 from runledger.examples.refund_agent.agent import TICKETS
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from tests.integration import test_ui
 from tests.integration.processes import runledger

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.rerun import Rerunner, RerunRequest
 from runledger.sdk.lifecycle import start_run

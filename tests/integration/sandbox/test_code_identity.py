@@ -25,7 +25,7 @@ import pytest
 from runledger.errors import VersionMismatchError
 from runledger.log.client import LedgerClient
 from runledger.ops.decisions import approve
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.record.versions import VersionTuple
 from runledger.sandbox.candidate import check_in_image

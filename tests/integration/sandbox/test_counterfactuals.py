@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.canonical import digest
 from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.diff import diff

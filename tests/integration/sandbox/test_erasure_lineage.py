@@ -32,7 +32,7 @@ from runledger.protect.blobs import BlobStore, is_blob_ref
 from runledger.protect.capture import content_values
 from runledger.protect.erasure import erase_run, erased_now
 from runledger.protect.keystore import KVKeyStore, run_kid
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sandbox import rerun as rerun_module
 from runledger.sandbox.errors import RunErasedError

@@ -26,8 +26,8 @@ import pytest
 from runledger.errors import VersionMismatchError
 from runledger.log.client import LedgerClient
 from runledger.log.subjects import LEDGER_STREAM
+from runledger.protect.loading import load_run
 from runledger.protect.redaction import Redactor
-from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import CodeMounts, Sandbox, SandboxPolicy, SandboxPool
 from runledger.sandbox.rerun import Rerunner, RerunRequest

@@ -14,8 +14,8 @@ import docker.errors
 import pytest
 
 from runledger.log.client import LedgerClient
+from runledger.protect.loading import load_run
 from runledger.protect.redaction import Redactor
-from runledger.protect.runs import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import Sandbox, SandboxPolicy, SandboxPool
 from runledger.sandbox.rerun import Rerunner, RerunRequest

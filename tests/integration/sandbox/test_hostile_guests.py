@@ -23,7 +23,7 @@ import pytest
 
 import runledger.sandbox.broker as broker_module
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult

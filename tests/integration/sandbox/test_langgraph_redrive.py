@@ -24,7 +24,7 @@ from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.integrations.langgraph import RunledgerSaver, thread_run_id
 from runledger.log.client import LedgerClient
 from runledger.log.server import ServerState
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
 from runledger.sandbox.diff import diff, render

@@ -19,7 +19,7 @@ from runledger.examples.refund_agent.agent import ORDERS, TICKETS, spec
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
 from runledger.log.subjects import LEDGER_STREAM
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.canonical import digest
 from runledger.record.fold import fold
 from runledger.sandbox.branch import read_committed_claim

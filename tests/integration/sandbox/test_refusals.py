@@ -18,7 +18,7 @@ import pytest
 
 import runledger.sandbox.rerun as rerun_module
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.errors import Refusal, refusal_of

@@ -21,7 +21,7 @@ from runledger.examples.refund_agent.agent import TICKETS, spec
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient, connect
 from runledger.ops.decisions import approve
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import fold
 from runledger.sandbox.containers import LABEL, SandboxPolicy
 from runledger.sandbox.rerun import Rerunner, RerunRequest

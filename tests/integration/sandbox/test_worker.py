@@ -14,7 +14,7 @@ import pytest
 from runledger.examples.refund_agent.agent import TICKETS, spec
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.sandbox.containers import SandboxPolicy
 from runledger.sandbox.rerun import RerunRequest
 from runledger.sandbox.worker import run_worker, submit

@@ -22,7 +22,7 @@ from runledger.errors import RunNotFoundError
 from runledger.examples.refund_agent.agent import TICKETS, spec
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.sandbox.rerun import RerunRequest
 from runledger.sandbox.worker import submit
 from runledger.sdk.lifecycle import start_run

@@ -19,7 +19,7 @@ import pytest
 from runledger.errors import CodeNotAllowedError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.subjects import CMD_STREAM
-from runledger.protect.runs import load_run
+from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox import rerun as rerun_module
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool

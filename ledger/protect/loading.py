@@ -1,4 +1,4 @@
-"""Reading a run as its readers see it: decoded, with content opened where the credentials allow."""
+"""Loading a run as its readers see it (``load_run``): decoded, with content opened where the credentials allow."""
 
 from __future__ import annotations
 

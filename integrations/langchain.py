@@ -53,7 +53,7 @@ from pydantic import ConfigDict  # noqa: E402
 from runledger import ConfigurationError, ModelResponse, Tool, ToolFailedError  # noqa: E402
 
 if TYPE_CHECKING:
-    from runledger.sdk.api import Run
+    from runledger.sdk.protocol import Run
     from runledger.sdk.tools import EffectClass
 
 T = TypeVar("T")

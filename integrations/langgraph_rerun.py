@@ -39,7 +39,7 @@ from runledger.integrations.langgraph_values import (  # noqa: E402
 )
 from runledger.protect.loading import load_run  # noqa: E402
 from runledger.record.events import Event, GraphCheckpointed, GraphWritesSaved  # noqa: E402
-from runledger.sdk.api import Run  # noqa: E402
+from runledger.sdk.protocol import Run  # noqa: E402
 from runledger.sdk.tools import Tool  # noqa: E402
 
 T = TypeVar("T")

@@ -84,10 +84,10 @@ if TYPE_CHECKING:
     from runledger.record.fold import Checkpoint, fold
     from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
-    from runledger.sdk.api import Run
     from runledger.sdk.context import EffectContext
     from runledger.sdk.lifecycle import RunResult, resume_run, start_run
     from runledger.sdk.models import ModelAdapter, ModelResponse, OpenAIChatModel, ScriptedModel
+    from runledger.sdk.protocol import Run
     from runledger.sdk.retry import Retry
     from runledger.sdk.sync import SyncRun, resume_sync, run_sync, sync_agent
     from runledger.sdk.tools import NOT_FOUND, Tool, tool
@@ -128,7 +128,7 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["AgentSpec", "load_agent"], "runledger.sdk.agent"),
     **dict.fromkeys(["RunResult", "resume_run", "start_run"], "runledger.sdk.lifecycle"),
     **dict.fromkeys(["ModelAdapter", "ModelResponse", "OpenAIChatModel", "ScriptedModel"], "runledger.sdk.models"),
-    **dict.fromkeys(["Run"], "runledger.sdk.api"),
+    **dict.fromkeys(["Run"], "runledger.sdk.protocol"),
     **dict.fromkeys(["EffectContext"], "runledger.sdk.context"),
     **dict.fromkeys(["Retry"], "runledger.sdk.retry"),
     **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),

@@ -209,8 +209,8 @@ if __name__ == "__main__":
     main()
 
 
-if TYPE_CHECKING:  # mypy checks that RemoteRun is a Run (runledger.sdk.api); nothing runs here
-    from runledger.sdk.api import Run
+if TYPE_CHECKING:  # mypy checks that RemoteRun is a Run (runledger.sdk.protocol); nothing runs here
+    from runledger.sdk.protocol import Run
 
     def _is_a_run(run: RemoteRun) -> Run:
         return run

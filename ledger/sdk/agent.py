@@ -23,7 +23,7 @@ from runledger.sdk.models import ModelAdapter
 from runledger.sdk.tools import Tool
 
 if TYPE_CHECKING:
-    from runledger.sdk.api import Run
+    from runledger.sdk.protocol import Run
 
 AgentFn = Callable[["Run"], Awaitable[Any]]
 # When a step counts as recorded: "step", acknowledged by the server before the call returns;

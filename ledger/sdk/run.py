@@ -630,8 +630,8 @@ def _response_from_record(output: Any, response_type: type[ModelResponse] = Mode
     )
 
 
-if TYPE_CHECKING:  # mypy checks that RecordedRun is a Run (runledger.sdk.api); nothing runs here
-    from runledger.sdk.api import Run
+if TYPE_CHECKING:  # mypy checks that RecordedRun is a Run (runledger.sdk.protocol); nothing runs here
+    from runledger.sdk.protocol import Run
 
     def _is_a_run(run: RecordedRun) -> Run:
         return run

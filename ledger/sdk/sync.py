@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 from runledger.log.client import connect
 from runledger.sdk.agent import AgentFn, AgentSpec
-from runledger.sdk.api import Run
 from runledger.sdk.lifecycle import RunResult, resume_run, start_run
 from runledger.sdk.models import ModelResponse
+from runledger.sdk.protocol import Run
 from runledger.sdk.tools import EffectClass, Tool, ToolFn
 
 T = TypeVar("T")

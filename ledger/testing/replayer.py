@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     import datetime as dt
 
     from runledger.log.client import LedgerClient
-    from runledger.sdk.api import Run
+    from runledger.sdk.protocol import Run
 
 # A step recorded without an outcome: live, a resume would act (retry the call, settle the effect,
 # resume the child). A replay cannot: the record ends inside that step.
@@ -395,7 +395,7 @@ def _outcome_divergence(
     return None
 
 
-if TYPE_CHECKING:  # mypy checks that ReplayRun is a Run (runledger.sdk.api); nothing runs here
+if TYPE_CHECKING:  # mypy checks that ReplayRun is a Run (runledger.sdk.protocol); nothing runs here
 
     def _is_a_run(run: ReplayRun) -> Run:
         return run

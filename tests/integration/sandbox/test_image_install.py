@@ -73,7 +73,8 @@ def test_the_installed_package_builds_the_sandbox_image_the_checkout_builds(
     probe = docker.containers.run(
         tag,
         ["python3", "-c",
-         "import importlib.util as u, runledger, runledger.sdk.api, runledger.record.fold, runledger.sandbox.guest\n"
+         "import importlib.util as u, runledger, runledger.sdk.protocol, runledger.record.fold\n"
+         "import runledger.sandbox.guest\n"
          "print(runledger.__file__, [m for m in ('runledger.cli', 'runledger.projections', 'duckdb', 'docker')"
          " if u.find_spec(m) is not None])"],
         network_mode="none", remove=True,

@@ -42,7 +42,9 @@ needs. The sandbox guest depends on this: it imports the Run API and the fold, a
 pay for the NATS client, cryptography or the analytics stack in every container it starts
 (docs/sandbox.md, "Start-up cost").
 
-Each package has one error tree, in its ``errors`` module. The library logs to the ``runledger``
+Each package has one error tree, in its ``errors`` module, and every error class ends in ``Error``;
+``SuspendedForApproval`` is the documented alias of ``SuspendedForApprovalError``, the name it had
+before, kept because it is public. The library logs to the ``runledger``
 loggers (``logging.getLogger(__name__)``) and never writes to the terminal; programs do (the CLI,
 the sandbox guest, the example's payments service).
 """
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         PublishError,
         StaleClaimError,
         SuspendedForApproval,
+        SuspendedForApprovalError,
         ToolFailedError,
         VersionMismatchError,
     )
@@ -113,6 +116,7 @@ _MODULE_OF: dict[str, str] = {
             "PublishError",
             "StaleClaimError",
             "SuspendedForApproval",
+            "SuspendedForApprovalError",
             "ToolFailedError",
             "VersionMismatchError",
         ],
@@ -171,6 +175,7 @@ __all__ = [
     "SecretResolver",
     "StaleClaimError",
     "SuspendedForApproval",
+    "SuspendedForApprovalError",
     "SyncRun",
     "Tool",
     "ToolFailedError",

@@ -17,7 +17,7 @@
     ├── RunNotFoundError
     ├── LedgerReadError               a subject or the stream could not be read completely and in order
     │   └── StreamGapError            a stream sequence went missing between two messages
-    ├── ReaderUnavailable             the fast readers cannot speak to this server (nats-py reads instead)
+    ├── ReaderUnavailableError        the fast readers cannot speak to this server (nats-py reads instead)
     ├── KeyStoreError                 a run's keys cannot be created, read or used (erased, altered, unreachable)
     ├── MasterKeyError                the master key that wraps run keys is malformed or unusable
     │   ├── MasterKeyMissingError     no master key is configured for this process
@@ -37,7 +37,7 @@
     │   └── ClaimTakenOverError       the key was written after the claim (a resume took it over, a resolution)
     ├── BudgetExhaustedError          a run hit a turn, token or wall-clock limit
     ├── ApprovalDeniedError
-    ├── SuspendedForApproval          not a failure: the run waits for an approval
+    ├── SuspendedForApprovalError     not a failure (alias SuspendedForApproval): the run waits for an approval
     ├── ChildFailedError              a child run failed (recorded in the parent; replays as this error)
     ├── ChildSuspendedError           not a failure: a child run waits (approval, effect in doubt), so its parent does
     ├── ToolFailedError               a tool raised (recorded; replays as this error)
@@ -273,7 +273,7 @@ class StreamGapError(LedgerReadError):
         return (type(self), (self.expected, self.got), self.__dict__)
 
 
-class ReaderUnavailable(LedgerError):
+class ReaderUnavailableError(LedgerError):
     """The fast readers cannot talk to this server (TLS, credentials files...): use nats-py's."""
 
 
@@ -638,7 +638,7 @@ class ApprovalDeniedError(LedgerError):
         return (type(self), (self.run_id, self.request_id, self.reason), self.__dict__)
 
 
-class SuspendedForApproval(LedgerError):
+class SuspendedForApprovalError(LedgerError):
     """Raised out of run.approval(): not a failure, the run waits for a decision."""
 
     def __init__(self, run_id: str, request_id: str, action: str) -> None:
@@ -652,6 +652,10 @@ class SuspendedForApproval(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.run_id, self.request_id, self.action), self.__dict__)
+
+
+# The name it had before error classes all ended in Error: public (runledger.SuspendedForApproval), so kept.
+SuspendedForApproval = SuspendedForApprovalError
 
 
 class ChildFailedError(LedgerError):

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from runledger.errors import ReaderUnavailable
+from runledger.errors import ReaderUnavailableError
 from runledger.log import fastread
 from runledger.log.client import LedgerClient
 from runledger.log.fastread import PULL_BATCH as PULL_BATCH
@@ -137,7 +137,7 @@ async def open_reader(client: LedgerClient, stream: str, start_seq: int, kind: s
         try:
             await pull.start(start_seq)
             return pull
-        except ReaderUnavailable as exc:
+        except ReaderUnavailableError as exc:
             if kind == "pull":
                 raise StreamReadError(f"the fast reader cannot read from this server: {exc}") from exc
     ordered = OrderedReader(client, stream)

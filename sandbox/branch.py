@@ -98,7 +98,7 @@ from runledger.record.events import (
 )
 from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.sandbox.containers import SandboxPolicy
-from runledger.sandbox.errors import Refusal, SandboxViolation, SecretNotAllowedError, tagged
+from runledger.sandbox.errors import Refusal, SandboxViolationError, SecretNotAllowedError, tagged
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.effects import KeyState, apply_key, key_agent
 from runledger.sdk.models import ModelResponse
@@ -263,7 +263,7 @@ class BranchRun(RecordedRun):
         return event
 
     def check_limits(self) -> None:
-        """Raise SandboxViolation when the re-run has recorded as much as its policy allows. Called by
+        """Raise SandboxViolationError when the re-run has recorded as much as its policy allows. Called by
         the broker before each request, so a cap ends the branch between steps, never inside one."""
         p = self.sandbox_policy
         for what, used, cap, name in (
@@ -272,7 +272,7 @@ class BranchRun(RecordedRun):
             ("blobs", self.recorded_blobs, p.max_blobs, "max_blobs"),
         ):
             if used >= cap:
-                raise SandboxViolation(
+                raise SandboxViolationError(
                     f"the re-run reached its limit of {cap} recorded {what} ({used} so far): the sandboxed agent "
                     f"floods the record; raise SandboxPolicy.{name} if this re-run really needs more"
                 )
@@ -320,12 +320,12 @@ class BranchRun(RecordedRun):
         for name, value in params.items():
             check = MODEL_PARAMS.get(name)
             if check is None:
-                raise SandboxViolation(
+                raise SandboxViolationError(
                     f"model parameter {name[:80]!r} is not allowed in a re-run (the model called is the branch's, "
                     f"{self._spec.model.name}); allowed: {', '.join(sorted(MODEL_PARAMS))}"
                 )
             if (isinstance(value, float) and not math.isfinite(value)) or not check(value):
-                raise SandboxViolation(f"model parameter {name!r} has a value a re-run refuses: {str(value)[:80]}")
+                raise SandboxViolationError(f"model parameter {name!r} has a value a re-run refuses: {str(value)[:80]}")
             allowed[name] = min(value, self.sandbox_policy.max_tokens) if name in _CAPPED else value
         return allowed
 
@@ -335,7 +335,7 @@ class BranchRun(RecordedRun):
         if tool_call_id is None or tool_call_id in self._call_ids:
             return
         if self._effect_key(key_fn, args, tool_call_id=tool_call_id) != self._effect_key(key_fn, args):
-            raise SandboxViolation(
+            raise SandboxViolationError(
                 f"tool_call_id {tool_call_id[:80]!r} was not handed out by a model response of this run, and "
                 "the effect's key would depend on it"
             )

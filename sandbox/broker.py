@@ -15,7 +15,7 @@ parameters go through the branch's allowlist; every value and error text sent ba
 scrubbed of the secrets the re-run resolved; every read and every write has a deadline
 (``SandboxPolicy.io_timeout_s`` for a write, the re-run's wall-clock limit for all); the
 re-run's caps on events, bytes and blobs are checked before each request. A guest that
-breaks any of it fails its branch (``SandboxViolation``, reason ``sandbox``), never the
+breaks any of it fails its branch (``SandboxViolationError``, reason ``sandbox``), never the
 host process.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 from runledger.errors import ApprovalDeniedError, ChildFailedError, EffectFailedError, ToolFailedError
 from runledger.sandbox.channel import MAX_VALUES, check_request, encode, read_message
 from runledger.sandbox.containers import SandboxPolicy
-from runledger.sandbox.errors import AgentFailedError, ChannelError, SandboxViolation
+from runledger.sandbox.errors import AgentFailedError, ChannelError, SandboxViolationError
 
 # Errors an agent may catch and handle: forwarded to the guest instead of ending the run.
 FORWARDED = (ToolFailedError, EffectFailedError, ApprovalDeniedError, ChildFailedError)
@@ -55,13 +55,13 @@ class Broker:
     async def _read(self) -> dict[str, Any] | None:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise SandboxViolation(WALL_CLOCK)
+            raise SandboxViolationError(WALL_CLOCK)
         try:
             return await asyncio.wait_for(read_message(self.reader, MAX_VALUES), timeout=remaining)
         except TimeoutError as exc:
-            raise SandboxViolation(WALL_CLOCK) from exc
+            raise SandboxViolationError(WALL_CLOCK) from exc
         except ChannelError as exc:
-            raise SandboxViolation(f"malformed channel message: {exc}") from exc
+            raise SandboxViolationError(f"malformed channel message: {exc}") from exc
         except (ConnectionError, OSError) as exc:
             return None if isinstance(exc, ConnectionResetError) else _raise(exc)
 
@@ -76,22 +76,22 @@ class Broker:
             await asyncio.wait_for(self.writer.drain(), timeout=max(limit, 0.0))
         except TimeoutError as exc:
             if limit >= remaining:
-                raise SandboxViolation(WALL_CLOCK) from exc
-            raise SandboxViolation(
+                raise SandboxViolationError(WALL_CLOCK) from exc
+            raise SandboxViolationError(
                 f"the sandboxed agent did not read its replies within {self.policy.io_timeout_s:g}s"
             ) from exc
         except (ConnectionError, OSError) as exc:
-            raise SandboxViolation(f"channel error: {exc}") from exc
+            raise SandboxViolationError(f"channel error: {exc}") from exc
 
     async def greet(self, hello: dict[str, Any] | None) -> None:
         if hello is None:
-            raise SandboxViolation("the sandboxed agent exited before saying hello")
+            raise SandboxViolationError("the sandboxed agent exited before saying hello")
         try:
             ident, op = check_request(hello)
         except ChannelError as exc:
-            raise SandboxViolation(f"malformed channel message: {exc}") from exc
+            raise SandboxViolationError(f"malformed channel message: {exc}") from exc
         if op != "hello":
-            raise SandboxViolation(f"expected hello, got {op!r}")
+            raise SandboxViolationError(f"expected hello, got {op!r}")
         await self._send({"id": ident, "ok": self.start})
 
     async def serve(self, run: Any, hello: dict[str, Any] | None) -> Any:
@@ -100,17 +100,17 @@ class Broker:
         while True:
             message = await self._read()
             if message is None:
-                raise SandboxViolation("the sandboxed agent exited without reporting an outcome")
+                raise SandboxViolationError("the sandboxed agent exited without reporting an outcome")
             try:
                 ident, op = check_request(message)
             except ChannelError as exc:
-                raise SandboxViolation(f"malformed channel message: {exc}") from exc
+                raise SandboxViolationError(f"malformed channel message: {exc}") from exc
             if op == "done":
                 return message.get("output")
             if op == "failed":
                 raise AgentFailedError(message["error"])
             if op == "hello":
-                raise SandboxViolation("malformed channel message: a second hello")
+                raise SandboxViolationError("malformed channel message: a second hello")
             check_limits = getattr(run, "check_limits", None)
             if check_limits is not None:
                 check_limits()  # before the step starts: a cap never cuts an effect between claim and act
@@ -142,8 +142,8 @@ class Broker:
             if op == "random":
                 return await run.random()
         except TypeError as exc:  # keyword arguments from the guest that the SDK does not take
-            raise SandboxViolation(f"bad {op} request: {exc}") from exc
-        raise SandboxViolation(f"unexpected op {op!r}")
+            raise SandboxViolationError(f"bad {op} request: {exc}") from exc
+        raise SandboxViolationError(f"unexpected op {op!r}")
 
 
 def _scrub(run: Any, value: Any) -> Any:
@@ -155,9 +155,9 @@ def _scrub(run: Any, value: Any) -> Any:
 def _text(message: dict[str, Any], field: str) -> str:
     value = message.get(field)
     if not isinstance(value, str) or not value or len(value) > 1000:
-        raise SandboxViolation(f"request field {field!r} must be a non-empty string of at most 1000 characters")
+        raise SandboxViolationError(f"request field {field!r} must be a non-empty string of at most 1000 characters")
     return value
 
 
 def _raise(exc: BaseException) -> Any:
-    raise SandboxViolation(f"channel error: {exc}") from exc
+    raise SandboxViolationError(f"channel error: {exc}") from exc

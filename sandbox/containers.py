@@ -33,7 +33,7 @@ from typing import Any
 
 from runledger.log.server import pid_alive
 from runledger.sandbox.channel import MAX_LINE, MAX_VALUES, read_message
-from runledger.sandbox.errors import RerunRequestError, SandboxError, SandboxViolation
+from runledger.sandbox.errors import RerunRequestError, SandboxError, SandboxViolationError
 from runledger.sdk.code_identity import defining_module, find_module, import_closure
 
 LABEL = "runledger.sandbox"
@@ -96,7 +96,7 @@ class Sandbox:
         try:
             return await asyncio.wait_for(asyncio.shield(self.connected), timeout=timeout)
         except TimeoutError as exc:
-            raise SandboxViolation(
+            raise SandboxViolationError(
                 f"the sandbox did not connect within {timeout:g}s ({await self.describe()})"
             ) from exc
 
@@ -316,12 +316,12 @@ class SandboxPool:
                 read_message(reader, MAX_VALUES), timeout=self.policy.connect_timeout_s
             )
         except Exception as exc:
-            raise SandboxViolation(f"the sandbox did not say hello ({exc})") from exc
+            raise SandboxViolationError(f"the sandbox did not say hello ({exc})") from exc
         return sandbox
 
     async def acquire(self, code: CodeMounts, agent: str = "") -> Sandbox:
         """A sandbox whose guest is connected and waiting: warm if one is ready, else cold. A cold one
-        that does not say hello is removed before the error (SandboxViolation) is raised.
+        that does not say hello is removed before the error (SandboxViolationError) is raised.
 
         ``code``: what it mounts (``code_mounts``). ``agent`` (``module:attribute``), when given, is
         loaded by the guest before it says hello (its hello says whether it loaded: ``preloaded``);
@@ -353,14 +353,14 @@ class SandboxPool:
         (``{"agent", "agent_version"}``, or ``{"agent", "error"}`` when it could not be loaded in the
         image); the sandbox is removed before this returns. Nothing of a re-run runs: the agent's
         module is imported and its factory called, in the hardened container, as a re-run's guest would.
-        Raises SandboxError / SandboxViolation when no sandbox can be had."""
+        Raises SandboxError / SandboxViolationError when no sandbox can be had."""
         sandbox = await self._create(code, agent)
         try:
             await self._warm_up(sandbox)
             hello = sandbox.hello or {}
             report = hello.get("preloaded") if isinstance(hello, dict) else None
             if not isinstance(report, dict):
-                raise SandboxViolation("the sandbox's hello did not say whether the agent loaded")
+                raise SandboxViolationError("the sandbox's hello did not say whether the agent loaded")
             return report
         finally:
             await self.discard(sandbox)

@@ -4,7 +4,7 @@
     └── SandboxError
         ├── ImageError                   the sandbox image cannot be built or found
         ├── DockerUnavailableError       no Docker engine answers
-        ├── SandboxViolation             the re-run broke a limit or the channel protocol (recorded as its failure)
+        ├── SandboxViolationError        the re-run broke a limit or the channel protocol (recorded as its failure)
         ├── ChannelError                 a malformed, oversized or unexpected message on the channel
         ├── AgentFailedError             (host) the agent raised inside the sandbox (recorded as its failure)
         ├── RemoteError                  (guest) the broker reported an error no SDK error type matches
@@ -29,7 +29,7 @@ Every class here is a LedgerError, so the ``except LedgerError`` handlers see th
 reports it and drops or retries the request, the sweep reports it and goes on, the CLI prints
 it. That is meant for the errors of a request (its image, its Docker engine, its parameters, a
 sandbox that never came up). The errors of a re-run's agent (``AgentFailedError``,
-``ChannelError``, a ``SandboxViolation`` of the running agent) are raised inside the agent
+``ChannelError``, a ``SandboxViolationError`` of the running agent) are raised inside the agent
 function that ``drive`` (runledger.sdk.lifecycle) calls, which records any exception as the
 branch's ``run.failed``: they are the re-run's outcome and never reach those handlers.
 """
@@ -64,14 +64,14 @@ class DockerUnavailableError(SandboxError):
         return (type(self), (self.reason,), self.__dict__)
 
 
-class SandboxViolation(SandboxError):
+class SandboxViolationError(SandboxError):
     """The agent in the container broke a limit or the protocol; the re-run fails with this."""
 
     failure_reason = "sandbox"
 
 
 class ChannelError(SandboxError):
-    """A malformed, oversized or unexpected message. The broker turns it into a SandboxViolation."""
+    """A malformed, oversized or unexpected message. The broker turns it into a SandboxViolationError."""
 
 
 class AgentFailedError(SandboxError):

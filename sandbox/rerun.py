@@ -58,7 +58,7 @@ from runledger.sandbox.errors import (
     RerunDeadLetteredError,
     RerunRequestError,
     RunErasedError,
-    SandboxViolation,
+    SandboxViolationError,
     tagged,
 )
 from runledger.sdk.agent import AgentSpec, CodeAllowList, load_agent, load_model, load_named
@@ -465,10 +465,10 @@ class Rerunner:
                 # message: a host tool, a model call or a write that hangs is cancelled too.
                 remaining = max(0.0, deadline - time.monotonic())
                 output = await asyncio.wait_for(serve(run), timeout=remaining)
-            except SandboxViolation as exc:
+            except SandboxViolationError as exc:
                 if time.monotonic() < deadline:
                     where = f"; the container {await got[0].describe()}" if got else ""
-                    raise SandboxViolation(f"{exc}{where}") from exc
+                    raise SandboxViolationError(f"{exc}{where}") from exc
                 raise await over_limit() from exc
             except TimeoutError as exc:
                 if time.monotonic() < deadline:
@@ -477,11 +477,11 @@ class Rerunner:
             clean_exit = True
             return output
 
-        async def over_limit() -> SandboxViolation:
+        async def over_limit() -> SandboxViolationError:
             if got:
                 await self.pool.discard(got[0])  # killed now, before the outcome is recorded
             capped = f" (the worker's limit; the request asked for {asked:g}s)" if asked is not None else ""
-            return SandboxViolation(
+            return SandboxViolationError(
                 f"the re-run exceeded its wall-clock limit of {limit:g}s{capped}: its container was killed"
             )
 

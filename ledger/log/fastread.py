@@ -20,7 +20,7 @@ at pending 0 (drained), and the count received is at least what the server said 
 held when the consumer was created.
 
 Both support plain connections with user/password or token (the client's options or URL).
-TLS, credentials files and nkeys raise ``ReaderUnavailable``: use nats-py's ordered consumer.
+TLS, credentials files and nkeys raise ``ReaderUnavailableError``: use nats-py's ordered consumer.
 
 Rejected: a pull consumer for ``read_subject`` (``$JS.API.CONSUMER.MSG.NEXT`` is not scoped by
 filter, so an agent role may not send it, and it costs a round trip); ``fetch()`` (a task per
@@ -41,7 +41,7 @@ from urllib.parse import unquote
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from runledger.errors import LedgerError, LedgerReadError, ReaderUnavailable, StreamGapError
+from runledger.errors import LedgerError, LedgerReadError, ReaderUnavailableError, StreamGapError
 from runledger.log.client import LedgerClient
 from runledger.record.records import RawRecord
 
@@ -129,21 +129,21 @@ class ProtocolParser:
 
 
 class _Login:
-    """How to reach and log in to the client's server as the client does, or ReaderUnavailable."""
+    """How to reach and log in to the client's server as the client does, or ReaderUnavailableError."""
 
     def __init__(self, client: LedgerClient, name: str) -> None:
         nc = client.nc
         url = nc.connected_url
         options = getattr(nc, "options", {}) or {}
         if url is None:
-            raise ReaderUnavailable("not connected")
+            raise ReaderUnavailableError("not connected")
         if (
             url.scheme in ("tls", "wss", "ws")
             or options.get("tls")
             or options.get("user_credentials")
             or options.get("nkeys_seed")
         ):
-            raise ReaderUnavailable("TLS, a .creds file or an nkey: use nats-py's reader")
+            raise ReaderUnavailableError("TLS, a .creds file or an nkey: use nats-py's reader")
         self.host = url.hostname or "127.0.0.1"
         self.port = url.port or 4222
         connect: dict[str, Any] = {
@@ -170,19 +170,19 @@ class _Login:
                 asyncio.open_connection(self.host, self.port, limit=READ_CHUNK * 4), timeout=CONNECT_TIMEOUT_S
             )
         except (OSError, TimeoutError) as exc:
-            raise ReaderUnavailable(f"cannot connect: {exc}") from exc
+            raise ReaderUnavailableError(f"cannot connect: {exc}") from exc
         try:
             info_line = await asyncio.wait_for(reader.readline(), timeout=CONNECT_TIMEOUT_S)
             if not info_line.startswith(b"INFO "):
-                raise ReaderUnavailable("no INFO from the server")
+                raise ReaderUnavailableError("no INFO from the server")
             info = json.loads(info_line[5:])
             if info.get("tls_required") or (
                 info.get("nonce") and "auth_token" not in self.connect and "user" not in self.connect
             ):
-                raise ReaderUnavailable("the server wants TLS or nkey authentication")
+                raise ReaderUnavailableError("the server wants TLS or nkey authentication")
         except (OSError, TimeoutError, ValueError) as exc:
             await _close(writer)
-            raise ReaderUnavailable(str(exc)) from exc
+            raise ReaderUnavailableError(str(exc)) from exc
         except BaseException:
             await _close(writer)
             raise
@@ -237,7 +237,7 @@ class StreamFollower:
             await self._until_pong()  # allowed to listen on the inbox (a violation arrives before PONG)
         except (OSError, TimeoutError, ValueError) as exc:
             await self._close_socket()
-            raise ReaderUnavailable(str(exc)) from exc
+            raise ReaderUnavailableError(str(exc)) from exc
         except BaseException:
             await self._close_socket()
             raise
@@ -265,9 +265,9 @@ class StreamFollower:
         while True:
             line = await asyncio.wait_for(self._reader.readline(), timeout=5)
             if not line:
-                raise ReaderUnavailable("the server closed the connection")
+                raise ReaderUnavailableError("the server closed the connection")
             if line.startswith(b"-ERR"):
-                raise ReaderUnavailable(line.decode("utf-8", "replace").strip())
+                raise ReaderUnavailableError(line.decode("utf-8", "replace").strip())
             if line.startswith(b"PONG"):
                 return
 
@@ -366,7 +366,7 @@ async def read_subject(
 ) -> list[RawRecord]:
     """Every message on ``subject_filter`` from ``start_seq`` on, in stream order, complete.
 
-    Raises ReaderUnavailable when this connection cannot be spoken fast (fall back to nats-py),
+    Raises ReaderUnavailableError when this connection cannot be spoken fast (fall back to nats-py),
     LedgerReadError when the read is incomplete or times out, and LedgerError when the server
     refuses the consumer (these credentials may not read the subject)."""
     login = _Login(client, "runledger-reader")
@@ -430,7 +430,7 @@ async def _drain(
         chunk = await reader.read(READ_CHUNK)
         if not chunk:
             if not logged_in:
-                raise ReaderUnavailable("the server closed the connection while logging in")
+                raise ReaderUnavailableError("the server closed the connection while logging in")
             raise LedgerReadError(f"reading {subject_filter}: the server closed the connection")
         for item in parser.feed(chunk):
             kind = item[0]
@@ -457,7 +457,7 @@ async def _drain(
                 text = item[1]
                 if "Publish" in text:  # the consumer's API subject: a role that may not read this
                     raise LedgerError(f"cannot read {subject_filter}: these credentials may not read it ({text})")
-                raise ReaderUnavailable(f"the server refused the fast reader: {text}")
+                raise ReaderUnavailableError(f"the server refused the fast reader: {text}")
             elif kind == "status" and item[2] not in (100,):
                 raise LedgerReadError(f"reading {subject_filter}: the server ended the read ({item[2]} {item[3]})")
         logged_in = True

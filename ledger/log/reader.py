@@ -20,7 +20,7 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from runledger.errors import EventDecodeError, LedgerError, ReaderUnavailable, RunNotFoundError
+from runledger.errors import EventDecodeError, LedgerError, ReaderUnavailableError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.fastread import read_subject
 from runledger.log.subjects import LEDGER_STREAM, any_agent_run_subject, parse_run_subject, run_filter
@@ -66,7 +66,7 @@ async def read_raw(
     Raises LedgerError (LedgerReadError when the read was incomplete: read again)."""
     try:
         return await read_subject(client, LEDGER_STREAM, subject_filter, start_seq=start_seq, timeout=timeout)
-    except ReaderUnavailable:
+    except ReaderUnavailableError:
         pass  # TLS, a credentials file or an nkey: nats-py's reader below
     return await _read_ordered(client, subject_filter, start_seq=start_seq, timeout=timeout)
 

@@ -19,7 +19,7 @@ one direct get, then its chunks by one subject read (runledger.log.fastread), no
 nats-py's ``get``, which looks up the stream, creates an ordered consumer and hands each chunk to
 a worker thread (a snapshot's journal, a replayed step's large output). A blob not stored the
 usual way (a delete marker, a link, an odd chunk name) or a connection that cannot read so
-(TLS, nkeys: ``ReaderUnavailable``) goes through nats-py's ``get``, which streams chunks into a
+(TLS, nkeys: ``ReaderUnavailableError``) goes through nats-py's ``get``, which streams chunks into a
 temporary file (``get(name, writeinto=...)``: ``get()`` into memory is quadratic in the size).
 Either way the bytes are checked against the name (sha256) before they are returned.
 
@@ -143,7 +143,7 @@ class BlobStore:
         chunk_subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=BLOB_BUCKET, obj=nuid)
         try:
             chunks = await read_subject(self._client, _BLOB_STREAM, chunk_subject)
-        except LedgerError:  # ReaderUnavailable, a refused or incomplete read
+        except LedgerError:  # ReaderUnavailableError, a refused or incomplete read
             return None
         data = b"".join(chunk.data for chunk in chunks)
         actual = hashlib.sha256(data).hexdigest()

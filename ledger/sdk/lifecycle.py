@@ -33,7 +33,7 @@ from runledger.errors import (
     NondeterminismError,
     PublishError,
     RunNotFoundError,
-    SuspendedForApproval,
+    SuspendedForApprovalError,
     ToolFailedError,
     VersionMismatchError,
 )
@@ -572,7 +572,7 @@ async def drive(run: RecordedRun, spec: AgentSpec, *, record_nondeterminism: boo
 async def _drive(run: RecordedRun, spec: AgentSpec, record_nondeterminism: bool) -> RunResult:
     try:
         output = await spec.fn(run)
-    except SuspendedForApproval as exc:
+    except SuspendedForApprovalError as exc:
         return RunResult(run.run_id, "suspended", reason="approval", error=str(exc), pending=[exc.request_id])
     except ChildSuspendedError as exc:
         return RunResult(run.run_id, "suspended", reason="child", error=str(exc), pending=list(exc.pending))

@@ -41,7 +41,7 @@ from runledger.errors import (
     ConfigurationError,
     NondeterminismError,
     PayloadUnavailableError,
-    SuspendedForApproval,
+    SuspendedForApprovalError,
     ToolFailedError,
 )
 from runledger.log.subjects import AGENT_WRITER, WORKER_WRITER, Writer, writer_of
@@ -470,7 +470,7 @@ class RecordedRun(EffectStep):
         """Ask an operator to approve ``action`` with ``args``. Returns the decision when approved.
 
         The first time, records ``approval.requested`` and ``run.suspended`` and raises
-        SuspendedForApproval (the runner ends the process cleanly). After
+        SuspendedForApprovalError (the runner ends the process cleanly). After
         ``runledger approve``, a resume returns the decision here; a denial raises
         ApprovalDeniedError. An approval is bound to the digest of (action, args): if the
         code now asks for something different, a new request is made.
@@ -487,7 +487,7 @@ class RecordedRun(EffectStep):
                 if rec.status == "denied":
                     raise ApprovalDeniedError(self.run_id, rec.request_id or "", (rec.output or {}).get("reason"))
                 assert rec.request_id is not None
-                raise SuspendedForApproval(self.run_id, rec.request_id, action)
+                raise SuspendedForApprovalError(self.run_id, rec.request_id, action)
         request_id = uuid.uuid4().hex[:12]
         await self._append(
             ApprovalRequested(step=step, request_id=request_id, action=action, args=args, digest=approval_digest)
@@ -495,7 +495,7 @@ class RecordedRun(EffectStep):
         await self._append(RunSuspended(step=step, request_id=request_id, reason="approval"))
         await self._writer.commit()  # the request is what an operator sees: acknowledged before it is raised
         self._after_step(step)
-        raise SuspendedForApproval(self.run_id, request_id, action)
+        raise SuspendedForApprovalError(self.run_id, request_id, action)
 
     # -- child runs ----------------------------------------------------------------------------------
 

@@ -87,11 +87,14 @@ def _sources() -> dict[str, str]:
 
 
 def _classes(module: types.ModuleType) -> list[type[BaseException]]:
-    return [
-        obj
-        for obj in vars(module).values()
-        if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
-    ]
+    # Each class once: an alias kept for a public old name (SuspendedForApproval) is the same class.
+    return list(
+        dict.fromkeys(
+            obj
+            for obj in vars(module).values()
+            if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
+        )
+    )
 
 
 ALL_CLASSES = [cls for module, _ in PACKAGES.values() for cls in _classes(module)]

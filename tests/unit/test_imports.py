@@ -24,7 +24,8 @@ PUBLIC = [
     "FencedError", "LeaseExpiredError", "LedgerClient", "LedgerError", "MissingExtraError", "ModelAdapter",
     "ModelResponse",
     "NondeterminismError", "OpenAIChatModel", "PayloadUnavailableError", "PublishError", "RedactionPolicy", "Retry",
-    "Run", "RunResult", "ScriptedModel", "SecretResolver", "StaleClaimError", "SuspendedForApproval", "SyncRun", "Tool",
+    "Run", "RunResult", "ScriptedModel", "SecretResolver", "StaleClaimError", "SuspendedForApproval",
+    "SuspendedForApprovalError", "SyncRun", "Tool",
     "ToolFailedError", "VersionMismatchError", "VersionTuple", "connect", "fold", "load_agent", "resume_run",
     "resume_sync", "run_sync", "start_run", "sync_agent", "tool",
 ]  # fmt: skip

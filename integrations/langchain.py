@@ -33,7 +33,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from runledger.extras import require_extra
+from runledger import require_extra
 
 require_extra("langgraph", "runledger.integrations.langchain")
 
@@ -53,8 +53,7 @@ from pydantic import ConfigDict  # noqa: E402
 from runledger import ConfigurationError, ModelResponse, Tool, ToolFailedError  # noqa: E402
 
 if TYPE_CHECKING:
-    from runledger.sdk.protocol import Run
-    from runledger.sdk.tools import EffectClass
+    from runledger import EffectClass, Run
 
 T = TypeVar("T")
 

@@ -68,7 +68,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from runledger.extras import require_extra
+from runledger import require_extra
 
 require_extra("langgraph", "runledger.integrations.langgraph")
 
@@ -86,8 +86,25 @@ from langgraph.checkpoint.base import (  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
-from runledger import AgentSpec, Budgets, ConfigurationError, DataPolicy, LedgerClient, ModelAdapter  # noqa: E402
-from runledger.errors import PayloadUnavailableError, RunNotFoundError  # noqa: E402
+from runledger import (  # noqa: E402
+    AgentSpec,
+    Budgets,
+    ConfigurationError,
+    DataPolicy,
+    GraphCheckpointed,
+    GraphWritesSaved,
+    LedgerClient,
+    ModelAdapter,
+    PayloadUnavailableError,
+    RecordedRun,
+    RunCompleted,
+    RunNotFoundError,
+    erase_run,
+    is_subject_token,
+    list_runs,
+    load_run,
+    open_run,
+)
 from runledger.integrations.langchain import (  # noqa: E402
     JournaledChatModel,
     LangChainModelAdapter,
@@ -112,13 +129,6 @@ from runledger.integrations.langgraph_values import (  # noqa: E402
     tail_record,
     typed_to_record,
 )
-from runledger.ops.trace import list_runs  # noqa: E402
-from runledger.protect.erasure import erase_run  # noqa: E402
-from runledger.protect.loading import load_run  # noqa: E402
-from runledger.record.events import GraphCheckpointed, GraphWritesSaved, RunCompleted  # noqa: E402
-from runledger.record.ids import is_subject_token  # noqa: E402
-from runledger.sdk.lifecycle import open_run  # noqa: E402
-from runledger.sdk.run import RecordedRun  # noqa: E402
 
 T = TypeVar("T")
 

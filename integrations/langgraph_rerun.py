@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from runledger.extras import require_extra
+from runledger import require_extra
 
 require_extra("langgraph", "runledger.integrations.langgraph")
 
@@ -22,7 +22,20 @@ from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.types import Command, StateSnapshot  # noqa: E402
 
-from runledger import AgentSpec, Budgets, ConfigurationError, DataPolicy, LedgerClient, ModelAdapter  # noqa: E402
+from runledger import (  # noqa: E402
+    AgentSpec,
+    Budgets,
+    ConfigurationError,
+    DataPolicy,
+    Event,
+    GraphCheckpointed,
+    GraphWritesSaved,
+    LedgerClient,
+    ModelAdapter,
+    Run,
+    Tool,
+    load_run,
+)
 from runledger.integrations.langchain import (  # noqa: E402
     ChatModelAdapter,
     JournaledChatModel,
@@ -37,10 +50,6 @@ from runledger.integrations.langgraph_values import (  # noqa: E402
     START_CHANNEL,
     record_to_typed,
 )
-from runledger.protect.loading import load_run  # noqa: E402
-from runledger.record.events import Event, GraphCheckpointed, GraphWritesSaved  # noqa: E402
-from runledger.sdk.protocol import Run  # noqa: E402
-from runledger.sdk.tools import Tool  # noqa: E402
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runledger.extras import require_extra
+from runledger import require_extra
 
 require_extra("langgraph", "runledger.integrations.langgraph")
 

@@ -50,7 +50,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
-from runledger.extras import require_extra
+from runledger import require_extra
 
 require_extra("openai", "runledger.integrations.openai")
 
@@ -59,9 +59,16 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
 from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from runledger import ConfigurationError, ModelResponse, Retry, Run, SyncRun  # noqa: E402
-from runledger.errors import ModelError  # noqa: E402
-from runledger.sdk.models import DEFAULT_RETRY, RETRYABLE_STATUS  # noqa: E402
+from runledger import (  # noqa: E402
+    DEFAULT_RETRY,
+    RETRYABLE_STATUS,
+    ConfigurationError,
+    ModelError,
+    ModelResponse,
+    Retry,
+    Run,
+    SyncRun,
+)
 
 __all__ = [
     "OpenAIModel",

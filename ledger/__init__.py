@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -70,30 +71,45 @@ if TYPE_CHECKING:
         LeaseExpiredError,
         LedgerError,
         MissingExtraError,
+        ModelError,
         NondeterminismError,
         PayloadUnavailableError,
         PublishError,
+        RunNotFoundError,
         StaleClaimError,
         SuspendedForApproval,
         SuspendedForApprovalError,
         ToolFailedError,
         VersionMismatchError,
     )
+    from runledger.extras import require_extra
     from runledger.log.client import LedgerClient, connect
+    from runledger.ops.trace import list_runs
     from runledger.protect.data_policy import DataPolicy
+    from runledger.protect.erasure import erase_run
+    from runledger.protect.loading import load_run
     from runledger.protect.redaction import RedactionPolicy, SecretResolver
     from runledger.record.budgets import Budgets
-    from runledger.record.events import Event
+    from runledger.record.events import Event, GraphCheckpointed, GraphWritesSaved, RunCompleted
     from runledger.record.fold import Checkpoint, fold
+    from runledger.record.ids import is_subject_token
     from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
     from runledger.sdk.context import EffectContext
-    from runledger.sdk.lifecycle import RunResult, resume_run, start_run
-    from runledger.sdk.models import ModelAdapter, ModelResponse, OpenAIChatModel, ScriptedModel
+    from runledger.sdk.lifecycle import RunResult, open_run, resume_run, start_run
+    from runledger.sdk.models import (
+        DEFAULT_RETRY,
+        RETRYABLE_STATUS,
+        ModelAdapter,
+        ModelResponse,
+        OpenAIChatModel,
+        ScriptedModel,
+    )
     from runledger.sdk.protocol import Run
     from runledger.sdk.retry import Retry
+    from runledger.sdk.run import RecordedRun
     from runledger.sdk.sync import SyncRun, resume_sync, run_sync, sync_agent
-    from runledger.sdk.tools import NOT_FOUND, Tool, tool
+    from runledger.sdk.tools import NOT_FOUND, EffectClass, Tool, tool
 
 _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(
@@ -137,10 +153,23 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["Retry"], "runledger.sdk.retry"),
     **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),
     **dict.fromkeys(["NOT_FOUND", "Tool", "tool"], "runledger.sdk.tools"),
+    **dict.fromkeys(["ModelError", "RunNotFoundError"], "runledger.errors"),
+    **dict.fromkeys(["require_extra"], "runledger.extras"),
+    **dict.fromkeys(["list_runs"], "runledger.ops.trace"),
+    **dict.fromkeys(["erase_run"], "runledger.protect.erasure"),
+    **dict.fromkeys(["load_run"], "runledger.protect.loading"),
+    **dict.fromkeys(["GraphCheckpointed", "GraphWritesSaved", "RunCompleted"], "runledger.record.events"),
+    **dict.fromkeys(["is_subject_token"], "runledger.record.ids"),
+    **dict.fromkeys(["open_run"], "runledger.sdk.lifecycle"),
+    **dict.fromkeys(["RecordedRun"], "runledger.sdk.run"),
+    **dict.fromkeys(["DEFAULT_RETRY", "RETRYABLE_STATUS"], "runledger.sdk.models"),
+    **dict.fromkeys(["EffectClass"], "runledger.sdk.tools"),
 }
 
 __all__ = [
+    "DEFAULT_RETRY",
     "NOT_FOUND",
+    "RETRYABLE_STATUS",
     "AgentSpec",
     "ApprovalDeniedError",
     "BudgetExhaustedError",
@@ -151,25 +180,32 @@ __all__ = [
     "ClaimTakenOverError",
     "ConfigurationError",
     "DataPolicy",
+    "EffectClass",
     "EffectContext",
     "EffectFailedError",
     "EffectInDoubtError",
     "EffectResultErasedError",
     "Event",
     "FencedError",
+    "GraphCheckpointed",
+    "GraphWritesSaved",
     "LeaseExpiredError",
     "LedgerClient",
     "LedgerError",
     "MissingExtraError",
     "ModelAdapter",
+    "ModelError",
     "ModelResponse",
     "NondeterminismError",
     "OpenAIChatModel",
     "PayloadUnavailableError",
     "PublishError",
+    "RecordedRun",
     "RedactionPolicy",
     "Retry",
     "Run",
+    "RunCompleted",
+    "RunNotFoundError",
     "RunResult",
     "ScriptedModel",
     "SecretResolver",
@@ -182,8 +218,14 @@ __all__ = [
     "VersionMismatchError",
     "VersionTuple",
     "connect",
+    "erase_run",
     "fold",
+    "is_subject_token",
+    "list_runs",
     "load_agent",
+    "load_run",
+    "open_run",
+    "require_extra",
     "resume_run",
     "resume_sync",
     "run_sync",
@@ -199,11 +241,26 @@ __all__ = [
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
+# The public classes and functions are shown, pickled and documented as ``runledger.<name>`` (as
+# httpx does): set for every public name of a module when this module first loads it (a pickle names
+# ``runledger.<name>``, which loads it again). Not for these classes: their annotations are strings
+# that resolve only in their own module, which ``typing.get_type_hints`` (and pydantic, building a
+# model that holds one) reads from ``sys.modules[cls.__module__]``.
+_OWN_MODULE = frozenset(
+    {"AgentSpec", "Checkpoint", "DataPolicy", "EffectContext", "LedgerClient", "RecordedRun", "RedactionPolicy", "Tool"}
+)
+
+
 def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'runledger' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    for public, where in _MODULE_OF.items():
+        value = getattr(loaded, public) if where == module else None
+        if isinstance(value, type | types.FunctionType) and public not in _OWN_MODULE:
+            value.__module__ = __name__
+    value = getattr(loaded, name)
     globals()[name] = value  # later lookups skip this function
     return value
 

@@ -66,9 +66,7 @@ from typing import Any
 _BLOB_BUCKET = "LEDGER_BLOBS"
 
 
-def _rebuild(
-    cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any], state: dict[str, Any]
-) -> Exception:
+def _rebuild(cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any], state: dict[str, Any]) -> Exception:
     """Unpickle an error whose ``__init__`` takes keyword-only arguments (its message depends on them)."""
     error = cls(*args, **kwargs)
     error.__dict__.update(state)
@@ -248,6 +246,8 @@ class UnknownSchemaVersionError(EventDecodeError):
 
 
 class RunNotFoundError(LedgerError):
+    """No run ``run_id`` in the ledger (nothing on its subjects)."""
+
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"no run {run_id!r} in the ledger: list runs with `runledger runs`")

@@ -128,6 +128,8 @@ class RunSuspended(Payload):
 
 
 class RunCompleted(Payload):
+    """The run finished; ``output`` is what the agent returned."""
+
     TYPE = "run.completed"
     output: Any = None
 

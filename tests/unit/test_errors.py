@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import runledger
 import runledger.errors
 import runledger.projections.errors
 import runledger.sandbox.errors
@@ -86,13 +87,20 @@ def _sources() -> dict[str, str]:
     }
 
 
+def _defined_in(obj: type, module: types.ModuleType) -> bool:
+    # A public error carries runledger's name once runledger has loaded it (runledger.__getattr__):
+    # its own module is then the one runledger loads it from.
+    own = runledger._MODULE_OF.get(obj.__name__) if obj.__module__ == "runledger" else obj.__module__
+    return own == module.__name__
+
+
 def _classes(module: types.ModuleType) -> list[type[BaseException]]:
     # Each class once: an alias kept for a public old name (SuspendedForApproval) is the same class.
     return list(
         dict.fromkeys(
             obj
             for obj in vars(module).values()
-            if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
+            if isinstance(obj, type) and issubclass(obj, BaseException) and _defined_in(obj, module)
         )
     )
 

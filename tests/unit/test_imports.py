@@ -8,8 +8,11 @@ analytics stack, which every sandbox container would otherwise load at start.
 from __future__ import annotations
 
 import ast
+import pickle
 import subprocess
 import sys
+import types
+import typing
 from pathlib import Path
 
 import runledger
@@ -28,6 +31,10 @@ PUBLIC = [
     "SuspendedForApprovalError", "SyncRun", "Tool",
     "ToolFailedError", "VersionMismatchError", "VersionTuple", "connect", "fold", "load_agent", "resume_run",
     "resume_sync", "run_sync", "start_run", "sync_agent", "tool",
+    # What the integrations use (tests/unit/test_imports.py keeps them to these):
+    "DEFAULT_RETRY", "RETRYABLE_STATUS", "EffectClass", "GraphCheckpointed", "GraphWritesSaved", "ModelError",
+    "RecordedRun", "RunCompleted", "RunNotFoundError", "erase_run", "is_subject_token", "list_runs", "load_run",
+    "open_run", "require_extra",
 ]  # fmt: skip
 
 
@@ -48,8 +55,8 @@ def test_every_public_name_resolves_to_its_module() -> None:
         obj = getattr(runledger, name)
         assert obj is not None
         assert name in dir(runledger)
-        if isinstance(obj, type) or callable(obj):
-            assert getattr(obj, "__module__", "runledger").startswith("runledger"), name
+        if isinstance(obj, type | types.FunctionType):  # (a type alias, EffectClass, is typing's)
+            assert obj.__module__.startswith("runledger"), name
 
 
 def test_every_public_error_derives_from_the_base() -> None:
@@ -181,3 +188,67 @@ def test_the_private_reach_check_sees_each_form() -> None:
         "server._accepts (runledger.log.server)",
     ]
     assert _reaches_into("runledger.protect.redaction._redactor", ast.parse(source.split("\n")[2])) == []
+
+
+# The OTLP exporter and its `export otlp` mode read the log as the operator's tools do (raw
+# subjects, the fold's step records, the projections for --where, the CLI's connection options):
+# an operator command more than a framework's adapter, left as it is until it moves beside them.
+REACHING_IN = {"runledger.integrations.otel", "runledger.integrations.otel_cli"}
+
+
+def _outside_the_public_api(tree: ast.AST) -> list[str]:
+    """Each import of ``runledger`` that is neither a public name (``runledger.__all__``) nor a
+    module of ``runledger.integrations``."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "runledger":
+                found += [f"{node.lineno}: {a.name}" for a in node.names if a.name not in runledger.__all__]
+            elif node.module.startswith("runledger.") and not node.module.startswith("runledger.integrations"):
+                found.append(f"{node.lineno}: from {node.module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("runledger") and not alias.name.startswith("runledger.integrations."):
+                    found.append(f"{node.lineno}: import {alias.name}")
+    return found
+
+
+def test_integrations_import_only_the_public_api() -> None:
+    """An integration is written as a user's code would be: ``from runledger import ...`` (and its
+    own package's modules), so what it needs is public, documented and stable."""
+    found = [
+        f"{module}:{line}"
+        for module, path in LIBRARY.items()
+        if module.startswith("runledger.integrations.") and module not in REACHING_IN
+        for line in _outside_the_public_api(ast.parse(path.read_text()))
+    ]
+    assert found == [], "integrations reaching past runledger's public names:\n" + "\n".join(found)
+    assert _outside_the_public_api(ast.parse("from runledger.sdk.run import RecordedRun\nimport runledger.log")) != []
+    assert _outside_the_public_api(ast.parse("from runledger import RecordedRun, Nothing")) == ["1: Nothing"]
+
+
+def test_public_names_are_runledgers_own() -> None:
+    """Every public class and function is shown, pickled and documented as ``runledger.<name>``; a
+    class keeps its module only where its annotations resolve there alone (``runledger._OWN_MODULE``)."""
+    shown = {}
+    for name in runledger.__all__:
+        obj = getattr(runledger, name)
+        if isinstance(obj, type | types.FunctionType):
+            shown[name] = obj.__module__
+            if isinstance(obj, type) and name not in runledger._OWN_MODULE:
+                typing.get_type_hints(obj)  # what pydantic and documentation tools read still resolves
+    assert {n for n, m in shown.items() if m != "runledger"} == runledger._OWN_MODULE
+    assert {"LedgerError", "Event", "SyncRun", "tool", "open_run"} <= {n for n, m in shown.items() if m == "runledger"}
+    error = pickle.loads(pickle.dumps(runledger.RunNotFoundError("r-1")))
+    assert type(error) is runledger.RunNotFoundError and error.run_id == "r-1"
+    assert runledger.Budgets.model_validate({"turns": 3}) == pickle.loads(pickle.dumps(runledger.Budgets(turns=3)))
+
+
+def test_a_fresh_interpreter_sees_the_same_modules() -> None:
+    statement = (
+        "import runledger, pickle\n"
+        "from runledger import LedgerError, start_run\n"
+        "print(LedgerError.__module__, start_run.__module__, pickle.dumps(LedgerError).count(b'runledger.errors'))"
+    )
+    done = subprocess.run([sys.executable, "-c", statement], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["runledger", "runledger", "0"]

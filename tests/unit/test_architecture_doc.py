@@ -80,3 +80,11 @@ def test_every_row_names_a_module_that_exists() -> None:
 def test_every_folder_has_a_table() -> None:
     folders = {path.split("/", 1)[0] for path in listed()}
     assert folders >= set(FOLDERS), f"no module table for {sorted(set(FOLDERS) - folders)}"
+
+
+def test_every_path_the_doc_names_exists() -> None:
+    """Beyond the tables: a file named in the prose (`sdk/lifecycle.py::open_run`) exists, from the
+    repository root or from one of the folders (the doc drops `ledger/` for the core's paths)."""
+    named = set(re.findall(r"`([\w.-]+/[\w./-]+\.py)(?:::[\w.]+)?`", DOC.read_text()))
+    gone = sorted(p for p in named if not any((REPO / base / p).is_file() for base in ("", *FOLDERS)))
+    assert gone == [], "docs/architecture.md names files that do not exist:\n" + "\n".join(gone)

@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import nats
@@ -107,19 +108,213 @@ async def run_worker(
     about ``drain_s`` plus the time to remove the sandboxes."""
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
-    stop = stop or asyncio.Event()
-    config = ConsumerConfig(
-        durable_name=CONSUMER, ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s,
-        max_deliver=max_attempts + BACKSTOP, filter_subject=RERUN_SUBJECT,
+    settings = WorkerSettings(
+        concurrency=concurrency, pool_size=pool_size, ack_wait_s=ack_wait_s, max_requests=max_requests,
+        on_result=on_result, reap_interval_s=reap_interval_s, max_attempts=max_attempts,
+        retry_delay_s=retry_delay_s, drain_s=drain_s,
     )  # fmt: skip
-    sub = await client.js.pull_subscribe(RERUN_SUBJECT, durable=CONSUMER, stream=CMD_STREAM, config=config)
-    attempts = await _attempts(sub, max_attempts)
-    pool = SandboxPool(docker, policy, size=pool_size)
-    await asyncio.to_thread(pool.reap_orphans)
-    rerunner = Rerunner(client, pool)
-    handled = 0
+    worker = await Worker.open(client, docker, policy, settings)
+    return await worker.serve(stop or asyncio.Event())
 
-    def report(request: RerunRequest, outcome: RerunResult | Exception) -> None:
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """A worker's knobs, as ``run_worker`` takes and describes them."""
+
+    concurrency: int
+    pool_size: int
+    ack_wait_s: float
+    max_requests: int | None
+    on_result: Callable[[RerunRequest, RerunResult | Exception], None] | None
+    reap_interval_s: float
+    max_attempts: int
+    retry_delay_s: float
+    drain_s: float
+
+
+class Worker:
+    """One worker serving the shared consumer: its subscription, sandbox pool and re-runner.
+
+    ``open`` joins the consumer; ``serve`` runs ``concurrency`` fetch loops and the reaper until
+    ``stop`` (or ``max_requests``), then drains, closes the pool and leaves the consumer. Each
+    delivery goes through ``_handle``: run it, then ack, nak for a retry, term, or give it up as a
+    dead letter (the module docstring has the rules).
+    """
+
+    def __init__(
+        self, sub: Any, pool: SandboxPool, attempts: int, settings: WorkerSettings, rerunner: Rerunner
+    ) -> None:
+        self.sub = sub
+        self.pool = pool
+        self.rerunner = rerunner
+        self.settings = settings
+        # Deliveries before a request is dead-lettered: max_attempts, or fewer if the consumer says so.
+        self.attempts = attempts
+        self.handled = 0
+
+    @classmethod
+    async def open(cls, client: LedgerClient, docker: Any, policy: SandboxPolicy, settings: WorkerSettings) -> Worker:
+        """Join the shared durable consumer (creating it if this is the first worker) and remove the
+        sandboxes that dead workers left on this engine and host."""
+        config = ConsumerConfig(
+            durable_name=CONSUMER, ack_policy=AckPolicy.EXPLICIT, ack_wait=settings.ack_wait_s,
+            max_deliver=settings.max_attempts + BACKSTOP, filter_subject=RERUN_SUBJECT,
+        )  # fmt: skip
+        sub = await client.js.pull_subscribe(RERUN_SUBJECT, durable=CONSUMER, stream=CMD_STREAM, config=config)
+        attempts = await _attempts(sub, settings.max_attempts)
+        pool = SandboxPool(docker, policy, size=settings.pool_size)
+        await asyncio.to_thread(pool.reap_orphans)
+        return cls(sub, pool, attempts, settings, Rerunner(client, pool))
+
+    async def serve(self, stop: asyncio.Event) -> int:
+        """Serve until ``stop`` is set or the loops took ``max_requests``; returns the deliveries
+        handled. Always closes the pool and leaves the consumer; an error of a loop is raised."""
+        reaping = asyncio.create_task(self._reap_orphans_forever())
+        loops = [asyncio.create_task(self._fetch_loop(stop)) for _ in range(self.settings.concurrency)]
+        stopping = asyncio.create_task(stop.wait())
+        serving = asyncio.ensure_future(asyncio.wait(loops))
+        try:
+            await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if not serving.done():  # stopped
+                await self._drain(loops)
+            await _finish(loops)
+        finally:
+            serving.cancel()
+            stopping.cancel()
+            reaping.cancel()
+            await _finish(loops)
+            await self.pool.close()
+            with contextlib.suppress(nats.errors.Error):
+                await self.sub.unsubscribe()
+        return self.handled
+
+    async def _drain(self, loops: list[asyncio.Task[None]]) -> None:
+        """Give the re-runs in hand ``drain_s`` to finish; the caller cancels the rest."""
+        drain_s = self.settings.drain_s
+        _, wedged = await asyncio.wait(loops, timeout=drain_s) if drain_s > 0 else (set(), set(loops))
+        if wedged:
+            logger.warning("worker: %d re-runs still running %gs after stop: interrupting them (their "
+                           "requests are left for redelivery)", len(wedged), drain_s)  # fmt: skip
+
+    async def _fetch_loop(self, stop: asyncio.Event) -> None:
+        """Fetch one request at a time and handle it, until stopped or ``max_requests`` were taken."""
+        max_requests = self.settings.max_requests
+        while not stop.is_set() and (max_requests is None or self.handled < max_requests):
+            try:
+                msgs = await self.sub.fetch(1, timeout=1)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except nats.errors.Error as exc:  # a reconnect in progress, say: the next fetch tries again
+                logger.warning("worker: fetching re-run requests failed: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            for msg in msgs:
+                try:
+                    await self._handle(msg)
+                except Exception:  # a bug of ours in the handling itself: the request is redelivered
+                    logger.exception("worker: handling a re-run request failed; it will be redelivered")
+
+    async def _reap_orphans_forever(self) -> None:
+        """Every ``reap_interval_s``, remove the sandboxes of workers that died on this host."""
+        interval = self.settings.reap_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                reaped = await asyncio.to_thread(self.pool.reap_orphans)
+            except Exception as exc:  # docker-py raises several types; the next round tries again
+                logger.warning("worker: reaping orphaned sandboxes failed: %s; trying again in %gs", exc,
+                               interval)  # fmt: skip
+                continue
+            if reaped:
+                logger.info("worker: removed %d sandboxes left by a dead worker", reaped)
+
+    async def _handle(self, msg: Any) -> None:
+        """One delivery: parse it, give it up if its earlier deliveries died, else re-run it and settle."""
+        self.handled += 1
+        try:
+            request = RerunRequest.model_validate_json(msg.data)
+        except ValidationError as exc:
+            logger.warning("worker: dropping a malformed re-run request: %s", exc.errors()[0]["msg"])
+            await self._settle(msg.term(), "?")
+            return
+        delivered = msg.metadata.num_delivered
+        if delivered > self.attempts:
+            # Every earlier delivery ended without settling it: its worker died on it (killed,
+            # out of memory), was stopped, or could not write. Not run again.
+            cause = f"its {delivered - 1} deliveries ended without an outcome (its worker died or was stopped)"
+            await self._give_up(msg, request, RerunDeadLetteredError(request.request_id, delivered - 1, cause), None)
+            return
+        beat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            await self._rerun_and_settle(msg, request, delivered)
+        finally:
+            beat.cancel()
+
+    async def _rerun_and_settle(self, msg: Any, request: RerunRequest, delivered: int) -> None:
+        """Re-run the request, then ack it, term it, nak it for a retry or give it up, by outcome."""
+        request_id, attempts = request.request_id, self.attempts
+        try:
+            result = await self.rerunner.rerun(request)
+        except asyncio.CancelledError:
+            await self._settle(msg.nak(), request_id)  # stopping: left for redelivery, its container killed
+            raise
+        except CodeNotAllowedError as exc:  # nothing was imported or called: given up at once, with the reason
+            await self._give_up(msg, request, RerunDeadLetteredError(request_id, delivered, describe(exc)), None)
+        except PERMANENT as exc:
+            self._report(request, exc)
+            await self._settle(msg.term(), request_id)  # retrying cannot help
+        except PublishError as exc:
+            self._report(request, exc)  # fenced or the server is gone: another delivery will settle it
+        except Exception as exc:  # anything else, a bug of ours included: retried, then dead-lettered
+            logger.warning("worker: re-run %s failed its worker (delivery %d of %d): %s", request_id,
+                           delivered, attempts, describe(exc), exc_info=exc)  # fmt: skip
+            if delivered >= attempts:
+                await self._give_up(msg, request, RerunDeadLetteredError(request_id, delivered, describe(exc)), exc)
+            else:
+                self._report(request, exc)
+                await self._settle(msg.nak(delay=self.settings.retry_delay_s * delivered), request_id)
+        else:
+            await self._settle(msg.ack_sync(), request_id)
+            self._report(request, result)
+
+    async def _give_up(
+        self, msg: Any, request: RerunRequest, error: RerunDeadLetteredError, cause: Exception | None
+    ) -> None:
+        """Record the dead letter on the request's branch and term the message; if the record
+        cannot be written, nak it so a later delivery tries again."""
+        delivered = msg.metadata.num_delivered
+        try:
+            await self.rerunner.dead_letter(request, error, cause)
+        except PERMANENT as exc:  # no parent to start a branch from: the request goes, with the log's word
+            logger.warning("worker: dead-lettered re-run %s has no branch to record it on: %s", request.request_id,
+                           describe(exc))  # fmt: skip
+        except Exception as exc:
+            logger.warning("worker: could not record the dead letter of re-run %s (%s): it stays queued",
+                           request.request_id, describe(exc), exc_info=exc)  # fmt: skip
+            self._report(request, exc)
+            await self._settle(msg.nak(delay=self.settings.retry_delay_s * delivered), request.request_id)
+            return
+        await self._settle(msg.term(), request.request_id)
+        self._report(request, error)
+
+    async def _heartbeat(self, msg: Any) -> None:
+        """Tell the server the request is still in hand, three times per ``ack_wait``, until cancelled."""
+        while True:
+            await asyncio.sleep(max(1.0, self.settings.ack_wait_s / 3))
+            with contextlib.suppress(nats.errors.Error):
+                await msg.in_progress()
+
+    @staticmethod
+    async def _settle(action: Awaitable[None], request_id: str) -> None:
+        """Await an ack, nak or term; one that does not reach the server leaves the request to be redelivered."""
+        try:
+            await action
+        except (nats.errors.Error, TimeoutError) as exc:
+            logger.warning("worker: could not settle re-run %s (%s): it will be redelivered", request_id, exc)
+
+    def _report(self, request: RerunRequest, outcome: RerunResult | Exception) -> None:
+        """Hand an outcome to ``on_result``, or log it; a reporter's failure is logged, never raised."""
+        on_result = self.settings.on_result
         try:
             if on_result is not None:
                 on_result(request, outcome)
@@ -131,128 +326,6 @@ async def run_worker(
                             f" ({note})" if note else "")  # fmt: skip
         except Exception as exc:  # a reporter that fails (a closed stdout, say) must not take the worker down
             logger.warning("worker: reporting re-run %s failed: %s", request.request_id, describe(exc))
-
-    async def settle(action: Awaitable[None], request_id: str) -> None:
-        # An ack, nak or term that does not reach the server leaves the request to be redelivered.
-        try:
-            await action
-        except (nats.errors.Error, TimeoutError) as exc:
-            logger.warning("worker: could not settle re-run %s (%s): it will be redelivered", request_id, exc)
-
-    async def heartbeat(msg: Any) -> None:
-        while True:
-            await asyncio.sleep(max(1.0, ack_wait_s / 3))
-            with contextlib.suppress(nats.errors.Error):
-                await msg.in_progress()
-
-    async def give_up(msg: Any, request: RerunRequest, error: RerunDeadLetteredError, cause: Exception | None) -> None:
-        delivered = msg.metadata.num_delivered
-        try:
-            await rerunner.dead_letter(request, error, cause)
-        except PERMANENT as exc:  # no parent to start a branch from: the request goes, with the log's word
-            logger.warning("worker: dead-lettered re-run %s has no branch to record it on: %s", request.request_id,
-                           describe(exc))  # fmt: skip
-        except Exception as exc:
-            logger.warning("worker: could not record the dead letter of re-run %s (%s): it stays queued",
-                           request.request_id, describe(exc), exc_info=exc)  # fmt: skip
-            report(request, exc)
-            await settle(msg.nak(delay=retry_delay_s * delivered), request.request_id)
-            return
-        await settle(msg.term(), request.request_id)
-        report(request, error)
-
-    async def handle(msg: Any) -> None:
-        nonlocal handled
-        handled += 1
-        try:
-            request = RerunRequest.model_validate_json(msg.data)
-        except ValidationError as exc:
-            logger.warning("worker: dropping a malformed re-run request: %s", exc.errors()[0]["msg"])
-            await settle(msg.term(), "?")
-            return
-        delivered = msg.metadata.num_delivered
-        if delivered > attempts:
-            # Every earlier delivery ended without settling it: its worker died on it (killed,
-            # out of memory), was stopped, or could not write. Not run again.
-            cause = f"its {delivered - 1} deliveries ended without an outcome (its worker died or was stopped)"
-            await give_up(msg, request, RerunDeadLetteredError(request.request_id, delivered - 1, cause), None)
-            return
-        beat = asyncio.create_task(heartbeat(msg))
-        try:
-            result = await rerunner.rerun(request)
-        except asyncio.CancelledError:
-            await settle(msg.nak(), request.request_id)  # stopping: left for redelivery, its container killed
-            raise
-        except CodeNotAllowedError as exc:  # nothing was imported or called: given up at once, with the reason
-            await give_up(msg, request, RerunDeadLetteredError(request.request_id, delivered, describe(exc)), None)
-        except PERMANENT as exc:
-            report(request, exc)
-            await settle(msg.term(), request.request_id)  # retrying cannot help
-        except PublishError as exc:
-            report(request, exc)  # fenced or the server is gone: another delivery will settle it
-        except Exception as exc:  # anything else, a bug of ours included: retried, then dead-lettered
-            logger.warning("worker: re-run %s failed its worker (delivery %d of %d): %s", request.request_id,
-                           delivered, attempts, describe(exc), exc_info=exc)  # fmt: skip
-            if delivered >= attempts:
-                await give_up(msg, request, RerunDeadLetteredError(request.request_id, delivered, describe(exc)), exc)
-            else:
-                report(request, exc)
-                await settle(msg.nak(delay=retry_delay_s * delivered), request.request_id)
-        else:
-            await settle(msg.ack_sync(), request.request_id)
-            report(request, result)
-        finally:
-            beat.cancel()
-
-    async def reaper() -> None:
-        while True:
-            await asyncio.sleep(reap_interval_s)
-            try:
-                reaped = await asyncio.to_thread(pool.reap_orphans)
-            except Exception as exc:  # docker-py raises several types; the next round tries again
-                logger.warning("worker: reaping orphaned sandboxes failed: %s; trying again in %gs", exc,
-                               reap_interval_s)  # fmt: skip
-                continue
-            if reaped:
-                logger.info("worker: removed %d sandboxes left by a dead worker", reaped)
-
-    async def loop() -> None:
-        while not stop.is_set() and (max_requests is None or handled < max_requests):
-            try:
-                msgs = await sub.fetch(1, timeout=1)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            except nats.errors.Error as exc:  # a reconnect in progress, say: the next fetch tries again
-                logger.warning("worker: fetching re-run requests failed: %s", exc)
-                await asyncio.sleep(1.0)
-                continue
-            for msg in msgs:
-                try:
-                    await handle(msg)
-                except Exception:  # a bug of ours in the handling itself: the request is redelivered
-                    logger.exception("worker: handling a re-run request failed; it will be redelivered")
-
-    reaping = asyncio.create_task(reaper())
-    loops = [asyncio.create_task(loop()) for _ in range(concurrency)]
-    stopping = asyncio.create_task(stop.wait())
-    serving = asyncio.ensure_future(asyncio.wait(loops))
-    try:
-        await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
-        if not serving.done():  # stopped
-            _, wedged = await asyncio.wait(loops, timeout=drain_s) if drain_s > 0 else (set(), set(loops))
-            if wedged:
-                logger.warning("worker: %d re-runs still running %gs after stop: interrupting them (their "
-                               "requests are left for redelivery)", len(wedged), drain_s)  # fmt: skip
-        await _finish(loops)
-    finally:
-        serving.cancel()
-        stopping.cancel()
-        reaping.cancel()
-        await _finish(loops)
-        await pool.close()
-        with contextlib.suppress(nats.errors.Error):
-            await sub.unsubscribe()
-    return handled
 
 
 async def _finish(tasks: list[asyncio.Task[None]]) -> None:

@@ -29,7 +29,6 @@ ALLOWED: set[tuple[str, str]] = {
     ("projections/projector.py", "Projector.run"),
     ("sandbox/cli.py", "register"),
     ("sandbox/rerun.py", "Rerunner.rerun"),
-    ("sandbox/worker.py", "run_worker"),
 }
 
 

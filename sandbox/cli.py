@@ -399,9 +399,21 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add the sandbox's sub-commands to ``sub``, after the core's, in the order ``runledger --help`` lists
+    them: each ``_add_NAME`` adds the parser of ``runledger NAME``."""
+    for add in (_add_resume_branch, _add_sandbox, _add_rerun, _add_reruns, _add_worker, _add_diff):
+        add(sub, common)
+
+
+def _add_resume_branch(sub: Any, common: argparse.ArgumentParser) -> None:
+    """The core's ``runledger resume`` (registered first) resumes a branch run here, in a sandbox,
+    never on the host."""
     resume = sub.choices.get("resume")
-    if resume is not None:  # the core's `resume` (registered first): a branch goes on here, never on the host
+    if resume is not None:
         resume.set_defaults(resume_branch=cmd_resume_branch)
+
+
+def _add_sandbox(sub: Any, common: argparse.ArgumentParser) -> None:
     sandbox = sub.add_parser("sandbox", help="the sandbox image").add_subparsers(metavar="ACTION")
     p = sandbox.add_parser("build", help="build the sandbox image (offline when no registry is reachable)")
     p.add_argument("--base", help="base image with python3 (default: python:3.11-slim, else built offline)")
@@ -415,6 +427,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-extras", action="store_true", help="build the image without the extras the current one holds")
     p.set_defaults(func=cmd_build)
 
+
+def _add_rerun(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("rerun", parents=[common], help="re-run a recorded run in a sandbox")
     p.add_argument("run", nargs="?")
     p.add_argument("--where", metavar="SQL", help="sweep: re-run every recorded run matching this condition on runs")
@@ -444,12 +458,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="with --plan: the plan as JSON; with --where: the sweep's report")  # fmt: skip
     p.set_defaults(func=cmd_rerun)
 
+
+def _add_reruns(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("reruns", parents=[common], help="list the branch runs of queued re-runs, dead letters marked")
     p.add_argument("--dead", action="store_true", help="only re-runs the workers gave up on (dead-lettered)")
     p.add_argument("--status", choices=["running", "suspended", "completed", "failed"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reruns)
 
+
+def _add_worker(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("worker", parents=[common], help="execute queued re-runs")
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--pool", type=int, default=2, help="warm sandboxes kept ready")
@@ -481,6 +499,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(func=cmd_worker)
 
+
+def _add_diff(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("diff", parents=[common], help="compare a branch with its parent from the fork")
     p.add_argument("run")
     p.add_argument("branch")

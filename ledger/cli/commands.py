@@ -594,6 +594,30 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add the ledger's sub-commands to ``sub``, in the order ``runledger --help`` lists them: each
+    ``_add_NAME`` adds the parser of ``runledger NAME``."""
+    for add in (
+        _add_up,
+        _add_down,
+        _add_status,
+        _add_schema,
+        _add_runs,
+        _add_show,
+        _add_verify,
+        _add_checkpoint,
+        _add_run,
+        _add_resume,
+        _add_approve,
+        _add_erase,
+        _add_effects,
+        _add_budget,
+        _add_accept_version,
+        _add_retry,
+    ):
+        add(sub, common)
+
+
+def _add_up(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("up", help="start the embedded nats-server and create the streams")
     p.add_argument("--data-dir", help="JetStream store directory (default ~/.runledger/data or $RUNLEDGER_HOME/data)")
     p.add_argument("--port", type=int, help="client port (default: a free one)")
@@ -607,19 +631,31 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "--cluster", type=int, metavar="N", help="start N nodes on loopback as a JetStream cluster (3: replicas 3)"
     )
     p.set_defaults(func=cmd_up)
+
+
+def _add_down(sub: Any, common: argparse.ArgumentParser) -> None:
     sub.add_parser("down", help="stop the embedded nats-server").set_defaults(func=cmd_down)
+
+
+def _add_status(sub: Any, common: argparse.ArgumentParser) -> None:
     sub.add_parser("status", parents=[common], help="server and stream status").set_defaults(func=cmd_status)
 
+
+def _add_schema(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("schema", help="export the JSON Schema of every event type")
     p.add_argument("--out", help="write one file per event type into this directory")
     p.set_defaults(func=cmd_schema)
 
+
+def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("runs", parents=[common], help="list runs")
     p.add_argument("--status", choices=["running", "stalled", "suspended", "completed", "failed", "broken"])
     p.add_argument("--agent")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)
 
+
+def _add_show(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("show", parents=[common], help="trace replay: a run's timeline, executing nothing")
     p.add_argument("run")
     p.add_argument("--step", type=int, help="print one step's full inputs and outputs")
@@ -629,6 +665,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(func=cmd_show)
 
+
+def _add_verify(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("verify", parents=[common], help="check hash chains and sequences")
     p.add_argument("run", nargs="?")
     p.add_argument(
@@ -639,18 +677,24 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 
+
+def _add_checkpoint(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("checkpoint", parents=[common], help="fold a run into its checkpoint")
     p.add_argument("run")
     p.add_argument("--at-step", type=int)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_checkpoint)
 
+
+def _add_run(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", parents=[common], help="start a new run of an agent")
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR")
     p.add_argument("--input", help="the run's input as JSON")
     p.add_argument("--run-id", help="use this run id (default: a new sortable id)")
     p.set_defaults(func=cmd_run)
 
+
+def _add_resume(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("resume", parents=[common], help="resume a crashed or suspended run")
     p.add_argument("run")
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR")
@@ -666,6 +710,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--reason", help="with --accept-version or --retry: why")
     p.set_defaults(func=cmd_resume)
 
+
+def _add_approve(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("approve", parents=[common], help="approve (or --deny) a pending approval")
     p.add_argument("run")
     p.add_argument("request")
@@ -674,6 +720,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--reason")
     p.set_defaults(func=cmd_approve)
 
+
+def _add_erase(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "erase",
         parents=[common],
@@ -685,6 +733,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--by", help="who erases (default: $USER)")
     p.set_defaults(func=cmd_erase)
 
+
+def _add_effects(sub: Any, common: argparse.ArgumentParser) -> None:
     effects = sub.add_parser("effects", help="inspect and resolve side effects").add_subparsers(metavar="ACTION")
     p = effects.add_parser("resolve", parents=[common], help="settle an in-doubt effect")
     p.add_argument("key")
@@ -705,6 +755,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", help="whose key (keys are per agent; needed only when two agents use the key)")
     p.set_defaults(func=cmd_effects_show)
 
+
+def _add_budget(sub: Any, common: argparse.ArgumentParser) -> None:
     budget = sub.add_parser("budget", help="budgets").add_subparsers(metavar="ACTION")
     p = budget.add_parser("grant", parents=[common], help="record extra budget for a run")
     p.add_argument("run")
@@ -715,6 +767,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--reason")
     p.set_defaults(func=cmd_budget_grant)
 
+
+def _add_accept_version(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "accept-version", parents=[common], help="let a recorded run continue with new code (an operator's decision)"
     )
@@ -724,6 +778,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--reason")
     p.set_defaults(func=cmd_accept_version)
 
+
+def _add_retry(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "retry", parents=[common], help="let a run failed on a retryable error go on (an operator's decision)"
     )

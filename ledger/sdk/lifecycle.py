@@ -71,7 +71,7 @@ from runledger.sdk.agent import AgentSpec
 from runledger.sdk.crashpoints import crash_point, pause_point
 from runledger.sdk.holder import this_holder
 from runledger.sdk.run import RecordedRun, error_info
-from runledger.sdk.snapshot import SNAPSHOT, JournalSnapshotter, load_journal
+from runledger.sdk.snapshot import SNAPSHOT, JournalLoad, JournalSnapshotter, load_journal
 
 
 @dataclass
@@ -230,67 +230,128 @@ async def resume_run(
     of the resume, bench.resume). Reference counting still frees everything acyclic meanwhile."""
     end_pause = _pause_gc()
     try:
-        # Content stays sealed while loading: the journal opens each recorded value only when its
-        # step is replayed (opening 1,000 steps eagerly tripled the resume time).
+        resumption = await _Resumption.load(client, spec, run_id, policy, from_snapshot)
+        refuse_branch(run_id, resumption.log, resumption.cp)
+        settled = await resumption.settled_result(retry)
+        if settled is not None:
+            return settled
+        resumption.check_retryable(retry)
+        await resumption.record_decisions(accept_version, retry)
+        cp = resumption.cp
+        if cp.pending_approvals:
+            return RunResult(
+                run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
+            )
+        run = await resumption.fenced_run(end_pause)
+        return await resumption.drive(run)
+    finally:
+        end_pause()
+
+
+@dataclass
+class _Resumption:
+    """One resume between its phases: load the journal, settle what needs no drive, record the
+    operator's decisions, open the run fenced, drive it.
+
+    ``log`` holds every event of the run when ``whole``, else the journal snapshot and the events
+    after it (``journal``); ``cp`` is their checkpoint. Recording a decision reads the whole run again."""
+
+    client: LedgerClient
+    spec: AgentSpec
+    run_id: str
+    policy: RetryPolicy
+    # Content stays sealed while loading: the journal opens each recorded value only when its
+    # step is replayed (opening 1,000 steps eagerly tripled the resume time).
+    opener: PayloadOpener
+    log: RunLog
+    cp: Checkpoint
+    whole: bool
+    journal: JournalLoad | None
+
+    @classmethod
+    async def load(
+        cls, client: LedgerClient, spec: AgentSpec, run_id: str, policy: RetryPolicy, from_snapshot: bool
+    ) -> _Resumption:
+        """Read the run from its last journal snapshot and the events after it
+        (runledger.sdk.snapshot), else (none verifies, or not ``from_snapshot``) every event."""
         opener = client_opener(client)
-        # The last journal snapshot and the events after it (runledger.sdk.snapshot), else every event.
         journal = await load_journal(client, run_id, spec.name, opener) if from_snapshot else None
         if journal is not None:
-            log, cp, whole = journal.log, journal.checkpoint, False
-        else:
-            log, whole = await _read_whole(client, run_id, spec.name), True
-            cp = fold(log.records)
-        refuse_branch(run_id, log, cp)
+            return cls(client, spec, run_id, policy, opener, journal.log, journal.checkpoint, False, journal)
+        log = await _read_whole(client, run_id, spec.name)
+        return cls(client, spec, run_id, policy, opener, log, fold(log.records), True, None)
+
+    async def settled_result(self, retry: RetryRequest | None) -> RunResult | None:
+        """The result of a run with nothing to resume: completed, or failed and not being retried."""
+        cp, opener = self.cp, self.opener
         if cp.status == "completed":
             output = await opener.open_value(cp.output, strict=False)
-            return RunResult(run_id, "completed", output=output, nothing_to_do=True)
+            return RunResult(self.run_id, "completed", output=output, nothing_to_do=True)
         if cp.status == "failed" and retry is None:
             error = await opener.open_value(cp.error, strict=False)
             message = error.get("message") if isinstance(error, dict) else None
             if isinstance(message, str):
                 message = await opener.open_text(message, strict=False)  # a sealed error text reads as written
             return RunResult(
-                run_id, "failed", error=message, reason=cp.failure_reason, nothing_to_do=True,
+                self.run_id, "failed", error=message, reason=cp.failure_reason, nothing_to_do=True,
                 retryable=cp.failure_retryable,
             )  # fmt: skip
+        return None
+
+    def check_retryable(self, retry: RetryRequest | None) -> None:
+        """Raise ConfigurationError when ``retry`` asks to continue a run that did not fail retryably."""
+        cp = self.cp
         if retry is not None and not (cp.status == "failed" and cp.failure_retryable):
             raise ConfigurationError(
-                f"run {run_id} is {cp.status}"
+                f"run {self.run_id} is {cp.status}"
                 + (f" ({cp.failure_reason}, a final failure)" if cp.status == "failed" else "")
                 + ": --retry continues only a run that failed on a retryable error (a rate limit, a timeout); "
                 "fork a branch to try something else"
             )
+
+    async def record_decisions(self, accept_version: VersionAcceptance | None, retry: RetryRequest | None) -> None:
+        """Check the code's version tuple against the recorded one (raises when they differ and no
+        acceptance covers it), then record the acceptance and the retry, each an operator's decision
+        on the run's operator subject, reading the run again after each."""
+        run_id = self.run_id
         # Compared by the rule the run was recorded under (runledger.sdk.agent.AgentSpec.version_like).
-        current = spec.version_like(cp.version).model_dump()
-        accepted = _acceptance(run_id, cp.version or {}, current, accept_version)
+        current = self.spec.version_like(self.cp.version).model_dump()
+        accepted = _acceptance(run_id, self.cp.version or {}, current, accept_version)
         if accepted is not None:
-            # An operator's decision: on the run's operator subject, which only operators may write.
-            try:
-                await append_to_run(client, run_id, accepted, policy, log=log if whole else None)
-            except PublishError as exc:
-                raise ConfigurationError(
-                    f"accepting version {accepted.agent_version!r} for run {run_id} was refused ({exc}): it is an "
-                    f"operator's decision. With operator credentials run `runledger accept-version {run_id} "
-                    f"{accepted.agent_version} --by NAME --reason ...`, then resume without --accept-version"
-                ) from exc
-            log = await load_run(client, run_id, agent=log.agent or None, open_content=False)
-            cp, whole, journal = fold(log.records), True, None
+            await self._record_decision(
+                accepted,
+                f"accepting version {accepted.agent_version!r} for run {run_id}",
+                f"runledger accept-version {run_id} {accepted.agent_version} --by NAME --reason ...",
+                "--accept-version",
+            )
         if retry is not None:
             # An operator's decision too (runledger.record.fold.OPERATOR_TYPES): on the operator's subject.
-            retried = RunRetried(step=cp.failed_step, by=retry.by, reason=retry.reason)
-            try:
-                await append_to_run(client, run_id, retried, policy, log=log if whole else None)
-            except PublishError as exc:
-                raise ConfigurationError(
-                    f"retrying run {run_id} was refused ({exc}): it is an operator's decision. With operator "
-                    f"credentials run `runledger retry {run_id} --by NAME --reason ...`, then resume without --retry"
-                ) from exc
-            log = await load_run(client, run_id, agent=log.agent or None, open_content=False)
-            cp, whole, journal = fold(log.records), True, None
-        if cp.pending_approvals:
-            return RunResult(
-                run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
+            await self._record_decision(
+                RunRetried(step=self.cp.failed_step, by=retry.by, reason=retry.reason),
+                f"retrying run {run_id}",
+                f"runledger retry {run_id} --by NAME --reason ...",
+                "--retry",
             )
+
+    async def _record_decision(
+        self, decision: VersionAccepted | RunRetried, what: str, command: str, flag: str
+    ) -> None:
+        """Append ``decision`` on the run's operator subject, which only operators may write, and read
+        the whole run again. A refused write raises ConfigurationError naming the operator's ``command``."""
+        try:
+            await append_to_run(self.client, self.run_id, decision, self.policy, log=self.log if self.whole else None)
+        except PublishError as exc:
+            raise ConfigurationError(
+                f"{what} was refused ({exc}): it is an operator's decision. With operator credentials run "
+                f"`{command}`, then resume without {flag}"
+            ) from exc
+        self.log = await load_run(self.client, self.run_id, agent=self.log.agent or None, open_content=False)
+        self.cp, self.whole, self.journal = fold(self.log.records), True, None
+
+    async def fenced_run(self, end_pause: Callable[[], None]) -> RecordedRun:
+        """The RecordedRun that goes on from the checkpoint, fenced on the last event the server has,
+        with ``run.resumed`` committed: of two resumes, the fenced-out one stops here."""
+        client, spec, log, cp, journal, opener = self.client, self.spec, self.log, self.cp, self.journal, self.opener
         _refuse_quarantined_break(log, cp)  # garbage on the run's own subject: broken from there, as readers say
         cp.last_stream_seq = log.last_stream_seq  # fence on what the server has, garbage included
         pause_point("resume:loaded")
@@ -299,9 +360,9 @@ async def resume_run(
         worker = writer_of(log.subject) == WORKER_WRITER
         # The run's keys were read with its snapshot: not read (nor created and refused) a second time.
         known = None if journal is None else journal.keys
-        protector = await run_protector(client, log.agent or spec.name, run_id, data, worker=worker, known=known)
-        writer = _writer(client, log.subject, cp, policy, protector, spec)
-        run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
+        protector = await run_protector(client, log.agent or spec.name, self.run_id, data, worker=worker, known=known)
+        writer = _writer(client, log.subject, cp, self.policy, protector, spec)
+        run = RecordedRun(client, spec, writer, cp, policy=self.policy, protector=protector)
         run._child_driver = _drive_child
         run._snapshots = JournalSnapshotter(journal.snapshot_seq + 1 if journal else _after_snapshot(log.records))
         if protector.keys is not None:
@@ -320,17 +381,20 @@ async def resume_run(
         run._segment_wall = time.time()
         run._seconds_at_segment = cp.spent["seconds"]
         run._on_live = end_pause  # the agent's own live work runs with the collector on
+        return run
+
+    async def drive(self, run: RecordedRun) -> RunResult:
+        """Drive the agent over the replayed journal into live steps. A step that differs from its
+        record raises NondeterminismError with both side by side."""
         try:
-            result = await drive(run, spec)
+            result = await drive(run, self.spec)
         except NondeterminismError as exc:
-            if exc.run_id != run_id:
+            if exc.run_id != self.run_id:
                 raise  # a child's (run.child), already side by side with the child's own record
-            records = log.records if whole else (await _read_whole(client, run_id, spec.name)).records
-            raise exc.with_detail(await side_by_side(records, exc, opener)) from None
+            whole = self.log if self.whole else await _read_whole(self.client, self.run_id, self.spec.name)
+            raise exc.with_detail(await side_by_side(whole.records, exc, self.opener)) from None
         result.resumed = True
         return result
-    finally:
-        end_pause()
 
 
 def refuse_branch(run_id: str, log: RunLog, cp: Checkpoint) -> None:

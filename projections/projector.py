@@ -47,7 +47,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from runledger.projections.progress import ProgressLine
 from runledger.projections.reader import PULL_BATCH, PullReader, StreamReader, open_reader
 from runledger.projections.store import (
     ProjectionStore,
+    ProjectorState,
     StreamIdentity,
     fold_fingerprint,
     lock_path,
@@ -168,6 +169,24 @@ class ProjectResult:
         return (self.events + self.quarantined) / self.seconds if self.seconds > 0 else 0.0
 
 
+@dataclass
+class _Pipeline:
+    """The batches in flight in ``Projector.run``: ``folding`` the partitions' work on ``folded``,
+    ``committing`` the thread's commit of ``in_commit``. ``position`` is the last sequence read (or
+    recovered); ``start`` the file's position when the run began, ``target`` the stream's last
+    sequence then. ``totals``: events, quarantined, batches committed."""
+
+    start: int
+    target: int
+    position: int
+    folding: asyncio.Future[list[BatchRows]] | None = None
+    folded: list[RawRecord] = field(default_factory=list)
+    committing: asyncio.Future[None] | None = None
+    in_commit: list[RawRecord] = field(default_factory=list)
+    idle_rounds: int = 0
+    totals: list[int] = field(default_factory=lambda: [0, 0, 0])
+
+
 class Projector:
     """Projects the LEDGER stream into one open ``ProjectionStore``.
 
@@ -215,6 +234,33 @@ class Projector:
         """
         started = time.monotonic()
         status = await stream_status(self.client, self.stream)
+        state = self._bind(status)
+        pipe = _Pipeline(start=state.last_seq, target=status.last_seq, position=state.last_seq)
+        if not follow and pipe.position >= pipe.target:
+            return ProjectResult(str(self.store.path), 0, 0, 0, pipe.position, pipe.target, time.monotonic() - started)
+        if self.workers > 0 and pipe.target - pipe.position >= WORKERS_FROM:
+            self.partitions = ProcessPartitions(self.workers)
+            await self.partitions.start()
+        reader = await open_reader(self.client, self.stream, pipe.position + 1, self.reader_kind)
+        try:
+            with _quiet_gc():
+                await self._pump(reader, pipe, follow, stop)
+        finally:
+            for future in (pipe.folding, pipe.committing):
+                if future is not None:
+                    with contextlib.suppress(Exception):
+                        await future
+            self.partitions.close()
+            await reader.close()
+        events, quarantined, batches = pipe.totals
+        return ProjectResult(
+            str(self.store.path), events, quarantined, batches, pipe.position, max(pipe.target, pipe.position),
+            time.monotonic() - started, reader="pull" if isinstance(reader, PullReader) else "ordered",
+        )  # fmt: skip
+
+    def _bind(self, status: StreamStatus) -> ProjectorState:
+        """Bind the file to the stream and return where it stands; warn (once) when its rows came
+        from other fold code. Raises StreamMismatchError, or EventsExpiredError for a hole."""
         state = self.store.bind(status.identity, max(1, status.first_seq))
         if state.last_seq + 1 < status.first_seq:
             raise EventsExpiredError(state.last_seq, status.first_seq)
@@ -226,89 +272,77 @@ class Projector:
             )
             self.store.set_fingerprint(fold_fingerprint())
         self._file_had_rows = state.last_seq >= state.first_seq
-        position = state.last_seq
-        target = status.last_seq
-        totals = [0, 0, 0]  # events, quarantined, batches (committed)
-        if not follow and position >= target:
-            return ProjectResult(str(self.store.path), 0, 0, 0, position, target, time.monotonic() - started)
-        if self.workers > 0 and target - position >= WORKERS_FROM:
-            self.partitions = ProcessPartitions(self.workers)
-            await self.partitions.start()
-        reader = await open_reader(self.client, self.stream, position + 1, self.reader_kind)
-        # Three stages overlap: the reader reads batch k+1 while the partitions fold batch k and
-        # a thread commits batch k-1 (DuckDB releases the GIL). Commits stay strictly ordered,
-        # each one transaction with its position.
-        # A batch whose rows cannot be built or written (UnprojectableError: an event that decodes
-        # but no column holds) is projected again event by event (``_recover``), with every batch
-        # folded on top of it; the loop then goes on from the committed state.
-        folding: asyncio.Future[list[BatchRows]] | None = None
-        folded: list[RawRecord] = []
-        committing: asyncio.Future[None] | None = None
-        in_commit: list[RawRecord] = []
-        idle_rounds = 0
+        return state
+
+    async def _pump(self, reader: StreamReader, pipe: _Pipeline, follow: bool, stop: asyncio.Event | None) -> None:
+        """Read, fold and commit batches until caught up (or, with ``follow``, until ``stop``).
+
+        Three stages overlap: the reader reads batch k+1 while the partitions fold batch k and a
+        thread commits batch k-1 (DuckDB releases the GIL). Commits stay strictly ordered, each one
+        transaction with its position."""
+        while True:
+            stopping = stop is not None and stop.is_set()
+            done = not follow and pipe.position >= pipe.target
+            records = [] if stopping or done else await self._read(reader, follow)
+            work = self.plan(records) if records else None
+            if records:
+                crashpoints.crash_point("batch_read")
+            work = await self._commit_folded(pipe, records, work)
+            if work is not None:
+                self.partitions.submit(work)
+                pipe.folding = asyncio.ensure_future(self.partitions.results())
+                pipe.folded = records
+                pipe.position = records[-1].stream_seq
+                pipe.idle_rounds = 0
+            elif pipe.committing is not None:
+                # idle or finishing: the position shown is the committed one
+                if await _refused(pipe.committing):
+                    await asyncio.to_thread(self._recover, [pipe.in_commit], pipe.totals)
+                pipe.committing = None
+            if pipe.folding is None and pipe.committing is None and (stopping or done):
+                return
+            if not records and not (stopping or done) and not follow:
+                pipe.idle_rounds += 1
+                if pipe.idle_rounds >= 3:
+                    raise StreamReadError(
+                        f"the stream reports sequence {pipe.target} but nothing after {pipe.position} "
+                        "arrived within 15 s; run again"
+                    )
+            self._show(pipe.position - pipe.start, pipe.position, reader.pending)
+
+    async def _commit_folded(
+        self, pipe: _Pipeline, records: list[RawRecord], work: list[PartitionWork] | None
+    ) -> list[PartitionWork] | None:
+        """Take the batch the partitions folded (if any) and start its commit once the one before it
+        is in. Returns ``work``, the plan of the batch just read, or None when that batch was recovered too.
+
+        A batch whose rows cannot be built or written (UnprojectableError: an event that decodes but
+        no column holds) is projected again event by event (``_recover``), with every batch folded on
+        top of it, the one just read included; the pump then goes on from the committed state."""
+        if pipe.folding is None:
+            return work
+        again: list[list[RawRecord]] = []
         try:
-            with _quiet_gc():
-                while True:
-                    stopping = stop is not None and stop.is_set()
-                    done = not follow and position >= target
-                    records = [] if stopping or done else await self._read(reader, follow)
-                    work = self.plan(records) if records else None
-                    if records:
-                        crashpoints.crash_point("batch_read")
-                    if folding is not None:
-                        again: list[list[RawRecord]] = []
-                        try:
-                            parts: list[BatchRows] | None = await folding
-                        except UnprojectableError:
-                            parts = None
-                        folding = None
-                        if committing is not None:
-                            if await _refused(committing):
-                                again.append(in_commit)
-                            committing = None
-                        if again or parts is None:
-                            again.append(folded)  # folded on top of a refused batch, or refused itself
-                            if records and work is not None:
-                                again.append(records)  # planned on the same state
-                                self._unplan(work)
-                                work = None
-                                position = records[-1].stream_seq
-                            await asyncio.to_thread(self._recover, again, totals)
-                        else:
-                            committing = asyncio.ensure_future(asyncio.to_thread(self._commit, folded, parts, totals))
-                            in_commit = folded
-                    if work is not None:
-                        self.partitions.submit(work)
-                        folding = asyncio.ensure_future(self.partitions.results())
-                        folded = records
-                        position = records[-1].stream_seq
-                        idle_rounds = 0
-                    elif committing is not None:
-                        # idle or finishing: the position shown is the committed one
-                        if await _refused(committing):
-                            await asyncio.to_thread(self._recover, [in_commit], totals)
-                        committing = None
-                    if folding is None and committing is None and (stopping or done):
-                        break
-                    if not records and not (stopping or done) and not follow:
-                        idle_rounds += 1
-                        if idle_rounds >= 3:
-                            raise StreamReadError(
-                                f"the stream reports sequence {target} but nothing after {position} "
-                                "arrived within 15 s; run again"
-                            )
-                    self._show(position - state.last_seq, position, reader.pending)
-        finally:
-            for future in (folding, committing):
-                if future is not None:
-                    with contextlib.suppress(Exception):
-                        await future
-            self.partitions.close()
-            await reader.close()
-        return ProjectResult(
-            str(self.store.path), totals[0], totals[1], totals[2], position, max(target, position),
-            time.monotonic() - started, reader="pull" if isinstance(reader, PullReader) else "ordered",
-        )  # fmt: skip
+            parts: list[BatchRows] | None = await pipe.folding
+        except UnprojectableError:
+            parts = None
+        pipe.folding = None
+        if pipe.committing is not None:
+            if await _refused(pipe.committing):
+                again.append(pipe.in_commit)
+            pipe.committing = None
+        if again or parts is None:
+            again.append(pipe.folded)  # folded on top of a refused batch, or refused itself
+            if records and work is not None:
+                again.append(records)  # planned on the same state
+                self._unplan(work)
+                work = None
+                pipe.position = records[-1].stream_seq
+            await asyncio.to_thread(self._recover, again, pipe.totals)
+        else:
+            pipe.committing = asyncio.ensure_future(asyncio.to_thread(self._commit, pipe.folded, parts, pipe.totals))
+            pipe.in_commit = pipe.folded
+        return work
 
     async def _read(self, reader: StreamReader, follow: bool) -> list[RawRecord]:
         """Up to ``batch_size`` records: several pull batches when the stream has them."""

@@ -383,25 +383,22 @@ class Rerunner:
         self.allowed = CodeAllowList.from_env() if allowed is None else allowed
 
     async def rerun(self, request: RerunRequest) -> RerunResult:
+        """Fork the request's branch from its parent and drive it with the agent in a sandbox.
+
+        A request that already ran (redelivered) returns its recorded outcome, ``nothing_to_do``.
+        Raises RerunRequestError (a trace replay, a refusal of the preflight), CodeNotAllowedError
+        before anything is read, imported or called, and what the read and the fork raise."""
         if request.mode == "replay":
             raise RerunRequestError("trace replay executes nothing: use `runledger show RUN`", Refusal.REPLAY)
-        check_names(request, self.allowed)  # before anything is read, imported or called
-        # Content stays sealed here: the branch opens each parent value only when it serves it.
-        parent_log = await load_run(self.client, request.parent_run_id, open_content=False)
-        parent = fold(parent_log.records, check_chain=False)
-        # The checks `rerun --plan` makes too (runledger.sandbox.plan): one function, one list of refusals.
-        checked = preflight(parent, request, self.allowed)
-        assert checked is not None  # without ``found`` every refusal raises
-        spec, ref, changed, before, after = checked.spec, checked.ref, checked.changed, checked.before, checked.after
-        fork_step, code = checked.fork_step, checked.code
-        mode = request.base_mode if request.mode == "counterfactual" else request.mode
+        parent, checked = await self._preflight(request)
+        spec, fork_step, changed = checked.spec, checked.fork_step, checked.changed
         branch_id = request.branch_run_id
         # The sandbox is acquired while the branch is opened (keys, reads, run.started): a cold
         # container starts in the time those round trips take, and a drained pool refills sooner.
-        acquiring = asyncio.create_task(self._acquire(code, ref))
+        acquiring = asyncio.create_task(self._acquire(checked.code, checked.ref))
         try:
             cp, writer, protector, run_input = await self._open_branch(
-                spec, parent, request, fork_step, changed, before, after
+                spec, parent, request, fork_step, changed, checked.before, checked.after
             )
         except Exception:
             await self._release(acquiring)
@@ -421,87 +418,33 @@ class Rerunner:
                                error=(cp.error or {}).get("message"), nothing_to_do=True, **common)  # fmt: skip
         run = BranchRun(
             self.client, spec, writer, cp, policy=self.policy, parent=parent, fork_step=fork_step,
-            mode=mode, allow_effects=request.allow_effects, protector=protector,
+            mode=request.base_mode if request.mode == "counterfactual" else request.mode,
+            allow_effects=request.allow_effects, protector=protector,
             live_tools=frozenset(request.live_tools) if request.live_tools is not None else None,
             sandbox_policy=self.pool.policy, changed=changed, tool_schemas=checked.tool_schemas,
         )  # fmt: skip
         run._input = run_input
         start = {
-            "agent": ref, "agent_version": spec.version().agent_version, "run_id": branch_id,
+            "agent": checked.ref, "agent_version": spec.version().agent_version, "run_id": branch_id,
             "agent_name": spec.name, "input": run_input, "prompt": spec.prompt,
         }  # fmt: skip
         limit, asked = self.time_limit(request)
-        deadline = time.monotonic() + limit
-        got: list[Sandbox] = []  # the sandbox, once acquired
-        warm = False
-        requests = 0
-        clean_exit = False
+        session = _SandboxSession(self, acquiring, checked, start, limit, asked)
+        result = await session.drive_branch(run)
+        return RerunResult(**dataclasses.asdict(result), warm=session.warm, requests=session.requests,
+                           time_limit_s=limit, requested_time_limit_s=asked, refusal=run.refusal,
+                           **common)  # fmt: skip
 
-        async def serve(run: Any) -> Any:
-            # Inside drive: a sandbox that cannot be had (garbage before its hello, no connection)
-            # fails the branch like anything after the hello.
-            nonlocal warm, requests
-            sandbox, warm = await asyncio.shield(acquiring)  # never cancelled mid-creation (see _release)
-            got.append(sandbox)
-            # The guest loaded the agent before its hello: code that does not load in the image (or is
-            # another version there) fails the branch here, as `rerun --plan` predicted (Refusal.IMAGE).
-            loaded = sandbox.hello.get("preloaded") if isinstance(sandbox.hello, dict) else None
-            if isinstance(loaded, dict) and loaded.get("agent") == ref:
-                problem = judge_load(loaded, spec, ref, code, self.pool.policy.image)
-                if problem:
-                    run.refusal = Refusal.IMAGE
-                    raise RerunRequestError(problem, Refusal.IMAGE)
-            reader, channel_writer = await sandbox.channel(5.0)
-            broker = Broker(reader, channel_writer, start, deadline=deadline, policy=self.pool.policy)
-            try:
-                return await broker.serve(run, sandbox.hello)
-            finally:
-                requests = broker.requests
-
-        async def in_sandbox(run: Any) -> Any:
-            nonlocal clean_exit
-            try:
-                # The limit covers everything the branch waits for, not only the guest's next
-                # message: a host tool, a model call or a write that hangs is cancelled too.
-                remaining = max(0.0, deadline - time.monotonic())
-                output = await asyncio.wait_for(serve(run), timeout=remaining)
-            except SandboxViolationError as exc:
-                if time.monotonic() < deadline:
-                    where = f"; the container {await got[0].describe()}" if got else ""
-                    raise SandboxViolationError(f"{exc}{where}") from exc
-                raise await over_limit() from exc
-            except TimeoutError as exc:
-                if time.monotonic() < deadline:
-                    raise  # some other wait inside the branch, recorded as it is
-                raise await over_limit() from exc
-            clean_exit = True
-            return output
-
-        async def over_limit() -> SandboxViolationError:
-            if got:
-                await self.pool.discard(got[0])  # killed now, before the outcome is recorded
-            capped = f" (the worker's limit; the request asked for {asked:g}s)" if asked is not None else ""
-            return SandboxViolationError(
-                f"the re-run exceeded its wall-clock limit of {limit:g}s{capped}: its container was killed"
-            )
-
-        stopped = False
-        try:
-            result = await drive(run, dataclasses.replace(spec, fn=in_sandbox), record_nondeterminism=True)
-        except asyncio.CancelledError:
-            stopped = True
-            raise
-        finally:
-            if got and clean_exit:
-                self.pool.finish_later(got[0])
-            elif got:
-                await self.pool.discard(got[0])
-            elif stopped:
-                acquiring.cancel()  # a worker stopping: no wait; its pool's close() removes the container
-            else:
-                await self._release(acquiring)  # waited for, then removed: nothing is left running
-        return RerunResult(**dataclasses.asdict(result), warm=warm, requests=requests, time_limit_s=limit,
-                           requested_time_limit_s=asked, refusal=run.refusal, **common)  # fmt: skip
+    async def _preflight(self, request: RerunRequest) -> tuple[Checkpoint, Preflight]:
+        """The parent's checkpoint and the request resolved against it, every check before the
+        branch's first step passed (those ``rerun --plan`` makes too: runledger.sandbox.plan)."""
+        check_names(request, self.allowed)  # before anything is read, imported or called
+        # Content stays sealed here: the branch opens each parent value only when it serves it.
+        parent_log = await load_run(self.client, request.parent_run_id, open_content=False)
+        parent = fold(parent_log.records, check_chain=False)
+        checked = preflight(parent, request, self.allowed)
+        assert checked is not None  # without ``found`` every refusal raises
+        return parent, checked
 
     async def _acquire(self, code: CodeMounts, agent: str) -> tuple[Sandbox, bool]:
         """A sandbox with ``agent`` loaded, and whether it came warm from the pool."""
@@ -654,3 +597,103 @@ class Rerunner:
             event = await writer.append(RunResumed(attempt=cp.attempts + 1, from_step=cp.last_step, worker="rerun"))
             apply(cp, Recorded(event, writer.last_stream_seq))
         return cp, writer, protector, await opener.open_value(cp.input, strict=False)
+
+
+@dataclasses.dataclass
+class _SandboxSession:
+    """A branch driven with its agent in a sandbox: ``in_sandbox`` stands for the agent's function
+    and hands the run to the sandbox's guest through a Broker, all within the wall-clock ``limit``
+    (``asked``: what the request asked for, when that was more than the worker allows).
+
+    The sandbox is being acquired (``acquiring``) while the branch is opened; ``sandbox`` is it
+    once the drive got it, ``warm`` whether it came warm from the pool, ``requests`` the broker's
+    count of the guest's requests."""
+
+    rerunner: Rerunner
+    acquiring: asyncio.Task[tuple[Sandbox, bool]]
+    checked: Preflight
+    start: dict[str, Any]  # the broker's start message: which agent, run and input
+    limit: float
+    asked: float | None
+    deadline: float = dataclasses.field(init=False)
+    sandbox: Sandbox | None = None
+    warm: bool = False
+    requests: int = 0
+    clean_exit: bool = False
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.limit
+
+    async def drive_branch(self, run: BranchRun) -> RunResult:
+        """Drive the branch with ``in_sandbox`` as its agent. Afterwards the sandbox goes back to
+        the pool's finisher after a clean exit and is removed otherwise; one never got is released
+        (waited for, then removed), or left to the pool's close() when the worker is stopping."""
+        pool = self.rerunner.pool
+        stopped = False
+        try:
+            agent = dataclasses.replace(self.checked.spec, fn=self.in_sandbox)
+            return await drive(run, agent, record_nondeterminism=True)
+        except asyncio.CancelledError:
+            stopped = True
+            raise
+        finally:
+            if self.sandbox is not None and self.clean_exit:
+                pool.finish_later(self.sandbox)
+            elif self.sandbox is not None:
+                await pool.discard(self.sandbox)
+            elif stopped:
+                self.acquiring.cancel()  # a worker stopping: no wait; its pool's close() removes the container
+            else:
+                await self.rerunner._release(self.acquiring)  # waited for, then removed: nothing is left running
+
+    async def in_sandbox(self, run: Any) -> Any:
+        """The agent's function for the drive: the guest's output, within the time limit. Past the
+        limit, raises SandboxViolationError with the container killed; a violation before it names the
+        container's state."""
+        try:
+            # The limit covers everything the branch waits for, not only the guest's next
+            # message: a host tool, a model call or a write that hangs is cancelled too.
+            remaining = max(0.0, self.deadline - time.monotonic())
+            output = await asyncio.wait_for(self._serve(run), timeout=remaining)
+        except SandboxViolationError as exc:
+            if time.monotonic() < self.deadline:
+                where = f"; the container {await self.sandbox.describe()}" if self.sandbox is not None else ""
+                raise SandboxViolationError(f"{exc}{where}") from exc
+            raise await self._over_limit() from exc
+        except TimeoutError as exc:
+            if time.monotonic() < self.deadline:
+                raise  # some other wait inside the branch, recorded as it is
+            raise await self._over_limit() from exc
+        self.clean_exit = True
+        return output
+
+    async def _serve(self, run: Any) -> Any:
+        """Take the sandbox and broker the run to its guest until the guest's output."""
+        # Inside drive: a sandbox that cannot be had (garbage before its hello, no connection)
+        # fails the branch like anything after the hello.
+        checked, policy = self.checked, self.rerunner.pool.policy
+        sandbox, self.warm = await asyncio.shield(self.acquiring)  # never cancelled mid-creation (see _release)
+        self.sandbox = sandbox
+        # The guest loaded the agent before its hello: code that does not load in the image (or is
+        # another version there) fails the branch here, as `rerun --plan` predicted (Refusal.IMAGE).
+        loaded = sandbox.hello.get("preloaded") if isinstance(sandbox.hello, dict) else None
+        if isinstance(loaded, dict) and loaded.get("agent") == checked.ref:
+            problem = judge_load(loaded, checked.spec, checked.ref, checked.code, policy.image)
+            if problem:
+                run.refusal = Refusal.IMAGE
+                raise RerunRequestError(problem, Refusal.IMAGE)
+        reader, channel_writer = await sandbox.channel(5.0)
+        broker = Broker(reader, channel_writer, self.start, deadline=self.deadline, policy=policy)
+        try:
+            return await broker.serve(run, sandbox.hello)
+        finally:
+            self.requests = broker.requests
+
+    async def _over_limit(self) -> SandboxViolationError:
+        """Kill the container now, before the outcome is recorded, and say which limit it passed."""
+        if self.sandbox is not None:
+            await self.rerunner.pool.discard(self.sandbox)
+        capped = f" (the worker's limit; the request asked for {self.asked:g}s)" if self.asked is not None else ""
+        return SandboxViolationError(
+            f"the re-run exceeded its wall-clock limit of {self.limit:g}s{capped}: its container was killed"
+        )

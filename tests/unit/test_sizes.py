@@ -24,7 +24,6 @@ ALLOWED: set[tuple[str, str]] = {
     # Being split (issue 29) by this helper's next commits; each leaves the list with its split.
     ("ledger/sdk/effect_step.py", "EffectStep.effect"),
     ("ledger/sdk/run.py", "RecordedRun.tool"),
-    ("sandbox/rerun.py", "Rerunner.rerun"),
 }
 
 

@@ -31,6 +31,7 @@ import random as _random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runledger.errors import (
@@ -42,6 +43,7 @@ from runledger.errors import (
     NondeterminismError,
     PayloadUnavailableError,
     SuspendedForApprovalError,
+    ToolArgumentsError,
     ToolFailedError,
 )
 from runledger.log.subjects import AGENT_WRITER, WORKER_WRITER, Writer, writer_of
@@ -89,6 +91,18 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _ToolStep:
+    """A read tool's step about to run live: its arguments as recorded, their canonical bytes (what
+    is sealed) and their digest."""
+
+    step: int
+    name: str
+    args: Any
+    args_json: bytes
+    args_digest: str
 
 
 class RecordedRun(EffectStep):
@@ -410,8 +424,17 @@ class RecordedRun(EffectStep):
         if declared is None:
             assert fn is not None  # _resolve_tool refuses a name without fn
             declared = Tool(name, fn)
+        call = _ToolStep(step, name, args, args_json, args_digest)
+        return await self._call_tool(call, declared, invalid, 1 if rec is None else rec.attempts + 1)
+
+    async def _call_tool(
+        self, call: _ToolStep, declared: Tool, invalid: ToolArgumentsError | None, attempt: int
+    ) -> Any:
+        """Call the tool live from ``attempt`` on, recording each attempt as ``tool.called`` and
+        retrying as its ``Retry`` says (never arguments it refused: ``invalid``). Returns the output
+        as a replay returns it; raises ToolFailedError after the last failed attempt."""
+        step, name, args = call.step, call.name, call.args
         retry = declared.retry or NO_RETRY
-        attempt = 1 if rec is None else rec.attempts + 1
         first = time.monotonic()
         while True:
             await self._check_budgets(step, model_call=False)
@@ -429,7 +452,7 @@ class RecordedRun(EffectStep):
             except Exception as exc:
                 failure = exc
             again, wait, info = False, 0.0, None
-            encoded = {"args": args_json}
+            encoded = {"args": call.args_json}
             if failure is not None:
                 wait = retry.wait_s(attempt)
                 again = invalid is None and retry.another(attempt, failure, time.monotonic() - first, wait)
@@ -442,7 +465,7 @@ class RecordedRun(EffectStep):
                     step=step,
                     name=name,
                     args=args,
-                    args_digest=args_digest,
+                    args_digest=call.args_digest,
                     output=output,
                     error=info,
                     duration_ms=(time.perf_counter() - started) * 1000,

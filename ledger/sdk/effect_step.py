@@ -137,11 +137,7 @@ class EffectStep:
             # A run continued without replay (lifecycle.open_run) whose earlier attempt stopped inside
             # this effect: settle that step, as a replay of it would, instead of a new one that would
             # find the key claimed by another step. An outcome still on its way to the run is no orphan.
-            await self._mirrored()
-            orphan = next(
-                (r for r in self._cp.steps.values() if r.kind == "effect" and r.key == key and r.status == "intended"),
-                None,
-            )
+            orphan = await self._orphaned_effect(key)
             if orphan is not None:
                 self._check(orphan.step, orphan, "effect", name, args_digest, args)
                 return await self._settle(
@@ -174,6 +170,27 @@ class EffectStep:
             step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class,
             lease_s=lease, tool_call_id=tool_call_id, holder=this_holder() or None,
         ), {"args": args_json})  # fmt: skip
+        claimed = await self._write_ahead(intent)
+        if claimed is None:
+            return await self._settle(
+                step, name, args, key, fn, reconcile,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+            )  # fmt: skip
+        return await self._act(step, args, key, fn, claimed, tool_call_id)
+
+    async def _orphaned_effect(self, key: str) -> StepRecord | None:
+        """The run's effect step on ``key`` recorded as intended only, once the last outcome on its
+        way to the run has landed (an outcome still in flight is no orphan); None when there is none."""
+        await self._mirrored()
+        return next(
+            (r for r in self._cp.steps.values() if r.kind == "effect" and r.key == key and r.status == "intended"),
+            None,
+        )
+
+    async def _write_ahead(self, intent: EffectIntended) -> KeyState | None:
+        """Publish the run's ``intent`` and the claim of its key together, the intent committed to
+        the run's log before anything acts. Returns the key's state as claimed, None when the key
+        has a history (the caller settles it). A failed write waits for the claim, then raises."""
         claim = asyncio.ensure_future(self._claim_new_key(intent))
         try:
             await self._append(intent)
@@ -181,13 +198,7 @@ class EffectStep:
         except BaseException:
             await asyncio.gather(claim, return_exceptions=True)  # never act, never leave it running
             raise
-        claimed = await claim
-        if claimed is None:
-            return await self._settle(
-                step, name, args, key, fn, reconcile,
-                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
-            )  # fmt: skip
-        return await self._act(step, args, key, fn, claimed, tool_call_id)
+        return await claim
 
     def _effect_key(self, key_fn: Callable[..., Any], args: Any, *, tool_call_id: str | None = None) -> str:
         """The idempotency key ``key_fn`` builds from ``args`` for the effect about to take the next

@@ -398,7 +398,7 @@ def _root_links(cp: Checkpoint, attrs: dict[str, Any]) -> list[Link]:
     """A branch's link to its parent run, a child run's to the parent's step (noted in ``attrs`` too)."""
     links: list[Link] = []
     if cp.parent:
-        parent_run = str(cp.parent["parent_run_id"])
+        parent_run = str(cp.parent["forked_from"])
         fork: dict[str, Any] = {"runledger.fork.step": int(cp.parent["fork_step"]),
                                 "runledger.fork.mode": str(cp.parent["mode"])}  # fmt: skip
         if cp.parent.get("changed"):

@@ -180,7 +180,7 @@ def add_run(buf: TableBuffer, run_id: str, rf: RunFold) -> None:
     buf.append(
         run_id, cp.agent or None, rf.subject, run_status(rf), cp.failure_reason, error.get("type"),
         error.get("message"), version.get("agent_version"), version.get("model"), version.get("prompt_hash"),
-        json_text(version.get("tool_schema_hashes")), json_text(cp.version), parent.get("parent_run_id"),
+        json_text(version.get("tool_schema_hashes")), json_text(cp.version), parent.get("forked_from"),
         i64(parent.get("fork_step")), parent.get("mode"), parent.get("changed"), cp.started_at,
         cp.ended_at, float(cp.spent["seconds"]), i64(cp.spent["turns"]), i64(cp.spent["tokens"]),
         i64(input_tokens), i64(output_tokens), i64(cp.limits.get("turns")), i64(cp.limits.get("tokens")),

@@ -346,7 +346,7 @@ class BranchRun(RecordedRun):
             runs = [self.run_id, self.parent.run_id]
             link = self.parent.parent
             while link and len(runs) < MAX_LINEAGE:
-                ancestor = str(link.get("parent_run_id") or "")
+                ancestor = str(link.get("forked_from") or "")
                 if not ancestor or ancestor in runs:
                     break
                 runs.append(ancestor)

@@ -191,7 +191,7 @@ def _args_differ(steps: list[StepDiff], parent: Checkpoint) -> list[ArgsDiffer]:
 
 def diff_runs(parent: Checkpoint, branch: Checkpoint) -> RunDiff:
     fork = branch.parent or {}
-    if fork.get("parent_run_id") != parent.run_id:
+    if fork.get("forked_from") != parent.run_id:
         raise SandboxError(f"run {branch.run_id} is not a branch of {parent.run_id}")
     fork_step = int(fork.get("fork_step", 0))
     delta = {

@@ -524,7 +524,7 @@ class Rerunner:
                            budgets=dict(parent.limits),  # type: ignore[arg-type]
                            labels={"parent_run_id": parent.run_id, "request_id": request.request_id},
                            chain_format=recorded_chain_format(parent.chain_format)),
-                RunForked(parent_run_id=parent.run_id, fork_step=fork_step, mode=request.mode),
+                RunForked(forked_from=parent.run_id, fork_step=fork_step, mode=request.mode),
             ):  # fmt: skip
                 apply(cp, Recorded(await writer.append(body), writer.last_stream_seq))
         trace = None
@@ -574,7 +574,7 @@ class Rerunner:
                            labels={"parent_run_id": parent.run_id, "request_id": request.request_id},
                            # the parent's: the branch's digests are compared with the parent's record
                            chain_format=recorded_chain_format(parent.chain_format)),
-                RunForked(parent_run_id=parent.run_id, fork_step=fork_step, mode=request.mode, changed=changed,
+                RunForked(forked_from=parent.run_id, fork_step=fork_step, mode=request.mode, changed=changed,
                           changed_from=before, changed_to=after,
                           # the branch's own rules, for its resume (runledger.sandbox.resume)
                           request=request.model_dump(mode="json")),

@@ -59,7 +59,7 @@ def branch_request(run_id: str, cp: Checkpoint, agent: str | None = None) -> Rer
             request = RerunRequest.model_validate(recorded)
         except ValidationError as exc:
             raise RerunRequestError(f"branch {run_id} recorded a re-run request that is not valid: {exc}") from exc
-        if request.branch_run_id != run_id or request.parent_run_id != forked.get("parent_run_id"):
+        if request.branch_run_id != run_id or request.parent_run_id != forked.get("forked_from"):
             raise RerunRequestError(
                 f"branch {run_id} recorded the request of branch {request.branch_run_id} of "
                 f"{request.parent_run_id}: not its own, so it is not resumed"
@@ -69,12 +69,12 @@ def branch_request(run_id: str, cp: Checkpoint, agent: str | None = None) -> Rer
     if mode not in ("redrive", "live") or not run_id.startswith(BRANCH_PREFIX):
         raise RerunRequestError(
             f"branch {run_id} ({mode}) was recorded without its re-run request and cannot be resumed under its own "
-            f"rules: re-run its parent {forked.get('parent_run_id')} instead"
+            f"rules: re-run its parent {forked.get('forked_from')} instead"
         )
     if not agent:
         raise RerunRequestError(f"name the agent that recorded branch {run_id}'s parent: --agent MODULE:ATTR")
     return RerunRequest(
-        parent_run_id=str(forked.get("parent_run_id")), agent=agent, mode=mode, fork_step=forked.get("fork_step"),
+        parent_run_id=str(forked.get("forked_from")), agent=agent, mode=mode, fork_step=forked.get("fork_step"),
         request_id=run_id[len(BRANCH_PREFIX):],
     )  # fmt: skip
 

@@ -183,9 +183,9 @@ async def lineage(follower: ProjectionFollower, viewer: Viewer, cp: Checkpoint) 
         if child and child not in seen and cp.steps[s].kind == "child":
             this.children.append(LineageNode(child, "child", cp.steps[s].status, f"started at step {s}"))
     fork = cp.parent or {}
-    if fork.get("parent_run_id"):
+    if fork.get("forked_from"):
         note = f"forked at step {fork.get('fork_step')} ({fork.get('mode')})"
-        return LineageNode(str(fork["parent_run_id"]), "parent", None, note, [this])
+        return LineageNode(str(fork["forked_from"]), "parent", None, note, [this])
     if cp.child_of_run_id:
         return LineageNode(cp.child_of_run_id, "parent", None, f"started it at step {cp.child_of_step}", [this])
     return this

@@ -63,7 +63,7 @@ def summarize(cp: Checkpoint) -> RunSummary:
         tokens=int(cp.spent["tokens"]),
         pending_approvals=sorted(cp.pending_approvals),
         in_doubt=list(cp.in_doubt_keys),
-        parent=(cp.parent or {}).get("parent_run_id"),
+        parent=(cp.parent or {}).get("forked_from"),
         error=(cp.error or {}).get("message"),
         retryable=cp.status == "failed" and cp.failure_retryable,
         child_of=cp.child_of_run_id,
@@ -303,7 +303,7 @@ def render_run(
         lines.append(f"BROKEN  {error}: the record cannot be folded past this event (resume refuses the run)")
     if cp.parent:
         lines.append(
-            f"forked  from {cp.parent['parent_run_id']} at step {cp.parent['fork_step']} "
+            f"forked  from {cp.parent['forked_from']} at step {cp.parent['fork_step']} "
             f"({cp.parent['mode']}, changed {cp.parent.get('changed')})"
         )
     if cp.child_of_run_id:

@@ -242,7 +242,8 @@ async def _derivation_edges(client: LedgerClient) -> dict[str, list[Derived]]:
                 if found is None:
                     break
                 seq, payload, type_ = found[0] + 1, found[1], found[2]
-                parent = payload.get("parent_run_id")
+                # A branch's fork parent: run.forked's forked_from (schema 2) or parent_run_id (1).
+                parent = payload.get("forked_from", payload.get("parent_run_id"))
                 if isinstance(parent, str) and type_ in ("run.started", "run.forked"):
                     out.append(Derived(run_id, agent, parent, "branch" if type_ == "run.forked" else "child"))
         return out

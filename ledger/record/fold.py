@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from runledger.errors import ChainError
-from runledger.record.events import GENESIS, Event
+from runledger.record.events import GENESIS, Event, RunForked, upcast
 from runledger.record.records import Recorded
 from runledger.record.writers import OPERATOR_WRITER, WORKER_WRITER
 
@@ -83,7 +83,10 @@ class Checkpoint:
     failure_reason: str | None = None
     failure_retryable: bool = False  # failed on a retryable kind of error: `runledger resume RUN --retry`
     failed_step: int | None = None
-    parent: dict[str, Any] | None = None  # a branch's run.forked: the run it was forked from
+    # A branch's run.forked payload at its current schema version: ``forked_from`` (the run it was
+    # forked from, its fork parent), fork_step, mode, changed... (version 1, which named the fork
+    # parent ``parent_run_id``, is upcast here and in ``from_dict``). A child's parent: child_of_run_id.
+    parent: dict[str, Any] | None = None
     # A child run's run.started: the run and step that started it (``run.child``).
     child_of_run_id: str | None = None
     child_of_step: int | None = None
@@ -112,6 +115,8 @@ class Checkpoint:
         """Inverse of ``to_dict``: ``Checkpoint.from_dict(cp.to_dict()) == cp``. Unknown keys are ignored."""
         values = {k: v for k, v in data.items() if k in _CHECKPOINT_FIELD_SET and k != "steps"}
         cp = cls(**values)
+        if cp.parent is not None and "forked_from" not in cp.parent:  # stored before run.forked 2
+            cp.parent = upcast(RunForked.TYPE, 1, dict(cp.parent))
         cp.steps = {
             s["step"]: StepRecord(**{k: v for k, v in s.items() if k in _STEP_FIELDS}) for s in data.get("steps", [])
         }
@@ -350,7 +355,8 @@ def _run_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
 
 
 def _run_forked(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
-    cp.parent = dict(p)
+    # The fold reads stored payloads: a version-1 run.forked is lifted here (its bytes stay as stored).
+    cp.parent = dict(p) if ev.schema_version >= RunForked.VERSION else upcast(ev.type, ev.schema_version, dict(p))
 
 
 def _close_segment(cp: Checkpoint, at: str | None = None) -> None:

@@ -84,10 +84,15 @@ class RunForked(Payload):
     as JSON: the agent named, mode and base mode, the change, ``allow_effects``, live tools, time
     limit, request id), so that resuming the branch re-drives it in a sandbox under its own rules
     (``runledger.sandbox.resume``). Absent from the payload of branches recorded before it existed,
-    which therefore record exactly what they recorded then."""
+    which therefore record exactly what they recorded then.
+
+    ``forked_from``: the run this branch was forked from (its fork parent). Schema version 1 named
+    it ``parent_run_id``, the name ``run.started`` gives a child's parent; the upcaster below lifts
+    a version-1 payload by renaming the key (the stored bytes, which the hash chain covers, keep it)."""
 
     TYPE = "run.forked"
-    parent_run_id: str
+    VERSION = 2
+    forked_from: str
     fork_step: int
     mode: Literal["replay", "redrive", "live", "counterfactual"]
     changed: str | None = None
@@ -481,3 +486,9 @@ def upcast(type_: str, version: int, payload: dict[str, Any]) -> dict[str, Any]:
         payload = step(payload)
         version += 1
     return payload
+
+
+@upcaster("run.forked", 1)
+def _run_forked_v1(payload: dict[str, Any]) -> dict[str, Any]:
+    """run.forked 1 -> 2: the fork parent's ``parent_run_id`` is ``forked_from``."""
+    return {("forked_from" if k == "parent_run_id" else k): v for k, v in payload.items()}

@@ -402,7 +402,7 @@ def refuse_branch(run_id: str, log: RunLog, cp: Checkpoint) -> None:
     written by a worker. Its tools and effects would run here for real, whatever its mode said."""
     if cp.parent is not None or writer_of(log.subject) == WORKER_WRITER:
         parent = cp.parent or {}
-        raise BranchOnHostError(run_id, str(parent.get("parent_run_id") or ""), str(parent.get("mode") or ""))
+        raise BranchOnHostError(run_id, str(parent.get("forked_from") or ""), str(parent.get("mode") or ""))
 
 
 async def _read_whole(client: LedgerClient, run_id: str, agent: str) -> RunLog:

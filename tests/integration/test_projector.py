@@ -116,7 +116,7 @@ async def build_ledger(client: LedgerClient, tmp_path: Path, load_events: int = 
         await run.model([{"role": "user", "content": "again"}])
         return "ok"
 
-    fork = RunForked(parent_run_id=runs["T-1001"], fork_step=2, mode="redrive", changed="model", changed_to="m-2")
+    fork = RunForked(forked_from=runs["T-1001"], fork_step=2, mode="redrive", changed="model", changed_to="m-2")
     branch = AgentSpec("refund-agent", echo, ScriptedModel(["ok"], name="m-2"), agent_version="branch")
     runs["branch"] = (await start_run(client, branch, {"ticket": "T-1001"}, fork=fork)).run_id
     await publish_raw(client, workload(load_events))

@@ -187,7 +187,7 @@ async def record_demo(client: LedgerClient, tmp_path: Path, payments: PaymentsSe
             if result.status == "suspended":
                 pending = result.pending[0]
         strict = dataclasses.replace(agent, model=strict_model())
-        fork = RunForked(parent_run_id=runs["T-1001"], fork_step=2, mode="counterfactual", changed="model",
+        fork = RunForked(forked_from=runs["T-1001"], fork_step=2, mode="counterfactual", changed="model",
                          changed_from=agent.model.name, changed_to=strict.model.name)  # fmt: skip
         runs["branch"] = (await start_run(client, strict, TICKETS[0], fork=fork)).run_id
     assert pending, "T-1004 asks for an approval"

@@ -35,7 +35,7 @@ def run(run_id: str, steps: list[StepRecord], *, fork: int | None = None, parent
     cp = Checkpoint(run_id=run_id, status="completed", steps={s.step: s for s in steps})
     cp.last_step = max(cp.steps, default=-1)
     if fork is not None:
-        cp.parent = {"parent_run_id": parent, "fork_step": fork, "mode": "live", "changed": None}
+        cp.parent = {"forked_from": parent, "fork_step": fork, "mode": "live", "changed": None}
     return cp
 
 

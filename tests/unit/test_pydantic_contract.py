@@ -143,7 +143,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "parent_run_id": "P",
         "parent_step": 1,
     },
-    "run.forked": {"parent_run_id": "P", "fork_step": 2, "mode": "redrive", "changed": "model", "changed_to": "m2"},
+    "run.forked": {"forked_from": "P", "fork_step": 2, "mode": "redrive", "changed": "model", "changed_to": "m2"},
     "run.resumed": {"attempt": 2, "from_step": 1, "worker": "w"},
     "run.suspended": {"step": 3, "request_id": "req-1"},
     "run.completed": {"output": {"ok": True, "n": 1.5}},

@@ -76,9 +76,13 @@ async def test_redrive_serves_tools_from_the_record_and_runs_the_model_live(
     cp = await branch_checkpoint(client, result.run_id)
     # run.forked also records the request that opened the branch (its resume re-drives it under it).
     assert {k: v for k, v in cp.parent.items() if k != "request"} == {
-        "parent_run_id": "p-redrive", "fork_step": 1, "mode": "redrive", "changed": None,
+        "forked_from": "p-redrive", "fork_step": 1, "mode": "redrive", "changed": None,
         "changed_from": None, "changed_to": None}  # fmt: skip
     assert cp.parent["request"]["mode"] == "redrive" and cp.parent["request"]["fork_step"] == 1
+    # As stored: run.forked schema version 2, the fork parent as forked_from (parent_run_id is a child's).
+    forked = next(r.event for r in (await load_run(client, result.run_id)).records if r.event.type == "run.forked")
+    assert forked.schema_version == 2 and forked.payload["forked_from"] == "p-redrive"
+    assert "parent_run_id" not in forked.payload
     assert [cp.steps[s].kind for s in sorted(cp.steps)] == ["model", "tool", "model", "effect", "effect"]
     d = await diff(client, "p-redrive", result.run_id)
     assert d.first_difference is None

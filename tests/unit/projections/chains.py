@@ -134,7 +134,7 @@ def failed_run(stream: Stream, run_id: str) -> Chain:
 def forked_run(stream: Stream, run_id: str, parent: str) -> Chain:
     run = run_chain(stream, run_id)
     run.add(RunStarted(agent="support", version=VERSION))
-    run.add(RunForked(parent_run_id=parent, fork_step=1, mode="redrive", changed="model", changed_to="m-2"))
+    run.add(RunForked(forked_from=parent, fork_step=1, mode="redrive", changed="model", changed_to="m-2"))
     run.add(model(0))
     return run
 

@@ -32,19 +32,17 @@ batching processor, nothing global.
 
 from __future__ import annotations
 
-from runledger.extras import require_extra
+from runledger import require_extra
 
 require_extra("otel", "runledger.integrations.otel")
 
 # ruff: noqa: E402  (the check above must run before OpenTelemetry is imported)
 
 import asyncio
-import contextlib
 import datetime as dt
 import hashlib
 import json
 import logging
-import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -52,8 +50,6 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import urlsplit
 
-import nats
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEvent
@@ -62,14 +58,19 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from runledger.errors import ConfigurationError, LedgerError
-from runledger.log.client import LedgerClient
-from runledger.log.reader import RunLog
-from runledger.log.subjects import LEDGER_STREAM, RUN_PREFIX, parse_run_subject
-from runledger.protect.capture import is_marker
-from runledger.protect.loading import load_run
-from runledger.record.events import Event, decode_fast
-from runledger.record.fold import Checkpoint, StepRecord, fold
+from runledger import (
+    Checkpoint,
+    ConfigurationError,
+    Event,
+    LedgerClient,
+    LedgerError,
+    RunLog,
+    StepRecord,
+    fold,
+    follow_events,
+    is_placeholder,
+    load_run,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ def _steps(events: Sequence[Event]) -> dict[int, _Step]:
 
 def _readable(value: Any) -> bool:
     """Content this export may show: present and not a stand-in (sealed, hashed, by reference)."""
-    return value is not None and not is_marker(value)
+    return value is not None and not is_placeholder(value)
 
 
 def _messages(messages: Any) -> list[dict[str, Any]]:
@@ -414,7 +415,7 @@ def _root_links(cp: Checkpoint, attrs: dict[str, Any]) -> list[Link]:
 
 
 def run_spans(log: RunLog, *, content: bool = False, service_name: str | None = None) -> list[ReadableSpan]:
-    """The spans of one run's trace, root first, from its record (``runledger.protect.loading.load_run``).
+    """The spans of one run's trace, root first, from its record (``runledger.load_run``).
 
     Pure: the same record gives the same spans, ids and times included. ``content`` adds
     message, argument, result and error texts where the record holds them readable (the run's
@@ -548,24 +549,11 @@ async def follow_runs(
     result = OtlpExportResult()
     settled: asyncio.Queue[str] = asyncio.Queue()
 
-    async def on_msg(msg: Any) -> None:
-        if parse_run_subject(msg.subject) is None:
-            return
-        try:
-            event = decode_fast(msg.data)
-        except LedgerError:  # not an event: the projection quarantines it; nothing to export
-            return
+    def on_event(event: Event) -> None:
         if event.type in SETTLED:
             settled.put_nowait(event.run_id)
 
-    config = ConsumerConfig(name=f"rlotel{uuid.uuid4().hex}", deliver_policy=DeliverPolicy.NEW)
-    try:
-        sub = await client.js.subscribe(
-            f"{RUN_PREFIX}.>", stream=LEDGER_STREAM, config=config, cb=on_msg, ordered_consumer=True
-        )
-    except (TimeoutError, nats.errors.Error) as exc:
-        raise LedgerError(f"cannot follow the run events ({type(exc).__name__}): is the server up?") from exc
-    try:
+    async with follow_events(client, on_event):
         if ready is not None:
             maybe = ready()
             if maybe is not None:
@@ -587,7 +575,4 @@ async def follow_runs(
             result.traces |= one.traces
             result.spans += one.spans
         stopping.cancel()
-    finally:
-        with contextlib.suppress(nats.errors.Error):
-            await sub.unsubscribe()
     return result

@@ -16,10 +16,8 @@ import signal
 import sys
 from typing import Any
 
-from runledger.cli.connect import with_client
-from runledger.errors import ConfigurationError
-from runledger.extras import require_extra
-from runledger.log.client import LedgerClient
+from runledger import ConfigurationError, LedgerClient, require_extra
+from runledger.cli.connect import with_client  # CLI glue: the connection options `export` parses
 
 # What the OpenTelemetry SDK reads, in the order it reads them; --endpoint wins over both.
 _ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")

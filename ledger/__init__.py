@@ -84,14 +84,16 @@ if TYPE_CHECKING:
     )
     from runledger.extras import require_extra
     from runledger.log.client import LedgerClient, connect
+    from runledger.log.reader import RunLog, follow_events
     from runledger.ops.trace import list_runs
+    from runledger.protect.capture import is_placeholder
     from runledger.protect.data_policy import DataPolicy
     from runledger.protect.erasure import erase_run
     from runledger.protect.loading import load_run
     from runledger.protect.redaction import RedactionPolicy, SecretResolver
     from runledger.record.budgets import Budgets
     from runledger.record.events import Event, GraphCheckpointed, GraphWritesSaved, RunCompleted
-    from runledger.record.fold import Checkpoint, fold
+    from runledger.record.fold import Checkpoint, StepRecord, fold
     from runledger.record.ids import is_subject_token
     from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
@@ -164,6 +166,9 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["RecordedRun"], "runledger.sdk.run"),
     **dict.fromkeys(["DEFAULT_RETRY", "RETRYABLE_STATUS"], "runledger.sdk.models"),
     **dict.fromkeys(["EffectClass"], "runledger.sdk.tools"),
+    **dict.fromkeys(["RunLog", "follow_events"], "runledger.log.reader"),
+    **dict.fromkeys(["StepRecord"], "runledger.record.fold"),
+    **dict.fromkeys(["is_placeholder"], "runledger.protect.capture"),
 }
 
 __all__ = [
@@ -205,11 +210,13 @@ __all__ = [
     "Retry",
     "Run",
     "RunCompleted",
+    "RunLog",
     "RunNotFoundError",
     "RunResult",
     "ScriptedModel",
     "SecretResolver",
     "StaleClaimError",
+    "StepRecord",
     "SuspendedForApproval",
     "SuspendedForApprovalError",
     "SyncRun",
@@ -220,6 +227,8 @@ __all__ = [
     "connect",
     "erase_run",
     "fold",
+    "follow_events",
+    "is_placeholder",
     "is_subject_token",
     "list_runs",
     "load_agent",
@@ -247,8 +256,9 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 # that resolve only in their own module, which ``typing.get_type_hints`` (and pydantic, building a
 # model that holds one) reads from ``sys.modules[cls.__module__]``.
 _OWN_MODULE = frozenset(
-    {"AgentSpec", "Checkpoint", "DataPolicy", "EffectContext", "LedgerClient", "RecordedRun", "RedactionPolicy", "Tool"}
-)
+    {"AgentSpec", "Checkpoint", "DataPolicy", "EffectContext", "LedgerClient", "RecordedRun", "RedactionPolicy",
+     "RunLog", "Tool"}
+)  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

@@ -526,7 +526,7 @@ async def _key_view(client: LedgerClient, shown: dict[str, Any]) -> dict[str, An
     open them; what the erasure of the run that wrote them made unreadable reads as erased (with a
     ``note``: "committed, result erased"), what they only may not open stays sealed."""
     from runledger.log.reader import read_run
-    from runledger.protect.capture import client_opener, is_marker
+    from runledger.protect.capture import client_opener, is_placeholder
     from runledger.protect.erasure import erased_value
 
     opener = client_opener(client)
@@ -539,7 +539,9 @@ async def _key_view(client: LedgerClient, shown: dict[str, Any]) -> dict[str, An
             if isinstance(error.get(name), str):
                 error[name] = await opener.open_text(error[name], strict=False)
         shown["error"] = error
-    sealed = is_marker(shown.get("result")) or (isinstance(error, dict) and any(map(is_marker, error.values())))
+    sealed = is_placeholder(shown.get("result")) or (
+        isinstance(error, dict) and any(map(is_placeholder, error.values()))
+    )
     if sealed and shown.get("run_id"):
         try:
             # The run under the key's agent: the one subject an agent role may read.

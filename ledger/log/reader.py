@@ -1,4 +1,5 @@
-"""Reading the log back: raw records of a subject filter, decoded events of one run.
+"""Reading the log back: raw records of a subject filter, decoded events of one run, every run's
+events live (``follow_events``).
 
 Reads speak the NATS protocol on a connection of their own (``runledger.log.fastread``: a filtered
 push consumer, ~5 us a message against nats-py's ~30-100) and fall back, where that reader
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +25,7 @@ from nats.js.errors import NotFoundError
 from runledger.errors import EventDecodeError, LedgerError, ReaderUnavailableError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.fastread import read_subject
-from runledger.log.subjects import LEDGER_STREAM, any_agent_run_subject, parse_run_subject, run_filter
+from runledger.log.subjects import LEDGER_STREAM, RUN_PREFIX, any_agent_run_subject, parse_run_subject, run_filter
 from runledger.record.events import Event, decode_fast
 from runledger.record.fold import split_refused
 from runledger.record.records import Quarantined, RawRecord, Recorded
@@ -31,6 +33,11 @@ from runledger.record.records import Quarantined, RawRecord, Recorded
 
 @dataclass
 class RunLog:
+    """One run as read from the log (``runledger.load_run`` returns it with its content opened):
+    its decoded events in stream order (``records``, each with its stream sequence and subject;
+    ``events`` for the events alone) and the messages left out (``quarantined``: bytes that do not
+    decode, or that the fold refuses from their writer). ``runledger.fold(log.events)`` is its state."""
+
     run_id: str
     agent: str
     subject: str  # where the run's own writer appends (the subject of its run.started)
@@ -157,3 +164,39 @@ async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = Non
     subject = good[0].subject if good else raws[0].subject
     parsed = parse_run_subject(subject)
     return RunLog(run_id=run_id, agent=parsed[0] if parsed else "", subject=subject, records=good, quarantined=bad)
+
+
+@contextlib.asynccontextmanager
+async def follow_events(client: LedgerClient, on_event: Callable[[Event], object]) -> AsyncIterator[None]:
+    """Every run's events as they are appended, from now until the block exits: each decoded event
+    is passed to ``on_event`` (called in the client's event loop; hand slow work to a queue)::
+
+        async with runledger.follow_events(client, lambda e: queue.put_nowait(e)):
+            ...  # the subscription is in place: events from here on are seen
+
+    An ordered push consumer over every run subject, new messages only (events before the block
+    are not seen: read those with ``load_run``); a message that is not an event (the projections
+    quarantine it) is skipped. Raises LedgerError when the subscription cannot be made."""
+
+    async def on_msg(msg: Any) -> None:
+        if parse_run_subject(msg.subject) is None:
+            return
+        try:
+            event = decode_fast(msg.data)
+        except LedgerError:  # not an event: the projection quarantines it; nothing to follow
+            return
+        on_event(event)
+
+    # Named, as read_raw's consumers are, so a role's permissions can match the filter.
+    config = ConsumerConfig(name=f"rlfollow{uuid.uuid4().hex}", deliver_policy=DeliverPolicy.NEW)
+    try:
+        sub = await client.js.subscribe(
+            f"{RUN_PREFIX}.>", stream=LEDGER_STREAM, config=config, cb=on_msg, ordered_consumer=True
+        )
+    except (TimeoutError, nats.errors.Error) as exc:
+        raise LedgerError(f"cannot follow the run events ({type(exc).__name__}): is the server up?") from exc
+    try:
+        yield
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()

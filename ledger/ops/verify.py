@@ -15,7 +15,7 @@ from runledger.protect.capture import (
     PayloadOpener,
     client_opener,
     content_values,
-    is_marker,
+    is_placeholder,
     is_sealed,
     is_sealed_text,
 )
@@ -139,7 +139,7 @@ async def verify_content(opener: PayloadOpener, result: VerifyResult, raws: list
     for raw, ev in events:
         for value in content_values(ev):
             problem: str | None = None
-            if sealed and not is_marker(value):
+            if sealed and not is_placeholder(value):
                 problem = f"{ev.type} carries unsealed content in a sealed run (written without the run's key: forged?)"
             else:
                 try:

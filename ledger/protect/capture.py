@@ -115,8 +115,11 @@ def content_values(event: Event) -> list[Any]:
     return values
 
 
-def is_marker(value: Any) -> bool:
-    """True for any stand-in this module writes in place of content."""
+def is_placeholder(value: Any) -> bool:
+    """Whether a recorded content value is a stand-in the run's data policy wrote in place of the
+    content (sealed, sealed text, hashed, or a blob reference) rather than the content itself: what a
+    reader of a run (``runledger.load_run``) finds where content was not, or could not be, opened
+    (an erased run, a missing key, ``capture="hash"``)."""
     return is_sealed(value) or is_blob_ref(value) or is_hashed(value) or is_sealed_text(value)
 
 
@@ -178,7 +181,7 @@ class PayloadProtector:
 
     def _clean(self, name: str, value: Any) -> Any:
         """``value`` as the policy keeps it: ``value`` itself when the policy changes nothing in it."""
-        if is_marker(value):
+        if is_placeholder(value):
             return value  # already protected (a branch copying a recorded reference)
         if self.policy.capture == "full":
             return self._known_only(value) if self.redactor.has_known_secrets else value
@@ -197,7 +200,7 @@ class PayloadProtector:
         """The recorded form of the content field ``name``. ``encoded``: ``value``'s canonical JSON in
         ``CONTENT_FORMAT``, if the caller has it (used when redaction leaves ``value`` as it is)."""
         cleaned = await off_loop(value, self._clean, name, value)  # a large value: in a worker thread
-        if is_marker(cleaned):
+        if is_placeholder(cleaned):
             return cleaned
         # In the format of the chain it is recorded in (CONTENT_FORMAT); the caller's bytes are of ``value``.
         raw = encoded if cleaned is value and encoded is not None else canonical_json(cleaned, CONTENT_FORMAT.get())
@@ -271,7 +274,7 @@ class PayloadOpener:
         fields = CONTENT_FIELDS.get(event.type, ())
         p = event.payload
         err = p.get("error") if event.type in ERROR_TYPES else None
-        if not any(is_marker(p.get(f)) for f in fields) and not (
+        if not any(is_placeholder(p.get(f)) for f in fields) and not (
             isinstance(err, dict) and any(is_sealed_text(err.get(f)) for f in ERROR_TEXT_FIELDS)
         ):
             return event

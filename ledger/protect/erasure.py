@@ -70,7 +70,7 @@ from runledger.log.subjects import (
     writer_of,
 )
 from runledger.protect.blobs import BlobStore, is_blob_ref
-from runledger.protect.capture import content_values, is_marker, is_sealed, is_sealed_text
+from runledger.protect.capture import content_values, is_placeholder, is_sealed, is_sealed_text
 from runledger.protect.keystore import KVKeyStore, run_kid
 from runledger.record.events import RunErased, decode_fast
 from runledger.record.fold import fold
@@ -110,7 +110,7 @@ def _plain(value: Any) -> bool:
         return False
     if is_blob_ref(value):
         return not value.get("enc")
-    return not is_marker(value) and value not in ("", None, [], {})
+    return not is_placeholder(value) and value not in ("", None, [], {})
 
 
 def _check(reason: str, by: str) -> None:

@@ -48,7 +48,7 @@ from runledger.protect.capture import (
     PayloadOpener,
     PayloadProtector,
     client_opener,
-    is_marker,
+    is_placeholder,
     run_protector,
 )
 from runledger.protect.loading import load_run
@@ -569,7 +569,7 @@ async def side_by_side(records: list[Recorded], exc: NondeterminismError, opener
             break
     if recorded is None and exc.attempted_args is None:
         return ""
-    if is_marker(recorded):
+    if is_placeholder(recorded):
         return "the recorded arguments are not readable with these credentials (sealed or erased)"
     lines = list(
         difflib.unified_diff(

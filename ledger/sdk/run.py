@@ -51,7 +51,7 @@ from runledger.protect.capture import (
     PayloadOpener,
     PayloadProtector,
     client_opener,
-    is_marker,
+    is_placeholder,
 )
 from runledger.record import canonical
 from runledger.record.canonical import as_recorded, digest, jsonable
@@ -164,7 +164,7 @@ class RecordedRun(EffectStep):
     def input(self) -> Any:
         """The run's input: the real one live, the recorded (opened) one on resume."""
         value = self._cp.input if self._input is _UNSET else self._input
-        if is_marker(value):
+        if is_placeholder(value):
             raise PayloadUnavailableError("the run's input", "it was not recorded in a readable form")
         return value
 
@@ -189,7 +189,7 @@ class RecordedRun(EffectStep):
 
         Called once per replayed step, when the step returns the value: never before (an
         output the agent's code does not reach is never decrypted) and never twice."""
-        if not is_marker(value):
+        if not is_placeholder(value):
             return value
         return await self._payload_opener().open_value(value)
 
@@ -207,7 +207,7 @@ class RecordedRun(EffectStep):
         """The error a recorded failed step raises on replay, with its message as the agent saw it
         live (error texts are recorded sealed)."""
         message = error["message"]
-        if isinstance(message, str) and is_marker(message):
+        if isinstance(message, str) and is_placeholder(message):
             message = await self._payload_opener().open_text(message)
         return ToolFailedError(name, step, error["type"], message, retryable=bool(error.get("retryable")), kind=kind)
 
@@ -217,7 +217,7 @@ class RecordedRun(EffectStep):
             return output
         usage = output.get("usage")
         data = {k: v for k, v in output.items() if k != "usage"} if "usage" in output else output
-        if not is_marker(data):
+        if not is_placeholder(data):
             return output
         return {**(await self._open(data)), "usage": usage or {}}
 
@@ -600,7 +600,7 @@ class RecordedRun(EffectStep):
         """What a recorded ``child.failed`` raises on replay, its message opened (error texts are sealed)."""
         error = rec.error or {}
         message = error.get("message", "")
-        if isinstance(message, str) and is_marker(message):
+        if isinstance(message, str) and is_placeholder(message):
             message = await self._payload_opener().open_text(message)
         child_id = rec.child_run_id or child_run_id(self.run_id, step)
         return ChildFailedError(self.run_id, step, child_id, str(error.get("reason") or "exception"), str(message))

@@ -75,7 +75,7 @@ from runledger.log.subjects import (
     writer_of,
 )
 from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
-from runledger.protect.capture import PayloadOpener, is_marker, is_sealed_text, missing_key_reason
+from runledger.protect.capture import PayloadOpener, is_placeholder, is_sealed_text, missing_key_reason
 from runledger.protect.keystore import ALG, RunKeys, run_kid
 from runledger.record.canonical import canonical_json
 from runledger.record.events import JournalSnapshotted, decode_fast
@@ -189,9 +189,9 @@ async def opened_journal(cp: Checkpoint, opener: PayloadOpener) -> dict[str, Any
         if step["kind"] == "model" and isinstance(output, dict) and "usage" in output:
             # The fold merges the response (content, sealed) with its usage (structure).
             response = {k: v for k, v in output.items() if k != "usage"}
-            if is_marker(response):
+            if is_placeholder(response):
                 opened = await _open(response, opener)
-                if not is_marker(opened):
+                if not is_placeholder(opened):
                     step["output"] = {**opened, "usage": output["usage"]}
         else:
             step["output"] = await _open(output, opener)
@@ -200,7 +200,7 @@ async def opened_journal(cp: Checkpoint, opener: PayloadOpener) -> dict[str, Any
 
 
 async def _open(value: Any, opener: PayloadOpener) -> Any:
-    return await opener.open_value(value, strict=False, fetch=False) if is_marker(value) else value
+    return await opener.open_value(value, strict=False, fetch=False) if is_placeholder(value) else value
 
 
 async def _open_error(error: Any, opener: PayloadOpener) -> Any:
@@ -413,7 +413,7 @@ async def _journal(
             raise PayloadUnavailableError(f"blob {ref['sha256']}", missing_key_reason(str(ref.get("kid"))))
         data = run_keys.unseal(data)
     value = _parsed(data)
-    return await opener.open_value(value, strict=True, fetch=True) if is_marker(value) else value
+    return await opener.open_value(value, strict=True, fetch=True) if is_placeholder(value) else value
 
 
 def _verified(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runledger.errors import ConfigurationError, PayloadUnavailableError
-from runledger.protect.capture import content_values, is_hashed, is_marker, is_sealed, is_sealed_text
+from runledger.protect.capture import content_values, is_hashed, is_placeholder, is_sealed, is_sealed_text
 from runledger.record.events import Event, utc_now
 from runledger.record.records import Recorded
 
@@ -66,7 +66,7 @@ def unopened(rec: Recorded) -> str | None:
 
 
 def _first_marker(value: Any, depth: int = 0) -> Any:
-    if is_marker(value):
+    if is_placeholder(value):
         return value
     if depth >= 32:
         return None

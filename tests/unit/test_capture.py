@@ -11,7 +11,7 @@ from runledger.protect.capture import (
     DataPolicy,
     PayloadOpener,
     PayloadProtector,
-    is_marker,
+    is_placeholder,
     is_sealed,
 )
 from runledger.protect.keystore import MemoryKeyStore
@@ -82,7 +82,7 @@ async def test_destroying_the_key_makes_content_unreadable_but_keeps_the_event()
     event = Chain("R1").add(await protector.protect(_tool({"text": "personal data"})))
     assert await store.destroy("a.R1")
     opened = await PayloadOpener(store).open_event(event)
-    assert is_marker(opened.payload["output"])  # lenient readers keep the sealed form
+    assert is_placeholder(opened.payload["output"])  # lenient readers keep the sealed form
     with pytest.raises(PayloadUnavailableError, match="erased"):
         await PayloadOpener(store).open_value(event.payload["output"])
     with pytest.raises(KeyStoreError, match="erased"):

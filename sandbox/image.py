@@ -77,8 +77,8 @@ def guest_requirements() -> list[str]:
     return wanted
 
 
-# Parts of the package the guest never imports: the analytics stack, the CLI, the host side.
-GUEST_LEAVES_OUT = ("projections", "cli")
+# Parts of the package the guest never imports: the analytics stack, the CLI, the page (the host side).
+GUEST_LEAVES_OUT = ("projections", "cli", "ui")
 
 
 def _package_tree(into: Path) -> None:

@@ -78,6 +78,7 @@ from runledger.record.payloads import (
 # The payload models are re-exported: runledger.record.payloads owns them.
 __all__ = [
     "GENESIS",
+    "KEY_TYPES",
     "MAX_INT64",
     "MIN_INT64",
     "PAYLOADS",
@@ -496,6 +497,17 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}"
 
 
+# The event types a key's subject holds (docs/wire.md, "The claim protocol for effects").
+KEY_TYPES = frozenset({"effect.intended", "effect.committed", "effect.failed", "effect.resolved"})
+_KEY_SUBJECT = (
+    "On a key: publish to ledger.effect.<agent>.<digest>.<writer> (digest: the first 32 hex digits of "
+    "sha256 of the idempotency key) with Nats-Msg-Id effect:<agent>:<digest>:<seq>, seq being the key's "
+    "own, fenced on the whole key; never <run_id>:<seq> there: msg ids are compared across the whole "
+    "stream, and the run's event already holds that id, so the key's event would be acknowledged as a "
+    "duplicate and never stored. "
+)
+
+
 def json_schemas() -> dict[str, Any]:
     """The JSON Schema of every event type, keyed by type, for publishers in any language."""
     envelope = Event.model_json_schema()
@@ -513,8 +525,9 @@ def json_schemas() -> dict[str, Any]:
             "hash = sha256 hex of (prev_hash as ASCII || canonical JSON of this object without 'hash'); "
             "canonical JSON: RFC 8785 in runs whose run.started has chain_format 2, else the legacy "
             "form (docs/wire.md). seq 0 has prev_hash = 64 zeros. "
-            "Publish to ledger.run.<agent>.<run_id>.<writer> with Nats-Msg-Id <run_id>:<seq>, "
-            f"fenced on the whole run (docs/wire.md). {cls.__doc__ or ''}"
+            "On a run: publish to ledger.run.<agent>.<run_id>.<writer> with Nats-Msg-Id <run_id>:<seq>, "
+            f"fenced on the whole run (docs/wire.md). {_KEY_SUBJECT if type_ in KEY_TYPES else ''}"
+            f"{cls.__doc__ or ''}"
         ).strip()
         out[type_] = schema
     return out

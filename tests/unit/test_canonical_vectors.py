@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import json
 import struct
@@ -17,6 +19,8 @@ from runledger.log.subjects import (
     parse_run_subject,
     run_msg_id,
 )
+from runledger.protect.capture import PayloadOpener
+from runledger.protect.keystore import LocalMasterKey, MemoryKeyStore, run_kid, unwrap_keys
 from runledger.record.canonical import canonical_json, digest, short_digest
 from runledger.record.events import GENESIS, decode
 from runledger.record.fold import fold
@@ -83,8 +87,30 @@ def test_run_vectors_verify_and_fold() -> None:
     assert fold_key(data["key"], key_records).status == "committed"
 
 
+def test_sealing_vectors_open_with_runledgers_keys() -> None:
+    data = load("sealing.json")
+    master = LocalMasterKey.from_text(data["master_key"], "the vectors")
+    assert master.key_id == data["master_key_id"] and data["kid"] == run_kid("refund-agent", data["kid"].split(".")[1])
+    record = data["key_record"].encode()
+    assert base64.b64decode(json.loads(record)["wrapped"])[:12].hex() == data["wrap_nonce"]
+    keys = asyncio.run(unwrap_keys(data["kid"], record, lambda: master))
+    assert base64.b64encode(keys.data_key).decode() == data["data_key"]
+    assert base64.b64encode(keys.token_key).decode() == data["token_key"]
+    store = MemoryKeyStore()
+    store.keys[keys.kid] = keys
+    opener = PayloadOpener(store)
+    for case in data["values"]:
+        sealed = base64.b64decode(case["sealed"]["ct"])
+        assert sealed[:12].hex() == case["nonce"] and case["sealed"]["kid"] == data["kid"]
+        assert keys.unseal(sealed) == case["plaintext"].encode("utf-8") == canonical_json(case["value"], 2)
+        assert asyncio.run(opener.open_value(case["sealed"])) == case["value"]
+    for case in data["texts"]:
+        assert asyncio.run(opener.open_text(case["sealed"])) == case["text"]
+
+
 def test_the_generator_still_writes_these_files() -> None:
-    from tests.vectors.generate import canonical_vectors, render, run_vectors
+    from tests.vectors.generate import canonical_vectors, render, run_vectors, sealing_vectors
 
     assert render(canonical_vectors()) == (VECTORS / "canonical.json").read_text(encoding="utf-8")
     assert render(run_vectors()) == (VECTORS / "runs.json").read_text(encoding="utf-8")
+    assert render(sealing_vectors()) == (VECTORS / "sealing.json").read_text(encoding="utf-8")

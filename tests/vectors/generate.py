@@ -1,6 +1,6 @@
 """Writes the wire-format test vectors of this folder (docs/wire.md, "Test vectors").
 
-    .venv/bin/python tests/vectors/generate.py     # rewrites canonical.json and runs.json
+    .venv/bin/python tests/vectors/generate.py     # rewrites canonical.json, runs.json and sealing.json
 
 ``tests/unit/test_canonical_vectors.py`` checks the Python implementation against the files and
 that this script still produces them byte for byte; other implementations replay the files.
@@ -8,6 +8,8 @@ that this script still produces them byte for byte; other implementations replay
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import itertools
 import json
@@ -28,8 +30,11 @@ from runledger.log.subjects import (
     run_msg_id,
     run_subject,
 )
+from runledger.protect import keystore
+from runledger.protect.capture import DataPolicy, PayloadProtector
+from runledger.protect.keystore import LocalMasterKey, RunKeys, run_kid, wrap_keys
 from runledger.record import events as events_module
-from runledger.record.canonical import JCS_CHAIN_FORMAT, canonical_json, digest, short_digest
+from runledger.record.canonical import CONTENT_FORMAT, JCS_CHAIN_FORMAT, canonical_json, digest, short_digest
 from runledger.record.events import (
     GENESIS,
     ApprovalRequested,
@@ -256,6 +261,66 @@ def run_vectors() -> dict[str, Any]:
     }
 
 
+# -- sealing ------------------------------------------------------------------------------------------
+
+SEALED_VALUES = [
+    ("a refund's arguments", {"order": "order-8891", "amount": 12.5, "note": "broken \u00e9cran \U0001f600"}),
+    ("an integral float and a list", {"amount": 950.0, "lines": [1, 2.5, None, True]}),
+    ("a bare string", "refunding"),
+]
+SEALED_TEXTS = [("an error message", "card declined: insufficient funds \u20ac")]
+
+
+def sealing_vectors() -> dict[str, Any]:
+    """A master key, one run's keys, their key record and sealed values, made by runledger's own
+    sealing code (keystore, PayloadProtector) with the random bytes fixed."""
+    master = LocalMasterKey(bytes(range(32)), "the vectors")
+    kid = run_kid(AGENT, RUN_A)
+    keys = RunKeys(kid, bytes(range(0x40, 0x60)), bytes(range(0x80, 0xA0)))
+    nonces = [bytes([n]) * 12 for n in range(1, 32)]
+    used: list[bytes] = []
+
+    def urandom(size: int) -> bytes:
+        assert size == 12, size
+        used.append(nonces[len(used)])
+        return used[-1]
+
+    protector = PayloadProtector(DataPolicy(capture="full", encrypt=True), keys)
+    values, texts = [], []
+    token = CONTENT_FORMAT.set(JCS_CHAIN_FORMAT)
+    try:
+        with mock.patch.object(keystore.os, "urandom", urandom):
+            record = asyncio.run(wrap_keys(master, keys))
+            wrap_nonce = used[-1]
+            for name, value in SEALED_VALUES:
+                sealed = asyncio.run(protector.protect_value("args", value))
+                plaintext = canonical_json(value, JCS_CHAIN_FORMAT).decode()
+                values.append({"name": name, "value": value, "plaintext": plaintext, "nonce": used[-1].hex(),
+                               "sealed": sealed})  # fmt: skip
+            for name, text in SEALED_TEXTS:
+                sealed_text = protector.protect_text(text)
+                texts.append({"name": name, "text": text, "nonce": used[-1].hex(), "sealed": sealed_text})
+    finally:
+        CONTENT_FORMAT.reset(token)
+    return {
+        "about": 'Sealed content (docs/wire.md, "Sealing, exactly"), made with the nonces given: `master_key` '
+        "(base64) and its id; the run's `kid`, `data_key` and `token_key` (base64); `key_record`, the exact bytes "
+        "runledger stores at $KV.LEDGER_KEYS.<kid> (wrapped with `wrap_nonce`); each value with its plaintext "
+        "(canonical JSON, chain format 2), its nonce and the sealed form; each text (an error message) likewise. "
+        "Sealing with the same keys and nonces must give the same bytes; opening must give the value back.",
+        "chain_format": JCS_CHAIN_FORMAT,
+        "master_key": base64.b64encode(bytes(range(32))).decode(),
+        "master_key_id": master.key_id,
+        "kid": kid,
+        "data_key": base64.b64encode(keys.data_key).decode(),
+        "token_key": base64.b64encode(keys.token_key).decode(),
+        "wrap_nonce": wrap_nonce.hex(),
+        "key_record": record.decode(),
+        "values": values,
+        "texts": texts,
+    }
+
+
 def render(value: Any) -> str:
     return json.dumps(value, indent=1, ensure_ascii=False) + "\n"
 
@@ -263,7 +328,8 @@ def render(value: Any) -> str:
 def main() -> None:
     (HERE / "canonical.json").write_text(render(canonical_vectors()), encoding="utf-8")
     (HERE / "runs.json").write_text(render(run_vectors()), encoding="utf-8")
-    print(f"wrote {HERE / 'canonical.json'} and {HERE / 'runs.json'}", file=sys.stderr)
+    (HERE / "sealing.json").write_text(render(sealing_vectors()), encoding="utf-8")
+    print(f"wrote {HERE / 'canonical.json'}, {HERE / 'runs.json'} and {HERE / 'sealing.json'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

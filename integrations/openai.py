@@ -184,7 +184,9 @@ def _normalised(endpoint: str, result: BaseModel) -> OpenAIResponse:
         choice = (sdk.get("choices") or [{}])[0]
         message = choice.get("message") or {}
         content, tool_calls = message.get("content") or "", message.get("tool_calls") or []
-        finish = choice.get("finish_reason") or "stop"
+        # No reason given (some compatible servers, a stream cut before its last chunk): a reply
+        # that asks for tools is a tool-call turn, never recorded as "stop".
+        finish = choice.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
     else:
         items = sdk.get("output") or []
         content = "".join(

@@ -138,12 +138,35 @@ def _short(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _calls(tool_calls: Any) -> str:
+    """A model turn's tool calls as ``name(arguments)``, in order: OpenAI's shape (``function``
+    with ``name`` and ``arguments``) or a framework's (``name`` and ``args``); sealed or unknown
+    shapes as JSON."""
+    if not isinstance(tool_calls, list):
+        return json.dumps(tool_calls, ensure_ascii=False, sort_keys=True)
+    shown = []
+    for call in tool_calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        fn = fn if isinstance(fn, dict) else call if isinstance(call, dict) and "name" in call else None
+        if fn is None:
+            shown.append(json.dumps(call, ensure_ascii=False, sort_keys=True))
+            continue
+        args = fn.get("arguments", fn.get("args", ""))
+        args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
+        shown.append(f"{fn.get('name', '?')}({args})")
+    return ", ".join(shown)
+
+
 def _detail(ev_type: str, p: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(name, input, output) of an event for the timeline."""
     if ev_type == "model.called":
         last = (p.get("request", {}).get("messages") or [{}])[-1]
-        out = p.get("error") or (p.get("response") or {}).get("content", "")
-        return p["model"], str(last.get("content", "")), out if isinstance(out, str) else json.dumps(out)
+        response = p.get("response") or {}
+        out = p.get("error") or response.get("content", "")
+        out = out if isinstance(out, str) else json.dumps(out)
+        if not p.get("error") and response.get("tool_calls"):  # a turn that asks for tools shows them
+            out = " ".join(filter(None, [out, "→ " + _calls(response["tool_calls"])]))
+        return p["model"], str(last.get("content", "")), out
     if ev_type == "tool.called":
         return p["name"], p.get("args"), p.get("error") or p.get("output")
     if ev_type.startswith("effect."):

@@ -6,8 +6,10 @@ sandbox all call it, so what a resumed run believes and what an analyst sees can
 differ. It lives in ``ledger`` (not ``projections``) because resume needs it and
 ``ledger`` imports neither of the other packages.
 
-Spend is folded, never stored: turns and tokens are sums over ``model.called``,
-seconds are the sum of live segments (``run.started``/``run.resumed`` to the last
+Spend is folded, never stored: turns and tokens are sums over ``model.called``
+(a turn is a model step that ended: an attempt that runledger retries, ``will_retry``, counts
+none, so a 429 answered on the next attempt is one turn; the step's last attempt counts one,
+whether it succeeded or failed), seconds are the sum of live segments (``run.started``/``run.resumed`` to the last
 event of that segment), so time spent crashed does not count and a resume inherits
 everything already spent. Limits grow only by recorded ``budget.granted`` events.
 """
@@ -415,7 +417,8 @@ def _run_retried(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
 def _model_called(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     usage = p.get("usage") or {}
     tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-    cp.spent["turns"] += 1
+    if not p.get("will_retry"):  # a retried attempt is not a turn: the step's last attempt is
+        cp.spent["turns"] += 1
     cp.spent["tokens"] += tokens
     cp.steps[p["step"]] = StepRecord(
         step=p["step"],

@@ -146,10 +146,12 @@ class OpenAIChatModel:
         except (KeyError, IndexError, TypeError) as exc:
             raise ModelError(f"unexpected chat-completions response: {str(body)[:300]}") from exc
         usage = body.get("usage") or {}
+        tool_calls = message.get("tool_calls") or []
         return ModelResponse(
             content=message.get("content") or "",
-            tool_calls=message.get("tool_calls") or [],
-            finish_reason=choice.get("finish_reason") or "stop",
+            tool_calls=tool_calls,
+            # No reason given: a reply that asks for tools is a tool-call turn, not "stop".
+            finish_reason=choice.get("finish_reason") or ("tool_calls" if tool_calls else "stop"),
             input_tokens=int(usage.get("prompt_tokens", 0)),
             output_tokens=int(usage.get("completion_tokens", 0)),
         )

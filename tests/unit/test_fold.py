@@ -50,6 +50,23 @@ def test_spend_is_the_sum_of_recorded_charges() -> None:
     assert [m["step"] for m in cp.messages] == [0, 2]
 
 
+def test_an_attempt_that_is_retried_is_no_turn() -> None:
+    """A 429 that runledger retries (``will_retry``) then a reply: one turn; a step whose last
+    attempt failed for good: one turn too (the model was asked, and the step ended)."""
+    c = Chain()
+    c.start(budgets=Budgets(turns=2))
+    limited = ErrorInfo(type="ModelError", message="HTTP 429", retryable=True)
+    c.add(ModelCalled(step=0, model="m", request={"messages": []}, args_digest="d", error=limited, will_retry=True))
+    cp = fold(c.events)
+    assert cp.spent["turns"] == 0 and cp.steps[0].status == "retrying"
+    c.add(_model(0, 5, 5).model_copy(update={"attempt": 2}))
+    c.add(ModelCalled(step=1, model="m", request={"messages": []}, args_digest="d", error=limited, will_retry=True))
+    c.add(ModelCalled(step=1, model="m", request={"messages": []}, args_digest="d", error=limited, attempt=2))
+    cp = fold(c.events)
+    assert cp.spent["turns"] == 2 and cp.spent["tokens"] == 10
+    assert cp.remaining("turns") == 0
+
+
 def test_seconds_count_live_segments_only() -> None:
     c = Chain()
     c.start(ts="2026-01-01T00:00:00.000000Z")

@@ -94,3 +94,13 @@ def test_the_adapter_keeps_its_public_shape() -> None:
         {"choices": [{"message": {"content": None, "tool_calls": [{"id": "c"}]}, "finish_reason": "tool_calls"}]}
     )
     assert (reply.content, reply.tool_calls, reply.finish_reason) == ("", [{"id": "c"}], "tool_calls")
+
+
+def test_a_reply_with_tool_calls_and_no_finish_reason_is_a_tool_call_turn() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    asked = OpenAIChatModel.parse({"choices": [{"message": {"content": None, "tool_calls": [call]}}]})
+    assert (asked.finish_reason, asked.tool_calls) == ("tool_calls", [call])
+    said = OpenAIChatModel.parse({"choices": [{"message": {"content": "hi"}, "finish_reason": None}]})
+    assert said.finish_reason == "stop"
+    given = OpenAIChatModel.parse({"choices": [{"message": {"tool_calls": [call]}, "finish_reason": "length"}]})
+    assert given.finish_reason == "length"

@@ -4,6 +4,8 @@
 route                                      what
 =========================================  ==========================================================
 ``GET /``                                  the run list (``listing``), from the projection
+``GET /inbox``                             every pending approval and effect in doubt, across runs
+                                           (``inbox``), with the run page's forms
 ``GET /runs/{run}``                        a run: timeline, version tuple, budgets, effects,
                                            approvals, lineage, operator forms (``runview``)
 ``GET /runs/{run}/live``                   the part of the run page that changes (fetched by
@@ -52,6 +54,7 @@ from runledger.log.reader import subject_counts
 from runledger.log.subjects import any_agent_run_subject, run_filter
 from runledger.sandbox.plan import ACTION_TEXT
 from runledger.ui import actions, render
+from runledger.ui.inbox import inbox
 from runledger.ui.listing import SORTS, STATUSES, RunFilter, run_page
 from runledger.ui.matrix import matrix_view
 from runledger.ui.prices import PriceTable
@@ -234,6 +237,17 @@ class Page:
         page = await run_page(self.projection, ctx.viewer, f)
         return self.html("runs.html", ctx, page=page, f=f)
 
+    async def inbox(self, ctx: Context) -> Response:
+        box = await inbox(self.projection, ctx.viewer)
+        resumes_any = any(self.resumer.can_resume(r.agent) for r in box.runs)
+        return self.html("inbox.html", ctx, box=box, resumes_any=resumes_any)
+
+    @staticmethod
+    def after(ctx: Context, url: str) -> RedirectResponse:
+        """Back to the inbox when the form came from it (the one other place allowed: never a URL the
+        form names), else to ``url``."""
+        return RedirectResponse("/inbox" if ctx.form.get("back") == "/inbox" else url, 303)
+
     async def run(self, ctx: Context) -> Response:
         view = await run_view(self.projection, ctx.viewer, await self.prices(), ctx.request.path_params["run"])
         fork = ctx.request.query_params.get("fork", "")  # a step page's "fork here": the re-run form from that step
@@ -331,7 +345,7 @@ class Page:
         else:
             note += f"; resume it with `runledger resume {run_id} --agent MODULE:ATTR`"
         ctx.session.flash.append(note)
-        return self.back(f"/runs/{quote(run_id)}")
+        return self.after(ctx, f"/runs/{quote(run_id)}")
 
     async def resolve(self, ctx: Context) -> Response:
         form = ctx.form
@@ -358,7 +372,7 @@ class Page:
             else:
                 note += f"; resume it with `runledger resume {run_id} --agent MODULE:ATTR`"
         ctx.session.flash.append(note)
-        return self.back(f"/runs/{quote(run_id)}" if run_id else "/")
+        return self.after(ctx, f"/runs/{quote(run_id)}" if run_id else "/")
 
     async def rerun_plan(self, ctx: Context) -> Response:
         run_id = ctx.request.path_params["run"]
@@ -421,6 +435,7 @@ def create_app(config: UIConfig) -> Starlette:
     r = page.route
     routes = [
         Route("/", r(page.runs), methods=["GET"]),
+        Route("/inbox", r(page.inbox), methods=["GET"]),
         Route("/runs/{run}", r(page.run), methods=["GET"]),
         Route("/runs/{run}/live", r(page.run_live), methods=["GET"]),
         Route("/runs/{run}/events", r(page.run_events), methods=["GET"]),

@@ -31,6 +31,9 @@ from runledger.ui.viewers import Viewer
 
 SEARCH_LIMIT = 200
 PER_PAGE = 50
+MAX_DEPTH = 6  # levels of branches listed under a run (a fork of a fork of ...)
+MAX_BRANCHES = 500  # branches listed on one page, all groups together
+_PARENT = "coalesce(r.parent_run_id, r.child_of_run_id)"  # the run a run was forked from or started by
 STATUSES = ("running", "suspended", "completed", "failed", "broken", "unknown")
 # column name on the page -> SQL expression (NULLs last either way)
 SORTS: dict[str, str] = {
@@ -50,13 +53,13 @@ SORTS: dict[str, str] = {
 # The keys the run's record leaves in doubt that their own subject still holds claimed by the run: a
 # key an operator resolved since is no longer in doubt, though the run records its outcome only on
 # its next resume (``runs.in_doubt_keys`` is the record's word).
-_IN_DOUBT = (
+IN_DOUBT_KEYS = (
     "coalesce((SELECT list(k.key ORDER BY k.key) FROM effect_keys k WHERE k.run_id = r.run_id "
     "AND k.status = 'claimed' AND list_contains(r.in_doubt_keys, k.key)), [])"
 )
 _COLUMNS = (
     "r.run_id, r.status, r.agent, r.agent_version, r.model, r.started_at, r.ended_at, r.duration_s, r.steps, "
-    f"r.tokens, c.cost_usd, coalesce(c.priced, true), r.pending_approvals, {_IN_DOUBT}, r.parent_run_id, "
+    f"r.tokens, c.cost_usd, coalesce(c.priced, true), r.pending_approvals, {IN_DOUBT_KEYS}, r.parent_run_id, "
     "r.fork_step, r.fork_mode, r.child_of_run_id, r.failure_reason"
 )
 
@@ -73,6 +76,7 @@ class RunFilter:
     desc: bool = True
     page: int = 1
     per_page: int = PER_PAGE
+    branches: bool = True  # forks and child runs listed under their parent (False: only counted)
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> RunFilter:
@@ -86,6 +90,7 @@ class RunFilter:
             agent=params.get("agent", "").strip(), version=params.get("version", "").strip(),
             since=params.get("since", "").strip(), until=params.get("until", "").strip(), q=params.get("q", "").strip(),
             sort=sort if sort in SORTS else "started", desc=params.get("dir", "desc") != "asc", page=page,
+            branches=params.get("branches", "") != "hide",
         )  # fmt: skip
 
     def query(self, **changes: Any) -> str:
@@ -94,7 +99,8 @@ class RunFilter:
 
         f = replace(self, **changes)
         values = {"status": f.status, "agent": f.agent, "version": f.version, "since": f.since, "until": f.until,
-                  "q": f.q, "sort": f.sort, "dir": "desc" if f.desc else "asc", "page": str(f.page)}  # fmt: skip
+                  "q": f.q, "sort": f.sort, "dir": "desc" if f.desc else "asc", "page": str(f.page),
+                  "branches": "" if f.branches else "hide"}  # fmt: skip
         return urlencode({k: v for k, v in values.items() if v and not (k == "page" and v == "1")})
 
     def sort_link(self, column: str) -> str:
@@ -126,10 +132,20 @@ class RunRow:
 
 
 @dataclass
+class Branch:
+    """A fork or child run listed under the run its lineage starts from (``depth`` 1: a direct one)."""
+
+    row: RunRow
+    depth: int
+    parent: str  # the run it was forked from or started by
+
+
+@dataclass
 class RunPage:
     filter: RunFilter
-    rows: list[RunRow]
+    rows: list[RunRow]  # the groups' first runs: runs whose parent is not listed with them
     total: int
+    branches: dict[str, list[Branch]] = field(default_factory=dict)  # a row's run id -> its branches, in tree order
     agents: list[str] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
     searched: int = 0  # runs whose content was searched
@@ -155,24 +171,24 @@ def _timestamp(text: str, end: bool) -> dt.datetime | None:
     return value
 
 
-def where(f: RunFilter, viewer: Viewer, run_ids: list[str] | None = None) -> tuple[str, list[Any]]:
+def where(f: RunFilter, viewer: Viewer, run_ids: list[str] | None = None, alias: str = "r") -> tuple[str, list[Any]]:
     clauses, params = ["true"], []  # type: tuple[list[str], list[Any]]
     if viewer.agent is not None:
-        clauses.append("r.agent = ?")
+        clauses.append(f"{alias}.agent = ?")
         params.append(viewer.agent)
-    for column, value in (("r.status", f.status), ("r.agent", f.agent), ("r.agent_version", f.version)):
+    for column, value in (("status", f.status), ("agent", f.agent), ("agent_version", f.version)):
         if value:
-            clauses.append(f"{column} = ?")
+            clauses.append(f"{alias}.{column} = ?")
             params.append(value)
     since, until = _timestamp(f.since, False), _timestamp(f.until, True)
     if since is not None:
-        clauses.append("r.started_at >= ?")
+        clauses.append(f"{alias}.started_at >= ?")
         params.append(since)
     if until is not None:
-        clauses.append("r.started_at < ?")
+        clauses.append(f"{alias}.started_at < ?")
         params.append(until)
     if run_ids is not None:
-        clauses.append("list_contains(?, r.run_id)")
+        clauses.append(f"list_contains(?, {alias}.run_id)")
         params.append(run_ids)
     return " AND ".join(clauses), params
 
@@ -186,7 +202,13 @@ async def run_page(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -
     searched, capped = 0, False
     if f.q:
         run_ids, searched, capped = await search(follower, viewer, f)
-    sql_where, params = where(f, viewer, run_ids)
+    match_where, match_params = where(f, viewer, run_ids)
+    parent_where, _ = where(f, viewer, run_ids, alias="p")
+    # A group starts at a run whose parent (the run it was forked from or started by) is not listed
+    # with it: a branch goes under its parent when both pass the filters, and stands alone otherwise.
+    sql_where = (f"{match_where} AND NOT EXISTS (SELECT 1 FROM runs p WHERE p.run_id = {_PARENT} "
+                 f"AND {parent_where})")  # fmt: skip
+    params = [*match_params, *match_params]
     total = (await follower.query(f"SELECT count(*) FROM runs r WHERE {sql_where}", params)).rows[0][0]
     direction = "DESC" if f.desc else "ASC"
     order = f"{SORTS[f.sort]} {direction} NULLS LAST, r.run_id {direction}"
@@ -198,12 +220,59 @@ async def run_page(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -
             f"SELECT r.run_id FROM runs r WHERE {sql_where} ORDER BY {order} LIMIT ? OFFSET ?", [*params, *paging]
         )
         rows = await _rows(follower, [run_id for (run_id,) in chosen.rows])
-    rows = await _stalled(follower, rows)
+    tree = await _descendants(follower, match_where, match_params, [r.run_id for r in rows])
+    below = [run_id for kids in tree.values() for run_id, _, _ in kids]
+    by_id = {r.run_id: r for r in await _rows(follower, below)} if f.branches and below else {}
+    rows = await _stalled(follower, [*rows, *by_id.values()])
+    rows = rows[: len(rows) - len(by_id)]
+    branches = {root: [Branch(by_id[i], depth, parent) for i, depth, parent in kids if i in by_id]
+                if f.branches else [Branch(_hidden(i), depth, parent) for i, depth, parent in kids]
+                for root, kids in tree.items()}  # fmt: skip
     scope, scope_params = ("WHERE agent = ?", [viewer.agent]) if viewer.agent else ("", [])
     agents = (await follower.query(f"SELECT DISTINCT agent FROM runs {scope} ORDER BY 1", scope_params)).rows
     versions = (await follower.query(f"SELECT DISTINCT agent_version FROM runs {scope} ORDER BY 1", scope_params)).rows
-    return RunPage(f, rows, int(total), [a for (a,) in agents if a], [v for (v,) in versions if v], searched, capped,
-                   stale)  # fmt: skip
+    return RunPage(f, rows, int(total), branches, [a for (a,) in agents if a], [v for (v,) in versions if v],
+                   searched, capped, stale)  # fmt: skip
+
+
+def _hidden(run_id: str) -> RunRow:
+    """A branch the list counts but does not show (``branches=hide``): its id only."""
+    return RunRow(run_id, "", "", "", "", None, None, None, 0, None, None, True, [], [], None, None, None, None, None)
+
+
+async def _descendants(
+    follower: ProjectionFollower, sql_where: str, params: list[Any], roots: list[str]
+) -> dict[str, list[tuple[str, int, str]]]:
+    """root -> its branches that pass the filters, depth first in start order: (run id, depth, parent).
+    Read a level at a time, at most ``MAX_DEPTH`` levels and ``MAX_BRANCHES`` runs a page."""
+    kids: dict[str, list[str]] = {}
+    seen, frontier = set(roots), list(roots)
+    for _ in range(MAX_DEPTH):
+        if not frontier or len(seen) - len(roots) >= MAX_BRANCHES:
+            break
+        marks = ", ".join("?" * len(frontier))
+        found = await follower.query(
+            f"SELECT r.run_id, {_PARENT} FROM runs r WHERE {sql_where} AND {_PARENT} IN ({marks}) "
+            "ORDER BY r.started_at NULLS LAST, r.run_id LIMIT ?",
+            [*params, *frontier, MAX_BRANCHES],
+        )
+        frontier = []
+        for run_id, parent in found.rows:
+            if run_id not in seen:
+                seen.add(run_id)
+                kids.setdefault(parent, []).append(run_id)
+                frontier.append(run_id)
+    tree: dict[str, list[tuple[str, int, str]]] = {}
+    for root in roots:
+        out: list[tuple[str, int, str]] = []
+        stack = [(kid, 1, root) for kid in reversed(kids.get(root, []))]
+        while stack:
+            run_id, depth, parent = stack.pop()
+            out.append((run_id, depth, parent))
+            stack.extend((kid, depth + 1, run_id) for kid in reversed(kids.get(run_id, [])))
+        if out:
+            tree[root] = out
+    return tree
 
 
 async def _by_cost(

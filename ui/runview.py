@@ -81,6 +81,18 @@ class RunView:
         return self.status in ("running", "suspended", "unknown")
 
     @property
+    def failing_step(self) -> int | None:
+        """The step a failed run failed at: the one its ``run.failed`` names, else its last step that
+        failed (an error, a failed effect, a denied approval). None for a run that has not failed."""
+        cp = self.cp
+        if cp.status != "failed":
+            return None
+        if cp.failed_step is not None and cp.failed_step in cp.steps:
+            return int(cp.failed_step)
+        failed = [n for n, s in cp.steps.items() if s.status in ("error", "failed", "denied")]
+        return max(failed) if failed else None
+
+    @property
     def resumable(self) -> str | None:
         """Why a resume would go on with this run now (None: it would not): its holder is gone (a crash),
         or it is suspended with nothing left to decide (an approval granted, an in-doubt key settled,

@@ -93,12 +93,12 @@ def wait_text(driver: Any, css: str, text: str) -> None:
     WebDriverWait(driver, WAIT_S).until(expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, css), text))
 
 
-def shot(driver: Any, name: str, height: int | None = None) -> None:
-    """Save the page as docs/ui/<name>.png, as tall as its content (up to 2400 px)."""
+def shot(driver: Any, name: str, height: int | None = None, width: int = 1440) -> None:
+    """Save the page as docs/ui/<name>.png, ``width`` wide and as tall as its content (up to 2400 px)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     for _ in range(2):  # a resized window can lay the page out taller: measure again
         full = height or int(driver.execute_script("return document.documentElement.scrollHeight"))
-        driver.set_window_size(1440, max(700, min(full + 140, 2400)))
+        driver.set_window_size(width, max(700, min(full + 140, 2400)))
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
 
 

@@ -1,4 +1,4 @@
-// runledger ui: live updates of a run over server-sent events, and the sign-in file reader.
+// runledger ui: live updates of a run over server-sent events, the sign-in file reader, the run list's groups.
 // Everything else is plain server-rendered HTML and forms.
 (function () {
   "use strict";
@@ -41,7 +41,21 @@
     });
   }
 
+  // The run list: a run's toggle hides or shows the forks and child runs listed under it.
+  function groupToggle(button) {
+    button.addEventListener("click", function () {
+      var open = button.getAttribute("aria-expanded") !== "true";
+      var id = button.getAttribute("data-toggles");
+      document.querySelectorAll("tr[data-group]").forEach(function (row) {
+        if (row.getAttribute("data-group") === id) row.hidden = !open;
+      });
+      button.setAttribute("aria-expanded", String(open));
+      button.textContent = (open ? "\u25be " : "\u25b8 ") + button.textContent.slice(2);
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("button.toggle[data-toggles]").forEach(groupToggle);
     var run = document.getElementById("run");
     if (run) follow(run);
     document.querySelectorAll("input[type=file][data-fills]").forEach(fileFills);

@@ -48,7 +48,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
-from pydantic import ConfigDict  # noqa: E402
+from pydantic import ConfigDict, Field  # noqa: E402
 
 from runledger import ConfigurationError, ModelResponse, Tool, ToolFailedError  # noqa: E402
 
@@ -114,16 +114,37 @@ def _checked(reply: Any, name: str) -> AIMessage:
     return reply
 
 
+class LangChainResponse(ModelResponse):
+    """A ``ModelResponse`` that also keeps what a LangChain reply said of itself (``metadata``): the
+    provider its integration names (``model_provider``), the model that answered (``model_name``) and
+    the provider's response ``id``, where the reply has them (the OTLP export's ``gen_ai.provider.name``
+    and ``gen_ai.response.*``)."""
+
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+def _reply_metadata(reply: AIMessage) -> dict[str, str]:
+    given = reply.response_metadata or {}
+    metadata = {
+        k: given[k] for k in ("model_provider", "model_name", "id") if isinstance(given.get(k), str) and given[k]
+    }
+    # LangChain names a reply "run-..." / "lc_run--..." itself when the provider gave no id: not a response id.
+    if "id" not in metadata and reply.id and not reply.id.startswith(("run-", "lc_run")):
+        metadata["id"] = reply.id
+    return metadata
+
+
 def model_response(reply: AIMessage) -> ModelResponse:
     """What the record keeps of a LangChain model's reply."""
     usage: dict[str, Any] = dict(reply.usage_metadata or {})
     content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content, default=str)
-    return ModelResponse(
+    return LangChainResponse(
         content=content,
         tool_calls=[dict(tc) for tc in reply.tool_calls],
         finish_reason=str((reply.response_metadata or {}).get("finish_reason") or "stop"),
         input_tokens=int(usage.get("input_tokens", 0)),
         output_tokens=int(usage.get("output_tokens", 0)),
+        metadata=_reply_metadata(reply),
     )
 
 
@@ -302,6 +323,7 @@ __all__ = [
     "ChatModelAdapter",
     "JournaledChatModel",
     "LangChainModelAdapter",
+    "LangChainResponse",
     "ThreadJournal",
     "ai_message",
     "chat_model_name",

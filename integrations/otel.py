@@ -71,6 +71,17 @@ from runledger import (
     is_placeholder,
     load_run,
 )
+from runledger.integrations.otel_semconv import (
+    FALLBACK_PROVIDER,
+    SCHEMA_URL,
+    call_name,
+    chat_messages,
+    finish_reason,
+    provider_name,
+    provider_of_model,
+    request_attributes,
+    response_attributes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +103,8 @@ _RUN_EVENTS = frozenset({
 })  # fmt: skip
 _ERROR_STATUSES = frozenset({"error", "failed"})
 _SCOPE_NAME = "runledger.integrations.otel"
+# Run labels that name the conversation (gen_ai.conversation.id): set by the user, or a LangGraph thread's id.
+CONVERSATION_LABELS = ("gen_ai.conversation.id", "langgraph.thread_id")
 
 
 def _digest(*parts: str) -> bytes:
@@ -125,9 +138,9 @@ def _json(value: Any) -> str:
 
 def _scope() -> InstrumentationScope:
     try:
-        return InstrumentationScope(_SCOPE_NAME, version("runledger"))
+        return InstrumentationScope(_SCOPE_NAME, version("runledger"), schema_url=SCHEMA_URL)
     except PackageNotFoundError:  # a source tree that was never installed
-        return InstrumentationScope(_SCOPE_NAME)
+        return InstrumentationScope(_SCOPE_NAME, schema_url=SCHEMA_URL)
 
 
 @dataclass
@@ -186,37 +199,6 @@ def _readable(value: Any) -> bool:
     return value is not None and not is_placeholder(value)
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
-    """Chat messages in the GenAI conventions' shape: a role and its parts."""
-    out = []
-    for m in messages if isinstance(messages, list) else []:
-        if not isinstance(m, dict):
-            continue
-        parts: list[dict[str, Any]] = []
-        if m.get("content") not in (None, ""):
-            parts.append({"type": "text", "content": _json(m["content"])})
-        for call in m.get("tool_calls") or []:
-            parts.append(_tool_call_part(call))
-        if m.get("role") == "tool":
-            parts = [{"type": "tool_call_response", "id": m.get("tool_call_id"), "response": m.get("content")}]
-        out.append({"role": m.get("role", "user"), "parts": parts})
-    return out
-
-
-def _call_name(call: Any) -> str | None:
-    if not isinstance(call, dict):
-        return None
-    function = call.get("function")
-    name = function.get("name") if isinstance(function, dict) else call.get("name")
-    return name if isinstance(name, str) else None
-
-
-def _tool_call_part(call: Any) -> dict[str, Any]:
-    function = call.get("function") if isinstance(call, dict) else None
-    arguments = function.get("arguments") if isinstance(function, dict) else (call or {}).get("arguments")
-    return {"type": "tool_call", "id": (call or {}).get("id"), "name": _call_name(call), "arguments": arguments}
-
-
 class _ToolCallIds:
     """The model's ids of the tool calls a run executed, where the record does not hold them.
 
@@ -232,7 +214,7 @@ class _ToolCallIds:
             return
         calls = [c for c in response.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]
         if calls:
-            self._open = [(name, str(c["id"])) for c in calls if (name := _call_name(c))]
+            self._open = [(name, str(c["id"])) for c in calls if (name := call_name(c))]
 
     def take(self, name: str) -> str | None:
         for i, (called, call_id) in enumerate(self._open):
@@ -249,6 +231,7 @@ class _StepView:
     rec: StepRecord
     seen: _Step
     content: bool
+    conversation: str | None = None  # gen_ai.conversation.id of the run, when it has one
 
     def __post_init__(self) -> None:
         self.first = {ev.type: ev.payload for ev in reversed(self.seen.events)}
@@ -257,29 +240,35 @@ class _StepView:
 
 def _model_attrs(view: _StepView, calls: _ToolCallIds) -> dict[str, Any]:
     rec, seen = view.rec, view.seen
+    call = view.last.get("model.called", {})
+    request = call.get("request") if _readable(call.get("request")) else None
+    response = call.get("response")
+    calls.model_turn(response)
+    readable = isinstance(response, dict) and _readable(response)
+    if not isinstance(response, dict) or not readable:
+        response = {}
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider_name(rec.name, request, response),
         "gen_ai.request.model": rec.name,
+        **request_attributes(request),
+        **response_attributes(response),
         "gen_ai.usage.input_tokens": seen.input_tokens,
         "gen_ai.usage.output_tokens": seen.output_tokens,
         "runledger.step.attempts": rec.attempts,
     }
-    call = view.last.get("model.called", {})
-    response = call.get("response")
-    calls.model_turn(response)
-    readable = isinstance(response, dict) and _readable(response)
-    if not isinstance(response, dict):
-        response = {}
-    if readable and response.get("finish_reason"):
-        attrs["gen_ai.response.finish_reasons"] = [str(response["finish_reason"])]
+    if view.conversation:
+        attrs["gen_ai.conversation.id"] = view.conversation
+    reason = finish_reason(response) if readable else None
+    if reason:
+        attrs["gen_ai.response.finish_reasons"] = [reason]
     if view.content:
-        request = call.get("request")
-        if _readable(request) and isinstance(request, dict):
-            attrs["gen_ai.input.messages"] = _json(_messages(request.get("messages")))
+        if isinstance(request, dict):
+            attrs["gen_ai.input.messages"] = _json(chat_messages(request.get("messages")))
         if readable:
             reply = {"role": "assistant", "content": response.get("content"), "tool_calls": response.get("tool_calls")}
-            out = _messages([reply])
-            out[0]["finish_reason"] = response.get("finish_reason")
+            out = chat_messages([reply])
+            out[0]["finish_reason"] = reason or "stop"  # required in an output message
             attrs["gen_ai.output.messages"] = _json(out)
     return attrs
 
@@ -353,7 +342,9 @@ def _step_span(
         attrs |= _tool_attrs(view, calls)
     elif rec.kind == "child":
         name = f"invoke_agent {rec.name}"
-        attrs |= {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": rec.name}
+        # The child's model is in the child's own record, not this one: its provider is not known here.
+        attrs |= {"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": FALLBACK_PROVIDER,
+                  "gen_ai.agent.name": rec.name}  # fmt: skip
         if rec.child_run_id:
             attrs["runledger.child.run_id"] = rec.child_run_id
             links.append(Link(_context(rec.child_run_id), {"runledger.link": "child_run"}))
@@ -363,8 +354,8 @@ def _step_span(
     else:  # clock, random: the recorded value is what the step did
         name = f"{rec.kind} {rec.name}".strip()
     status = Status(StatusCode.UNSET)
-    if rec.status in _ERROR_STATUSES and rec.error:
-        status, attrs["error.type"] = _error_status(rec.error, "error", view.content)
+    if rec.status in _ERROR_STATUSES:
+        status, attrs["error.type"] = _error_status(rec.error, "_OTHER", view.content)
     start = view.seen.start if view.seen.start is not None else _ns(rec.ts)
     end = view.seen.end if view.seen.end is not None else start
     return ReadableSpan(
@@ -393,6 +384,24 @@ def _root_attrs(cp: Checkpoint, run_id: str, agent: str) -> dict[str, Any]:
     if cp.failure_reason:
         attrs["runledger.run.failure_reason"] = cp.failure_reason
     return attrs
+
+
+def _conversation(events: Sequence[Event]) -> str | None:
+    """The run's conversation id: a label of its ``run.started`` (``CONVERSATION_LABELS``)."""
+    started = next((ev.payload for ev in events if ev.type == "run.started"), None)
+    labels = started.get("labels") if started else None
+    if not isinstance(labels, dict):
+        return None
+    return next((str(labels[k]) for k in CONVERSATION_LABELS if labels.get(k)), None)
+
+
+def _run_provider(children: Sequence[ReadableSpan], model: Any) -> str:
+    """The root span's provider: its first model call's, else its version tuple's model's."""
+    for span in children:
+        attrs = span.attributes or {}
+        if attrs.get("gen_ai.operation.name") == "chat":
+            return str(attrs["gen_ai.provider.name"])
+    return provider_of_model(model) if isinstance(model, str) else FALLBACK_PROVIDER
 
 
 def _root_links(cp: Checkpoint, attrs: dict[str, Any]) -> list[Link]:
@@ -426,22 +435,24 @@ def run_spans(log: RunLog, *, content: bool = False, service_name: str | None = 
     cp = fold(log.records, check_chain=False)  # as `runledger show`: everything that folds is shown
     run_id = cp.run_id or log.run_id
     agent = cp.agent or log.agent
-    resource = Resource.create({"service.name": service_name or agent, "runledger.agent": agent})
+    resource = Resource.create({"service.name": service_name or agent, "runledger.agent": agent}, SCHEMA_URL)
     scope = _scope()
     root = _context(run_id)
     attrs = _root_attrs(cp, run_id, agent)
     links = _root_links(cp, attrs)
     seen = _steps(events)
     calls = _ToolCallIds()  # fed in step order: a model turn comes before the calls it asked for
-    children = [
-        _step_span(run_id, _StepView(rec, seen.get(step, _Step()), content), root, resource, scope, calls)
-        for step, rec in sorted(cp.steps.items())
-    ]
+    conversation = _conversation(events)
+    views = [_StepView(rec, seen.get(step, _Step()), content, conversation) for step, rec in sorted(cp.steps.items())]
+    children = [_step_span(run_id, view, root, resource, scope, calls) for view in views]
+    attrs["gen_ai.provider.name"] = _run_provider(children, (cp.version or {}).get("model"))
+    if conversation:
+        attrs["gen_ai.conversation.id"] = conversation
     attrs["gen_ai.usage.input_tokens"] = sum(s.input_tokens for s in seen.values())
     attrs["gen_ai.usage.output_tokens"] = sum(s.output_tokens for s in seen.values())
     status = Status(StatusCode.OK if cp.status == "completed" else StatusCode.UNSET)
     if cp.status == "failed":
-        status, attrs["error.type"] = _error_status(cp.error, cp.failure_reason or "error", content)
+        status, attrs["error.type"] = _error_status(cp.error, cp.failure_reason or "_OTHER", content)
     span_events = [
         SpanEvent(ev.type, {k: _attr(v) for k, v in ev.payload.items() if _attr(v) is not None}, _ns(ev.ts))
         for ev in events

@@ -77,6 +77,7 @@ from runledger.integrations.otel_semconv import (
     call_name,
     chat_messages,
     finish_reason,
+    operation_name,
     provider_name,
     provider_of_model,
     request_attributes,
@@ -247,16 +248,19 @@ def _model_attrs(view: _StepView, calls: _ToolCallIds) -> dict[str, Any]:
     readable = isinstance(response, dict) and _readable(response)
     if not isinstance(response, dict) or not readable:
         response = {}
+    operation = operation_name(request)
     attrs: dict[str, Any] = {
-        "gen_ai.operation.name": "chat",
+        "gen_ai.operation.name": operation,
         "gen_ai.provider.name": provider_name(rec.name, request, response),
         "gen_ai.request.model": rec.name,
         **request_attributes(request),
         **response_attributes(response),
         "gen_ai.usage.input_tokens": seen.input_tokens,
-        "gen_ai.usage.output_tokens": seen.output_tokens,
         "runledger.step.attempts": rec.attempts,
     }
+    if operation == "embeddings":  # no output tokens, messages or finish reasons: vectors
+        return attrs
+    attrs["gen_ai.usage.output_tokens"] = seen.output_tokens
     if view.conversation:
         attrs["gen_ai.conversation.id"] = view.conversation
     reason = finish_reason(response) if readable else None
@@ -335,8 +339,8 @@ def _step_span(
     kind = SpanKind.INTERNAL
     links: list[Link] = []
     if rec.kind == "model":
-        name, kind = f"chat {rec.name}", SpanKind.CLIENT
         attrs |= _model_attrs(view, calls)
+        name, kind = f"{attrs['gen_ai.operation.name']} {rec.name}", SpanKind.CLIENT
     elif rec.kind in ("tool", "effect"):
         name = f"execute_tool {rec.name}"
         attrs |= _tool_attrs(view, calls)
@@ -399,7 +403,7 @@ def _run_provider(children: Sequence[ReadableSpan], model: Any) -> str:
     """The root span's provider: its first model call's, else its version tuple's model's."""
     for span in children:
         attrs = span.attributes or {}
-        if attrs.get("gen_ai.operation.name") == "chat":
+        if attrs.get("gen_ai.operation.name") in ("chat", "embeddings"):
             return str(attrs["gen_ai.provider.name"])
     return provider_of_model(model) if isinstance(model, str) else FALLBACK_PROVIDER
 

@@ -31,6 +31,7 @@ __all__ = [
     "call_name",
     "chat_messages",
     "finish_reason",
+    "operation_name",
     "provider_name",
     "provider_of_model",
     "request_attributes",
@@ -70,7 +71,14 @@ _MODEL_FAMILIES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^sonar"), "perplexity"),
     (re.compile(r"^(?:kimi|moonshot)"), "moonshot_ai"),
 ]
-_OPENAI_ENDPOINTS = frozenset({"/chat/completions", "/responses"})
+_OPENAI_ENDPOINTS = frozenset({"/chat/completions", "/responses", "/embeddings"})
+
+
+def operation_name(request: Any) -> str:
+    """``gen_ai.operation.name`` of a model step: ``embeddings`` for the OpenAI integration's
+    embeddings calls, else ``chat`` (every other model step is a chat turn)."""
+    params = request.get("params") if isinstance(request, dict) else None
+    return "embeddings" if isinstance(params, dict) and params.get("endpoint") == "/embeddings" else "chat"
 
 
 def provider_name(model: str, request: Any = None, response: Any = None) -> str:
@@ -151,6 +159,10 @@ def request_attributes(request: Any) -> dict[str, Any]:
         attrs["gen_ai.request.stream"] = True
     if (output := _output_type(params)) is not None:
         attrs["gen_ai.output.type"] = output
+    if isinstance(params.get("encoding_format"), str):  # embeddings
+        attrs["gen_ai.request.encoding_formats"] = [params["encoding_format"]]
+    if (dimensions := _integer(params.get("dimensions"))) is not None:
+        attrs["gen_ai.embeddings.dimension.count"] = dimensions
     return attrs
 
 

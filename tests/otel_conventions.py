@@ -3,9 +3,10 @@
 Transcribed from the GenAI semantic conventions, version: ``open-telemetry/semantic-conventions-genai``
 at commit 002c8a6ea1c8a42b14a4527db83b3cabcded610a (status Development; unreleased, the GenAI names having
 moved there from ``open-telemetry/semantic-conventions``, whose v1.41.1 they link for ``error.type`` and
-``server.*``): ``docs/gen-ai/gen-ai-spans.md`` (the Inference span ``gen_ai.inference.client`` and the
-Execute tool span ``gen_ai.execute_tool.internal``) and ``docs/gen-ai/gen-ai-agent-spans.md`` (the Invoke
-agent internal span ``gen_ai.invoke_agent.internal``), with the output-messages JSON schema
+``server.*``): ``docs/gen-ai/gen-ai-spans.md`` (the Inference span ``gen_ai.inference.client``, the
+Embeddings span ``gen_ai.embeddings.client`` and the Execute tool span ``gen_ai.execute_tool.internal``)
+and ``docs/gen-ai/gen-ai-agent-spans.md`` (the Invoke agent internal span ``gen_ai.invoke_agent.internal``),
+with the output-messages JSON schema
 (``docs/gen-ai/gen-ai-output-messages.json``) for the required fields of a message. Only the
 ``Required`` and ``Conditionally Required`` rows are transcribed, plus the types of the ``Recommended``
 and ``Opt-In`` rows an exporter may send; each conditional row names the fact of the call that makes
@@ -106,6 +107,19 @@ RULES: dict[str, SpanRule] = {
         Attr("server.address", "string", "recommended"),
         *_REQUEST_PARAMS,
     )),
+    # gen-ai-spans.md, "Embeddings" (gen_ai.embeddings.client): span kind SHOULD be CLIENT.
+    "embeddings": SpanRule(frozenset({"CLIENT"}), (
+        Attr("gen_ai.operation.name", "string", "required"),
+        Attr("gen_ai.provider.name", "string", "required", when="provider"),
+        Attr("error.type", "string", "conditionally_required", when="error", equal=False),
+        Attr("gen_ai.request.model", "string", "conditionally_required", when="model"),
+        Attr("server.port", "int", "conditionally_required", when="server.address", equal=False),
+        Attr("gen_ai.embeddings.dimension.count", "int", "recommended"),
+        Attr("gen_ai.request.encoding_formats", "string[]", "recommended"),
+        Attr("gen_ai.response.model", "string", "recommended"),
+        Attr("gen_ai.usage.input_tokens", "int", "recommended"),
+        Attr("server.address", "string", "recommended"),
+    )),
     # gen-ai-spans.md, "Execute tool span" (gen_ai.execute_tool.internal): span kind SHOULD be INTERNAL.
     "execute_tool": SpanRule(frozenset({"INTERNAL"}), (
         Attr("gen_ai.operation.name", "string", "required"),
@@ -173,8 +187,8 @@ def _typed(value: Any, kind: str) -> bool:
 
 
 def _expected_name(op: str, attrs: Mapping[str, Any]) -> str:
-    if op == "chat":
-        return f"chat {attrs.get('gen_ai.request.model')}"  # {gen_ai.operation.name} {gen_ai.request.model}
+    if op in ("chat", "embeddings"):
+        return f"{op} {attrs.get('gen_ai.request.model')}"  # {gen_ai.operation.name} {gen_ai.request.model}
     if op == "execute_tool":
         return f"execute_tool {attrs.get('gen_ai.tool.name')}"
     agent = attrs.get("gen_ai.agent.name")

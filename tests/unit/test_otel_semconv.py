@@ -9,6 +9,7 @@ import pytest
 from runledger.integrations.otel_semconv import (
     FALLBACK_PROVIDER,
     finish_reason,
+    operation_name,
     provider_name,
     request_attributes,
     response_attributes,
@@ -89,3 +90,13 @@ def test_tool_call_parts_carry_their_arguments_in_every_recorded_shape() -> None
     assert tool_call_part(anthropic)["arguments"] == {"order": "o-2"}
     broken = {"id": "c2", "function": {"name": "f", "arguments": '{"a": '}}
     assert tool_call_part(broken)["arguments"] == '{"a": '  # as the model gave it
+
+
+def test_an_embeddings_call_is_an_embeddings_operation() -> None:
+    request = {"messages": [], "params": {"endpoint": "/embeddings", "encoding_format": "float", "dimensions": 256}}
+    assert operation_name(request) == "embeddings"
+    assert operation_name({"params": {"endpoint": "/chat/completions"}}) == operation_name(None) == "chat"
+    assert request_attributes(request) == {
+        "gen_ai.request.encoding_formats": ["float"], "gen_ai.embeddings.dimension.count": 256,
+    }  # fmt: skip
+    assert provider_name("text-embedding-3-small", request, None) == "openai"

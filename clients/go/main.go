@@ -7,7 +7,8 @@
 //	    writes a run whose content is sealed (RUNLEDGER_MASTER_KEY): run.started, a model call, a tool
 //	    call, an effect with its claim on the key, the outcome, run.completed; prints a JSON summary.
 //	    --stop-after claim stops after the intent and the claim, as a crash would: the effect in doubt.
-//	    Exits 3 when the key was already claimed.
+//	    A key committed already is not acted on: its outcome is copied to the run and its result opened.
+//	    Exits 3 when the key is claimed without an outcome (in doubt, or held by another run).
 //	runledger-go --hold
 //	    prints {"holder": ...}, this process as it names itself in claims, and lives until its stdin closes.
 //
@@ -143,14 +144,31 @@ func writeRun(o runOptions) (map[string]any, int, error) {
 	_, token, err := key.Append("effect.intended", intent)
 	var fenced *FencedError
 	if errors.As(err, &fenced) {
-		// The key has a history: a complete writer reads it and settles it (docs/wire.md); this one stops.
+		// The key has a history: read it and settle it.
+		state, err := pub.ReadKey(o.agent, o.key)
+		if err != nil {
+			return nil, 1, err
+		}
+		state = state.AgentView()
+		switch state.Status {
+		case "committed":
+			return copyOutcome(pub, master, run, o, state, seal)
+		case "free", "failed": // never claimed by the agent, failed, or released: a new attempt, fenced on the key as read
+			key.Seq, key.PrevHash, key.LastStreamSeq = state.NextSeq, state.LastHash, state.LastStreamSeq
+			_, token, err = key.Append("effect.intended", intent)
+		default: // claimed without an outcome: in doubt, or held by another run. Never guessed.
+			return map[string]any{"run_id": o.runID, "claimed": false, "settled": state.Status,
+				"held_by": state.RunID}, 3, nil
+		}
+	}
+	if errors.As(err, &fenced) {
 		return map[string]any{"run_id": o.runID, "claimed": false}, 3, nil
 	}
 	if err != nil {
 		return nil, 1, err
 	}
 	summary := map[string]any{
-		"run_id": o.runID, "claimed": true, "subject": run.Subject, "key_subject": key.Subject,
+		"run_id": o.runID, "claimed": true, "acted": true, "subject": run.Subject, "key_subject": key.Subject,
 		"kid": keys.Kid, "fencing_token": token, "holder": holder,
 	}
 	if o.stopAfter == "claim" {
@@ -175,6 +193,29 @@ func writeRun(o runOptions) (map[string]any, int, error) {
 	summary["key_last_stream_seq"], summary["run_last_stream_seq"] = onKey, last
 	summary["events"], summary["last_hash"], summary["result"] = run.Seq, run.PrevHash, result
 	return summary, 0, nil
+}
+
+// copyOutcome finishes a run whose effect's key was committed already: the key's outcome copied
+// to the run (via "record"), its result opened (sealed by whichever run committed it), no act.
+func copyOutcome(pub *Publisher, master *MasterKey, run *Chain, o runOptions, state *KeyState,
+	seal func(any) map[string]any) (map[string]any, int, error) {
+	via := "record"
+	if state.Via == "reconcile" {
+		via = "reconcile"
+	}
+	result, err := pub.Open(state.Result, master)
+	if err != nil {
+		return nil, 1, err
+	}
+	if _, _, err := run.Append("effect.committed", map[string]any{"step": 2, "key": o.key, "result": state.Result,
+		"via": via}); err != nil {
+		return nil, 1, err
+	}
+	if _, _, err := run.Append("run.completed", map[string]any{"output": seal(map[string]any{"refunded": 12.5})}); err != nil {
+		return nil, 1, err
+	}
+	return map[string]any{"run_id": o.runID, "claimed": false, "settled": "committed", "acted": false,
+		"committed_by": state.RunID, "result": result, "events": run.Seq, "last_hash": run.PrevHash}, 0, nil
 }
 
 func main() {

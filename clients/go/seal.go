@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -50,7 +51,7 @@ func MasterKeyFromText(text string) (*MasterKey, error) {
 	return NewMasterKey(key)
 }
 
-// MasterKeyFromEnv: $RUNLEDGER_MASTER_KEY, else the file $RUNLEDGER_MASTER_KEY_FILE.
+// MasterKeyFromEnv: $RUNLEDGER_MASTER_KEY, else the file $RUNLEDGER_MASTER_KEY_FILE, else <home>/master.key.
 func MasterKeyFromEnv() (*MasterKey, error) {
 	if text := os.Getenv("RUNLEDGER_MASTER_KEY"); text != "" {
 		return MasterKeyFromText(text)
@@ -62,7 +63,23 @@ func MasterKeyFromEnv() (*MasterKey, error) {
 		}
 		return MasterKeyFromText(string(text))
 	}
-	return nil, errors.New("no master key: set $RUNLEDGER_MASTER_KEY (base64 of 32 bytes) or $RUNLEDGER_MASTER_KEY_FILE")
+	home := os.Getenv("RUNLEDGER_HOME")
+	if home == "" {
+		user, err := os.UserHomeDir()
+		if err != nil {
+			return nil, err
+		}
+		home = filepath.Join(user, ".runledger")
+	}
+	text, err := os.ReadFile(filepath.Join(home, "master.key"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errors.New("no master key: set $RUNLEDGER_MASTER_KEY (base64 of 32 bytes) or " +
+			"$RUNLEDGER_MASTER_KEY_FILE, or run `runledger up`, which makes " + filepath.Join(home, "master.key"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return MasterKeyFromText(string(text))
 }
 
 func gcm(key []byte) cipher.AEAD {

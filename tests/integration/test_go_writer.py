@@ -133,6 +133,36 @@ async def test_a_go_run_is_sealed_verifies_opens_and_its_effect_is_never_repeate
     assert py_result.ok and py_result.chain_format == 2
 
 
+async def test_a_go_run_takes_an_effect_python_committed_from_the_key_and_does_not_act(
+    go_writer: Path, client: LedgerClient, nats_url: str
+) -> None:
+    """The other way round: a Python agent's refund (sealed under its run's keys) is committed on the
+    key; the Go writer's claim is fenced out, it reads the key, opens the result Python sealed and
+    copies the outcome to its own run instead of acting."""
+    calls: list[dict[str, Any]] = []
+
+    @tool("refund", effect="irreversible", key=lambda a: f"refund:{a['order']}", schema=REFUND_SCHEMA)
+    def refund(args: dict[str, Any]) -> dict[str, Any]:
+        calls.append(args)
+        return {"refund_id": "rf-python-1", "amount": args["amount"]}
+
+    async def agent(run: Any) -> Any:
+        return await run.tool("refund", {"order": "order-py-1", "amount": 12.5})
+
+    py = await start_run(client, AgentSpec(AGENT, agent, ScriptedModel([]), tools=[refund]), None, run_id="pyfirst")
+    assert py.status == "completed" and calls == [{"order": "order-py-1", "amount": 12.5}]
+
+    out = _run_go(go_writer, "--server", nats_url, "--agent", AGENT, "--run-id", "gorun3", "--key", "refund:order-py-1")
+    assert out["claimed"] is False and out["settled"] == "committed" and out["acted"] is False
+    assert out["committed_by"] == "pyfirst" and out["result"] == {"refund_id": "rf-python-1", "amount": 12.5}
+    (verified,) = await verify_runs(client, "gorun3")
+    assert verified.ok, verified.problems
+    cp = fold((await load_run(client, "gorun3", open_content=True)).records)
+    assert cp.status == "completed" and cp.steps[2].status == "committed" and cp.last_hash == out["last_hash"]
+    state = await read_key(client, "refund:order-py-1", AGENT)
+    assert state.status == "committed" and state.run_id == "pyfirst" and len(calls) == 1
+
+
 def test_a_go_holder_is_alive_while_its_process_runs_and_dead_after(go_writer: Path) -> None:
     """The holder the Go writer puts in its claims, judged by Python's rule: alive while the process
     lives (a wrong start time or namespace would make a live holder look dead, or a dead one alive)."""

@@ -54,6 +54,8 @@ _PROVIDER_PREFIXES = {
     "google": "gcp.gen_ai", "mistralai": "mistral_ai", "mistral": "mistral_ai", "cohere": "cohere", "groq": "groq",
     "deepseek": "deepseek", "xai": "x_ai", "x_ai": "x_ai", "perplexity": "perplexity", "ibm": "ibm.watsonx.ai",
     "watsonx": "ibm.watsonx.ai", "moonshot": "moonshot_ai", "moonshotai": "moonshot_ai",
+    # Pydantic AI's model ids ("<system>:<model>")
+    "google-gla": "gcp.gemini", "google-vertex": "gcp.vertex_ai", "grok": "x_ai",
 }  # fmt: skip
 # Bare model ids by family, first match wins (Bedrock's "vendor.model" ids before the vendors' own).
 _MODEL_FAMILIES: list[tuple[re.Pattern[str], str]] = [
@@ -91,10 +93,12 @@ def provider_name(model: str, request: Any = None, response: Any = None) -> str:
     by_model = provider_of_model(model)
     if by_model != FALLBACK_PROVIDER:
         return by_model
-    metadata = response.get("metadata") if isinstance(response, dict) else None
-    if isinstance(metadata, dict) and isinstance(metadata.get("model_provider"), str):
-        named = str(metadata["model_provider"]).lower()
-        return _PROVIDER_PREFIXES.get(named, named)
+    # What a reply said of itself: LangChain's model_provider, Pydantic AI's provider_name.
+    for source, key in (("metadata", "model_provider"), ("message", "provider_name")):
+        given = response.get(source) if isinstance(response, dict) else None
+        if isinstance(given, dict) and isinstance(given.get(key), str) and given[key]:
+            named = str(given[key]).lower()
+            return _PROVIDER_PREFIXES.get(named, named)
     return FALLBACK_PROVIDER
 
 
@@ -138,6 +142,9 @@ def request_attributes(request: Any) -> dict[str, Any]:
     params = request.get("params") if isinstance(request, dict) else None
     if not isinstance(params, dict):
         return {}
+    settings = params.get("model_settings")  # Pydantic AI's ModelSettings
+    if isinstance(settings, dict):
+        params = {**settings, **params}
     attrs: dict[str, Any] = {}
     for key in ("temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty"):
         if (value := _number(params.get(key))) is not None:
@@ -150,7 +157,7 @@ def request_attributes(request: Any) -> dict[str, Any]:
         attrs["gen_ai.request.seed"] = seed
     if (choices := _integer(params.get("n"))) is not None and choices != 1:
         attrs["gen_ai.request.choice.count"] = choices
-    stop = params.get("stop")
+    stop = params.get("stop", params.get("stop_sequences"))
     if isinstance(stop, str):
         attrs["gen_ai.request.stop_sequences"] = [stop]
     elif isinstance(stop, list) and stop and all(isinstance(s, str) for s in stop):
@@ -168,15 +175,16 @@ def request_attributes(request: Any) -> dict[str, Any]:
 
 def response_attributes(response: Any) -> dict[str, Any]:
     """``gen_ai.response.id`` and ``gen_ai.response.model`` where the response recorded them: the
-    SDK's own response (``sdk``) of the OpenAI integration, a LangChain reply's ``metadata``."""
+    SDK's own response (``sdk``) of the OpenAI integration, a LangChain reply's ``metadata``, a
+    Pydantic AI ``ModelResponse`` (``message``)."""
     if not isinstance(response, dict):
         return {}
     attrs: dict[str, Any] = {}
-    for source in (response, response.get("metadata"), response.get("sdk")):
+    for source in (response.get("metadata"), response.get("sdk"), response.get("message")):
         if not isinstance(source, dict):
             continue
-        for key, attr in (("id", "gen_ai.response.id"), ("model", "gen_ai.response.model"),
-                          ("model_name", "gen_ai.response.model")):  # fmt: skip
+        for key, attr in (("id", "gen_ai.response.id"), ("provider_response_id", "gen_ai.response.id"),
+                          ("model", "gen_ai.response.model"), ("model_name", "gen_ai.response.model")):  # fmt: skip
             value = source.get(key)
             if isinstance(value, str) and value and attr not in attrs:
                 attrs[attr] = value
@@ -189,10 +197,13 @@ def finish_reason(response: dict[str, Any]) -> str | None:
     adapter's default for a reply without a reason (``ModelResponse``, LangChain's replies), not
     the model's: a model that stopped to call tools says so (``tool_calls``, ``tool_use``)."""
     reason = response.get("finish_reason")
-    sdk = response.get("sdk")
+    # The model's own, before the adapter filled it in: the OpenAI SDK's choice, Pydantic AI's message.
+    sdk, message = response.get("sdk"), response.get("message")
     choices = sdk.get("choices") if isinstance(sdk, dict) else None
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        reason = choices[0].get("finish_reason")  # the model's own, before the adapter filled it in
+        reason = choices[0].get("finish_reason")
+    elif isinstance(message, dict) and "finish_reason" in message:
+        reason = message["finish_reason"]
     calls = response.get("tool_calls")
     if reason == "stop" and calls:
         reason = None

@@ -100,3 +100,16 @@ def test_an_embeddings_call_is_an_embeddings_operation() -> None:
         "gen_ai.request.encoding_formats": ["float"], "gen_ai.embeddings.dimension.count": 256,
     }  # fmt: skip
     assert provider_name("text-embedding-3-small", request, None) == "openai"
+
+
+def test_pydantic_ai_records_are_read_as_their_own_shape() -> None:
+    request = {"messages": [], "params": {"model_settings": {"temperature": 0.3, "stop_sequences": ["X"]}}}
+    assert request_attributes(request) == {"gen_ai.request.temperature": 0.3, "gen_ai.request.stop_sequences": ["X"]}
+    message = {"provider_name": "anthropic", "model_name": "claude-x-1", "provider_response_id": "msg_9",
+               "finish_reason": None}  # fmt: skip
+    response = {"finish_reason": "tool_calls", "tool_calls": [CALL], "message": message}
+    assert provider_name("test:test", None, response) == "anthropic"
+    assert provider_name("google-gla:gemini-2.5-flash") == "gcp.gemini"
+    assert provider_name("function:my_model", None, {"message": {"provider_name": None}}) == FALLBACK_PROVIDER
+    assert response_attributes(response) == {"gen_ai.response.id": "msg_9", "gen_ai.response.model": "claude-x-1"}
+    assert finish_reason(response) == "tool_call"  # the model gave none; the adapter's "tool_calls" is its own

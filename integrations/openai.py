@@ -2,8 +2,12 @@
 
 ``recorded(client, run)`` wraps an ``openai.AsyncOpenAI`` (async agent code, ``run`` a ``Run``) or
 an ``openai.OpenAI`` (blocking agent code under ``sync_agent``, ``run`` its ``SyncRun``): its
-``chat.completions.create`` and ``responses.create`` go through ``run.model``, so each is a
-``model.called`` step of the run, with the SDK's budgets, retries, journal and divergence checks.
+``chat.completions`` ``create``, ``parse`` and ``stream``, ``responses.create`` and
+``embeddings.create`` go through ``run.model``, so each is a ``model.called`` step of the run, with
+the SDK's budgets, retries, journal and divergence checks; ``models.list`` and ``models.retrieve``
+are read tool steps (``openai.models.list``). ``with_options`` (``copy``) and ``with_raw_response``
+give the same, recorded; any other attribute of the SDK (``beta``, ``files``, ``audio``, ...)
+raises ``NotRecordedError``, an ``AttributeError`` that names it and says what to do.
 The run's model adapter must be ``OpenAIModel`` (``AgentSpec(model=OpenAIModel(client))``):
 ``run.model`` calls it, and it makes the SDK call the wrapper set up for this task. What is
 recorded: the messages (or ``input``) and every other argument except ``extra_headers`` and
@@ -11,9 +15,12 @@ recorded: the messages (or ``input``) and every other argument except ``extra_he
 ids) and its token usage. Headers are never part of the record, and the client's API key lives only
 in the client.
 
-Live, a call returns what the SDK returned (a ``ChatCompletion``, a ``Response``). On resume, the
-recorded step is answered from the record, the API is not called, and the same SDK type is rebuilt
-from the recorded JSON (equal to the live object). ``stream=True`` returns a ``RecordedStream``
+A call returns the SDK's object rebuilt from the recorded JSON, live and on resume alike (equal to
+what the SDK returned; on resume the API is not called). ``parse`` and ``stream()`` are recorded as
+the ``create`` they make (``response_format`` as the JSON schema sent), and the SDK's own functions
+make the ``ParsedChatCompletion`` and the stream events from the recorded completion or chunks
+(runledger.integrations.openai_objects). ``with_raw_response`` keeps the status and a few response
+headers (ids, rate limits) with the step, never cookies. ``stream=True`` returns a ``RecordedStream``
 (an async iterator; ``SyncRecordedStream``, a plain one, for the blocking client): live, the SDK's
 chunks (or events) pass through as they arrive and the assembled response is recorded; on resume, a
 stream is synthesised from the record (whole texts and tool calls in one chunk each, then the finish
@@ -33,7 +40,9 @@ checks and the journal's divergence checks), and wrapping the client's HTTP tran
 would hold wire bytes, headers included, instead of a model step that the fold, ``runledger show``
 and the projection read); for the blocking client, calling the SDK in the agent's thread and handing
 ``run.model`` the result (the adapter would not make the call, so the retries and their records
-could not be runledger's). Not covered: endpoints other than the two above.
+could not be runledger's); for ``parse``, calling the SDK's ``parse`` live (its parsing would run
+before the record, and a refusal to parse, ``LengthFinishReasonError``, would be a failed step live
+but a different error on resume). Not covered: the rest of the SDK, by name (``NotRecordedError``).
 """
 
 from __future__ import annotations
@@ -42,9 +51,9 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import logging
 import queue
 import threading
-import typing
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -55,9 +64,13 @@ from runledger import require_extra
 require_extra("openai", "runledger.integrations.openai")
 
 import openai  # noqa: E402
-from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
-from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
+from openai.lib._parsing import parse_chat_completion, type_to_response_format_param  # noqa: E402
+from openai.lib._parsing._completions import validate_input_tools  # noqa: E402
+from openai.lib.streaming.chat import ChatCompletionStreamState  # noqa: E402
+from openai.types import CreateEmbeddingResponse, Model  # noqa: E402
+from openai.types.chat import ChatCompletion  # noqa: E402
+from openai.types.responses import Response  # noqa: E402
+from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer  # noqa: E402
 
 from runledger import (  # noqa: E402
     DEFAULT_RETRY,
@@ -69,19 +82,41 @@ from runledger import (  # noqa: E402
     Run,
     SyncRun,
 )
+from runledger.integrations.openai_objects import (  # noqa: E402
+    NotRecordedError,
+    RecordedChatCompletionStream,
+    RecordedChatCompletionStreamManager,
+    RecordedRawResponse,
+    Surface,
+    SyncRecordedChatCompletionStream,
+    SyncRecordedChatCompletionStreamManager,
+    assembled_chat,
+    chat_chunks,
+    kept_headers,
+    models_page,
+    page_request,
+    response_events,
+)
 
 __all__ = [
+    "NotRecordedError",
     "OpenAIModel",
     "OpenAIResponse",
+    "RecordedChatCompletionStream",
     "RecordedOpenAI",
+    "RecordedRawResponse",
     "RecordedStream",
+    "SyncRecordedChatCompletionStream",
     "SyncRecordedOpenAI",
     "SyncRecordedStream",
     "recorded",
 ]
 
+logger = logging.getLogger(__name__)
+
 CHAT = "/chat/completions"
 RESPONSES = "/responses"
+EMBEDDINGS = "/embeddings"
 # Arguments passed to the SDK but not recorded: headers may carry credentials; a timeout is not data.
 UNRECORDED = frozenset({"extra_headers", "timeout"})
 
@@ -94,6 +129,14 @@ class OpenAIResponse(ModelResponse):
 
     endpoint: str = CHAT
     sdk: dict[str, Any] | None = None
+    http: dict[str, Any] | None = None  # with_raw_response: the status and the kept response headers
+
+    @model_serializer(mode="wrap")
+    def _without_http(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("http") is None:  # recorded only for with_raw_response: other records stay as they were
+            data.pop("http", None)
+        return data
 
 
 @dataclass
@@ -105,6 +148,7 @@ class _Call:
     kwargs: dict[str, Any]
     forward: Callable[[Any], None] | None = None  # a stream: hands each chunk to the caller as it arrives
     blocking: bool = False
+    raw: bool = False  # ``create`` is the SDK's with_raw_response one: its status and headers are kept
     attempts: int = 0
     forwarded: int = 0
 
@@ -150,6 +194,7 @@ class OpenAIModel:
             kwargs = {"model": self._model, "messages": messages, **params}
             call = _Call(CHAT, client.chat.completions.create, kwargs, blocking=isinstance(client, openai.OpenAI))
         call.attempts += 1
+        result: Any
         try:
             if call.forward is not None:
                 result = await _stream_through(call)
@@ -165,17 +210,21 @@ class OpenAIModel:
             ) from exc
         except openai.APIConnectionError as exc:  # timeouts included
             raise ModelError(f"OpenAI {call.endpoint} failed: {exc}", retryable=not call.forwarded) from exc
-        return _normalised(call.endpoint, result)
+        http = None
+        if call.raw:  # the SDK's LegacyAPIResponse: its body is read, parse() makes no request
+            http = {"status": result.status_code, "headers": kept_headers(result.headers)}
+            result = result.parse()
+        return _normalised(call.endpoint, result, http)
 
 
 def _usage(sdk: dict[str, Any], endpoint: str) -> tuple[int, int]:
     usage = sdk.get("usage") or {}
-    if endpoint == CHAT:
+    if endpoint in (CHAT, EMBEDDINGS):
         return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     return int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
 
 
-def _normalised(endpoint: str, result: BaseModel) -> OpenAIResponse:
+def _normalised(endpoint: str, result: BaseModel, http: dict[str, Any] | None = None) -> OpenAIResponse:
     """The SDK's response as runledger records it: the common fields every reader knows (content,
     OpenAI-style tool calls, finish reason, usage) and the whole response."""
     sdk = result.model_dump(mode="json", exclude_unset=True)
@@ -187,6 +236,8 @@ def _normalised(endpoint: str, result: BaseModel) -> OpenAIResponse:
         # No reason given (some compatible servers, a stream cut before its last chunk): a reply
         # that asks for tools is a tool-call turn, never recorded as "stop".
         finish = choice.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
+    elif endpoint == EMBEDDINGS:
+        content, tool_calls, finish = "", [], "stop"
     else:
         items = sdk.get("output") or []
         content = "".join(
@@ -211,6 +262,7 @@ def _normalised(endpoint: str, result: BaseModel) -> OpenAIResponse:
         output_tokens=output_tokens,
         endpoint=endpoint,
         sdk=sdk,
+        http=http,
     )
 
 
@@ -229,7 +281,7 @@ async def _stream_through(call: _Call) -> BaseModel:
             call.forwarded += 1
             call.forward(chunk)
     if call.endpoint == CHAT:
-        return _assembled_chat(chunks)
+        return assembled_chat(chunks)
     for event in reversed(chunks):
         if getattr(event, "type", None) in ("response.completed", "response.incomplete", "response.failed"):
             response: Response = event.response
@@ -246,126 +298,21 @@ def _drain_blocking(call: _Call, chunks: list[Any]) -> None:
         call.forward(chunk)
 
 
-def _assembled_chat(chunks: list[ChatCompletionChunk]) -> ChatCompletion:
-    if not chunks:
-        raise ModelError("OpenAI /chat/completions stream ended without a chunk")
-    first = chunks[0]
-    choices: dict[int, dict[str, Any]] = {}
-    usage: Any = None
-    for chunk in chunks:
-        usage = chunk.usage or usage
-        for c in chunk.choices:
-            choice = choices.setdefault(
-                c.index, {"index": c.index, "message": {"role": "assistant", "content": None}, "finish_reason": None}
-            )
-            message, delta = choice["message"], c.delta
-            if delta.content:
-                message["content"] = (message["content"] or "") + delta.content
-            if delta.refusal:
-                message["refusal"] = message.get("refusal", "") + delta.refusal
-            for tc in delta.tool_calls or []:
-                calls = message.setdefault("tool_calls", [])
-                while len(calls) <= tc.index:
-                    calls.append({"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
-                slot = calls[tc.index]
-                slot["id"] = tc.id or slot["id"]
-                if tc.function is not None:
-                    slot["function"]["name"] += tc.function.name or ""
-                    slot["function"]["arguments"] += tc.function.arguments or ""
-            if c.finish_reason:
-                choice["finish_reason"] = c.finish_reason
-    body: dict[str, Any] = {
-        "id": first.id,
-        "object": "chat.completion",
-        "created": first.created,
-        "model": first.model,
-        "choices": [choices[i] for i in sorted(choices)],
-    }
-    if first.system_fingerprint is not None:
-        body["system_fingerprint"] = first.system_fingerprint
-    if first.service_tier is not None:
-        body["service_tier"] = first.service_tier
-    if usage is not None:
-        body["usage"] = usage.model_dump(mode="json", exclude_unset=True)
-    return ChatCompletion.construct(**body)
+_SDK_TYPES: dict[str, type[BaseModel]] = {
+    CHAT: ChatCompletion, RESPONSES: Response, EMBEDDINGS: CreateEmbeddingResponse
+}  # fmt: skip
 
 
-def _chat_chunks(sdk: dict[str, Any]) -> list[ChatCompletionChunk]:
-    """A stream that assembles to the recorded completion: per choice its text and each tool call in
-    one chunk, then its finish reason; the usage last."""
-    head = {k: sdk[k] for k in ("id", "created", "model", "system_fingerprint", "service_tier") if k in sdk}
-    head["object"] = "chat.completion.chunk"
-    chunks: list[dict[str, Any]] = []
-    for choice in sdk.get("choices") or []:
-        message, index = choice.get("message") or {}, choice.get("index", 0)
-        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-        if message.get("refusal"):
-            delta["refusal"] = message["refusal"]
-        chunks.append({**head, "choices": [{"index": index, "delta": delta}]})
-        for i, tc in enumerate(message.get("tool_calls") or []):
-            call = {"index": i, "id": tc.get("id"), "type": "function", "function": tc.get("function")}
-            chunks.append({**head, "choices": [{"index": index, "delta": {"tool_calls": [call]}}]})
-        chunks.append(
-            {**head, "choices": [{"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
-        )
-    if sdk.get("usage") is not None:
-        chunks.append({**head, "choices": [], "usage": sdk["usage"]})
-    return [ChatCompletionChunk.construct(**c) for c in chunks]
-
-
-def _sdk_object(response: OpenAIResponse) -> ChatCompletion | Response:
+def _sdk_object(response: OpenAIResponse) -> Any:
     """The SDK's object for a recorded response, built as the SDK builds one from the wire (its
     ``construct``: nested models, no validation), so it equals the object the live call returned."""
-    sdk = response.sdk or {}
-    return ChatCompletion.construct(**sdk) if response.endpoint == CHAT else Response.construct(**sdk)
-
-
-@functools.cache
-def _event_classes() -> dict[str, type[BaseModel]]:
-    members = typing.get_args(ResponseStreamEvent)  # Annotated[Union[...], discriminator]
-    if members and typing.get_origin(members[0]) is typing.Union:
-        members = typing.get_args(members[0])
-    classes: dict[str, type[BaseModel]] = {}
-    for cls in members:
-        (name,) = typing.get_args(cls.model_fields["type"].annotation)
-        classes[name] = cls
-    return classes
-
-
-def _event(data: dict[str, Any]) -> ResponseStreamEvent:
-    event: ResponseStreamEvent = _event_classes()[data["type"]].construct(**data)  # type: ignore[assignment]
-    return event
-
-
-def _response_events(sdk: dict[str, Any]) -> list[ResponseStreamEvent]:
-    """The events of a stream that ends in the recorded response: created, each output item added
-    (a message's texts as one delta each) and done, completed."""
-    events: list[dict[str, Any]] = [
-        {"type": "response.created", "response": {**sdk, "status": "in_progress", "output": []}}
-    ]
-    for n, item in enumerate(sdk.get("output") or []):
-        events.append({"type": "response.output_item.added", "output_index": n, "item": item})
-        for k, part in enumerate(item.get("content") or [] if item.get("type") == "message" else []):
-            if part.get("type") == "output_text":
-                where = {"item_id": item.get("id", ""), "output_index": n, "content_index": k, "logprobs": []}
-                events.append({"type": "response.output_text.delta", "delta": part.get("text", ""), **where})
-                events.append({"type": "response.output_text.done", "text": part.get("text", ""), **where})
-        if item.get("type") == "function_call":
-            where = {"item_id": item.get("id", ""), "output_index": n}
-            events.append(
-                {"type": "response.function_call_arguments.delta", "delta": item.get("arguments", ""), **where}
-            )
-            events.append({"type": "response.function_call_arguments.done", "arguments": item.get("arguments", ""),
-                           "name": item.get("name", ""), **where})  # fmt: skip
-        events.append({"type": "response.output_item.done", "output_index": n, "item": item})
-    events.append({"type": "response.completed", "response": sdk})
-    return [_event({**e, "sequence_number": i}) for i, e in enumerate(events)]
+    return _SDK_TYPES[response.endpoint].construct(**(response.sdk or {}))
 
 
 def _synthesised(response: OpenAIResponse) -> list[Any]:
     """The stream a resume hands the caller for a recorded streaming step."""
     assert response.sdk is not None
-    return list(_chat_chunks(response.sdk) if response.endpoint == CHAT else _response_events(response.sdk))
+    return list(chat_chunks(response.sdk) if response.endpoint == CHAT else response_events(response.sdk))
 
 
 class RecordedStream(Generic[T]):
@@ -515,13 +462,47 @@ def _request(endpoint: str, kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]
         messages = _plain(recorded_args.pop("messages", []))
     else:
         given = _plain(recorded_args.pop("input", []))
-        messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
+        as_one = isinstance(given, str) or endpoint == EMBEDDINGS  # an embedding's input, whatever its form
+        messages = [{"role": "user", "content": given}] if as_one else given
     return messages, {"endpoint": endpoint, **_plain(recorded_args)}
 
 
-class RecordedOpenAI:
-    """An ``openai.AsyncOpenAI`` whose ``chat.completions.create`` and ``responses.create`` are
-    recorded steps of ``run``; made by ``recorded``."""
+def _as_create(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``parse``'s and ``stream``'s arguments as ``create`` takes them: a ``response_format`` class
+    as its JSON schema, which the SDK sends (and runledger records)."""
+    validate_input_tools(kwargs.get("tools", openai.omit))
+    if _absent(kwargs.get("response_format", openai.omit)):
+        return dict(kwargs)
+    return {**kwargs, "response_format": type_to_response_format_param(kwargs["response_format"])}
+
+
+def _parsed(kwargs: dict[str, Any]) -> Callable[[Any], Any]:
+    """What ``parse`` makes of a completion: the SDK's ``ParsedChatCompletion`` (``message.parsed``
+    an instance of ``response_format``, strict tools' ``parsed_arguments``), made by the SDK's own
+    function from the recorded completion, live and on resume alike."""
+    response_format, tools = kwargs.get("response_format", openai.omit), kwargs.get("tools", openai.omit)
+    return lambda completion: parse_chat_completion(
+        response_format=response_format, input_tools=tools, chat_completion=completion
+    )
+
+
+def _kept(obj: Any) -> Any:
+    return obj
+
+
+def _refuse_raw_stream(kwargs: dict[str, Any], raw: bool) -> None:
+    if raw and kwargs.get("stream"):
+        raise NotRecordedError("with_raw_response with stream=True (record the stream without with_raw_response)")
+
+
+class RecordedOpenAI(Surface):
+    """An ``openai.AsyncOpenAI`` whose calls are recorded steps of ``run`` (``chat.completions``
+    ``create``/``parse``/``stream``, ``responses.create``, ``embeddings.create``: model steps;
+    ``models.list``/``retrieve``: tool steps); made by ``recorded``. ``with_options`` (``copy``)
+    and ``with_raw_response`` give the same, recorded; any other part of the SDK raises
+    ``NotRecordedError`` naming it."""
+
+    _path = "AsyncOpenAI"
 
     def __init__(self, client: openai.AsyncOpenAI, run: Run) -> None:
         if not isinstance(client, openai.AsyncOpenAI):
@@ -536,12 +517,28 @@ class RecordedOpenAI:
             )
         self._client = client.with_options(max_retries=0)  # runledger retries, each attempt recorded
         self._run = run
-        self.chat = _Chat(self)
-        self.responses = _Responses(self)
+        _resources(self)
 
-    async def _call(self, endpoint: str, create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    def with_options(self, **options: Any) -> RecordedOpenAI:
+        """The SDK's ``with_options`` (a client with other options: timeout, headers, base URL),
+        still recorded. ``max_retries`` is not the SDK's to use: runledger retries, each attempt
+        recorded (``OpenAIModel(retry=...)``); it is dropped, with a warning."""
+        return RecordedOpenAI(self._client.with_options(**_options(options)), self._run)
+
+    copy = with_options
+
+    @property
+    def with_raw_response(self) -> Any:
+        """The SDK's ``client.with_raw_response``: each call returns a ``RecordedRawResponse``."""
+        return _RawClient(self)
+
+    async def _call(
+        self, endpoint: str, create: Callable[..., Any], kwargs: dict[str, Any], raw: bool = False,
+        then: Callable[[Any], Any] = _kept,
+    ) -> Any:  # fmt: skip
+        _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs)
+        call = _Call(endpoint, create, kwargs, raw=raw)
         stream_queue: asyncio.Queue[Any] | None = None
         if kwargs.get("stream"):
             stream_queue = asyncio.Queue()
@@ -556,40 +553,40 @@ class RecordedOpenAI:
             await asyncio.sleep(0)  # let the task take its step number now, in call order
             return RecordedStream(task, call, stream_queue)
         response = _checked(await task)
-        assert response.sdk is not None
-        return _sdk_object(response)
+        made = then(_sdk_object(response))
+        return RecordedRawResponse(made, response.http) if raw else made
+
+    def _chat_stream(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        state = ChatCompletionStreamState(
+            response_format=kwargs.get("response_format", openai.omit), input_tools=kwargs.get("tools", openai.omit)
+        )
+        create_kwargs = {**_as_create(kwargs), "stream": True}
+
+        async def start() -> RecordedChatCompletionStream[Any]:
+            return RecordedChatCompletionStream(await self._call(CHAT, create, create_kwargs), state)
+
+        return RecordedChatCompletionStreamManager(start)
+
+    def _read(self, name: str, args: dict[str, Any], fetch: Callable[[], Any], build: Callable[[Any], T]) -> Any:
+        """A read of the API that is no model call (``models``): a tool step named ``openai.<name>``,
+        its result the response as JSON, rebuilt by ``build``."""
+
+        async def fn(_: Any) -> Any:
+            return _plain(await fetch())
+
+        async def get() -> T:
+            return build(await self._run.tool(f"openai.{name}", args, fn=fn))
+
+        return page_request(get) if name == "models.list" else get()  # type: ignore[arg-type]  # build: a page
 
 
-class _Completions:
-    def __init__(self, owner: RecordedOpenAI) -> None:
-        self._owner = owner
+class SyncRecordedOpenAI(Surface):
+    """An ``openai.OpenAI`` (the blocking client) recorded as ``RecordedOpenAI`` records the async
+    one, for the ``SyncRun`` of a ``sync_agent``; made by ``recorded``. Calls block the agent's
+    thread, as the SDK's do; the SDK call itself is made by ``OpenAIModel`` in a worker thread, with
+    runledger's retries."""
 
-    async def create(self, **kwargs: Any) -> Any:
-        """``AsyncOpenAI.chat.completions.create``, recorded: a ``ChatCompletion``, or with
-        ``stream=True`` a ``RecordedStream`` of ``ChatCompletionChunk``."""
-        return await self._owner._call(CHAT, self._owner._client.chat.completions.create, kwargs)
-
-
-class _Chat:
-    def __init__(self, owner: RecordedOpenAI) -> None:
-        self.completions = _Completions(owner)
-
-
-class _Responses:
-    def __init__(self, owner: RecordedOpenAI) -> None:
-        self._owner = owner
-
-    async def create(self, **kwargs: Any) -> Any:
-        """``AsyncOpenAI.responses.create``, recorded: a ``Response``, or with ``stream=True`` a
-        ``RecordedStream`` of the response's stream events."""
-        return await self._owner._call(RESPONSES, self._owner._client.responses.create, kwargs)
-
-
-class SyncRecordedOpenAI:
-    """An ``openai.OpenAI`` (the blocking client) whose ``chat.completions.create`` and
-    ``responses.create`` are recorded steps of ``run``, the ``SyncRun`` of a ``sync_agent``; made by
-    ``recorded``. Calls block the agent's thread, as the SDK's do; the SDK call itself is made by
-    ``OpenAIModel`` in a worker thread, with runledger's retries."""
+    _path = "OpenAI"
 
     def __init__(self, client: openai.OpenAI, run: SyncRun) -> None:
         if not isinstance(client, openai.OpenAI):
@@ -601,12 +598,25 @@ class SyncRecordedOpenAI:
             )
         self._client = client.with_options(max_retries=0)  # runledger retries, each attempt recorded
         self._run = run
-        self.chat = _SyncChat(self)
-        self.responses = _SyncResponses(self)
+        _resources(self)
 
-    def _call(self, endpoint: str, create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    def with_options(self, **options: Any) -> SyncRecordedOpenAI:
+        """``RecordedOpenAI.with_options``, for the blocking client."""
+        return SyncRecordedOpenAI(self._client.with_options(**_options(options)), self._run)
+
+    copy = with_options
+
+    @property
+    def with_raw_response(self) -> Any:
+        return _RawClient(self)
+
+    def _call(
+        self, endpoint: str, create: Callable[..., Any], kwargs: dict[str, Any], raw: bool = False,
+        then: Callable[[Any], Any] = _kept,
+    ) -> Any:  # fmt: skip
+        _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, blocking=True)
+        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw)
         if kwargs.get("stream"):
             return SyncRecordedStream(self._run, call, messages, params)
         # SyncRun.model runs the step on the run's event loop in a copy of this thread's context
@@ -616,33 +626,136 @@ class SyncRecordedOpenAI:
             response = _checked(self._run.model(messages, **params))
         finally:
             _CALL.reset(token)
-        assert response.sdk is not None
-        return _sdk_object(response)
+        made = then(_sdk_object(response))
+        return RecordedRawResponse(made, response.http) if raw else made
+
+    def _chat_stream(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        state = ChatCompletionStreamState(
+            response_format=kwargs.get("response_format", openai.omit), input_tools=kwargs.get("tools", openai.omit)
+        )
+        create_kwargs = {**_as_create(kwargs), "stream": True}
+        return SyncRecordedChatCompletionStreamManager(
+            lambda: SyncRecordedChatCompletionStream(self._call(CHAT, create, create_kwargs), state)
+        )
+
+    def _read(self, name: str, args: dict[str, Any], fetch: Callable[[], Any], build: Callable[[Any], T]) -> T:
+        return build(self._run.tool(f"openai.{name}", args, fn=lambda _: _plain(fetch())))
 
 
-class _SyncCompletions:
-    def __init__(self, owner: SyncRecordedOpenAI) -> None:
+def _options(options: dict[str, Any]) -> dict[str, Any]:
+    if "max_retries" in options:
+        logger.warning(
+            "with_options(max_retries=%s) on a recorded client is ignored: runledger retries, each attempt "
+            "recorded (OpenAIModel(retry=Retry(...)))", options["max_retries"]
+        )  # fmt: skip
+    return {k: v for k, v in options.items() if k != "max_retries"}
+
+
+_Owner = RecordedOpenAI | SyncRecordedOpenAI
+
+
+def _resources(owner: _Owner) -> None:
+    owner.chat = _Chat(owner)  # type: ignore[union-attr]
+    owner.responses = _Responses(owner)  # type: ignore[union-attr]
+    owner.embeddings = _Embeddings(owner)  # type: ignore[union-attr]
+    owner.models = _Models(owner)  # type: ignore[union-attr]
+
+
+class _Resource(Surface):
+    """One of the SDK's resources, recorded. Its methods return what the client's ``_call`` does:
+    an awaitable for the async client (``await client.chat.completions.create(...)``), the value
+    for the blocking one. ``with_raw_response``: the same resource, whose calls return a
+    ``RecordedRawResponse``."""
+
+    name = ""
+
+    def __init__(self, owner: _Owner, raw: bool = False) -> None:
         self._owner = owner
+        self._raw = raw
+        self._path = f"{owner._path}.{'with_raw_response.' if raw else ''}{self.name}"
+
+    @property
+    def with_raw_response(self) -> Any:
+        return type(self)(self._owner, raw=True)
+
+    def _sdk(self, method: str) -> Callable[..., Any]:
+        resource: Any = self._owner._client
+        for part in self.name.split("."):
+            resource = getattr(resource, part)
+        return getattr(resource.with_raw_response if self._raw else resource, method)  # type: ignore[no-any-return]
+
+
+class _Completions(_Resource):
+    name = "chat.completions"
 
     def create(self, **kwargs: Any) -> Any:
-        """``OpenAI.chat.completions.create``, recorded: a ``ChatCompletion``, or with ``stream=True``
-        a ``SyncRecordedStream`` of ``ChatCompletionChunk``."""
-        return self._owner._call(CHAT, self._owner._client.chat.completions.create, kwargs)
+        """``chat.completions.create``, recorded: a ``ChatCompletion``, or with ``stream=True`` a
+        ``RecordedStream`` (``SyncRecordedStream``) of ``ChatCompletionChunk``."""
+        return self._owner._call(CHAT, self._sdk("create"), kwargs, self._raw)
+
+    def parse(self, **kwargs: Any) -> Any:
+        """``chat.completions.parse``, recorded: a ``ParsedChatCompletion`` whose
+        ``choices[0].message.parsed`` is an instance of ``response_format`` (a pydantic model)."""
+        return self._owner._call(CHAT, self._sdk("create"), _as_create(kwargs), self._raw, _parsed(kwargs))
+
+    def stream(self, **kwargs: Any) -> Any:
+        """``chat.completions.stream``, recorded: ``async with`` it (``with``, blocking) for a
+        ``RecordedChatCompletionStream`` of the SDK's stream events."""
+        if self._raw:
+            raise NotRecordedError(f"{self._path}.stream")
+        return self._owner._chat_stream(self._sdk("create"), kwargs)
 
 
-class _SyncChat:
-    def __init__(self, owner: SyncRecordedOpenAI) -> None:
-        self.completions = _SyncCompletions(owner)
+class _Chat(Surface):
+    def __init__(self, owner: _Owner, raw: bool = False) -> None:
+        self._path = f"{owner._path}.{'with_raw_response.' if raw else ''}chat"
+        self.completions = _Completions(owner, raw)
 
 
-class _SyncResponses:
-    def __init__(self, owner: SyncRecordedOpenAI) -> None:
-        self._owner = owner
+class _Responses(_Resource):
+    name = "responses"
 
     def create(self, **kwargs: Any) -> Any:
-        """``OpenAI.responses.create``, recorded: a ``Response``, or with ``stream=True`` a
-        ``SyncRecordedStream`` of the response's stream events."""
-        return self._owner._call(RESPONSES, self._owner._client.responses.create, kwargs)
+        """``responses.create``, recorded: a ``Response``, or with ``stream=True`` a
+        ``RecordedStream`` (``SyncRecordedStream``) of the response's stream events."""
+        return self._owner._call(RESPONSES, self._sdk("create"), kwargs, self._raw)
+
+
+class _Embeddings(_Resource):
+    name = "embeddings"
+
+    def create(self, **kwargs: Any) -> Any:
+        """``embeddings.create``, recorded as a model step (its prompt tokens charged to the run's
+        budgets): a ``CreateEmbeddingResponse``."""
+        return self._owner._call(EMBEDDINGS, self._sdk("create"), kwargs, self._raw)
+
+
+class _Models(_Resource):
+    name = "models"
+
+    def list(self) -> Any:
+        """``models.list``, recorded as a read tool step ``openai.models.list``: awaited (async) a
+        page with ``data``; iterable (``async for`` / ``for``) as the SDK's."""
+        return self._owner._read("models.list", {}, self._sdk("list"), models_page)
+
+    def retrieve(self, model: str, **kwargs: Any) -> Any:
+        """``models.retrieve``, recorded as a read tool step ``openai.models.retrieve``: a ``Model``."""
+        fetch = functools.partial(self._sdk("retrieve"), model, **kwargs)
+        return self._owner._read("models.retrieve", {"model": model}, fetch, lambda got: Model.construct(**got))
+
+    @property
+    def with_raw_response(self) -> Any:
+        raise NotRecordedError(f"{self._path}.with_raw_response")
+
+
+class _RawClient(Surface):
+    """``client.with_raw_response``: the recorded resources, each call returning a ``RecordedRawResponse``."""
+
+    def __init__(self, owner: _Owner) -> None:
+        self._path = f"{owner._path}.with_raw_response"
+        self.chat = _Chat(owner, raw=True)
+        self.responses = _Responses(owner, raw=True)
+        self.embeddings = _Embeddings(owner, raw=True)
 
 
 @overload
@@ -650,9 +763,9 @@ def recorded(client: openai.AsyncOpenAI, run: Run) -> RecordedOpenAI: ...
 @overload
 def recorded(client: openai.OpenAI, run: SyncRun) -> SyncRecordedOpenAI: ...
 def recorded(client: openai.AsyncOpenAI | openai.OpenAI, run: Run | SyncRun) -> RecordedOpenAI | SyncRecordedOpenAI:
-    """``client`` with its ``chat.completions.create`` and ``responses.create`` recorded as model
-    steps of ``run`` (whose model adapter must be ``OpenAIModel``): an ``openai.AsyncOpenAI`` with
-    the ``Run`` of async agent code, an ``openai.OpenAI`` with the ``SyncRun`` of a ``sync_agent``.
+    """``client`` with its calls recorded as steps of ``run`` (whose model adapter must be
+    ``OpenAIModel``): an ``openai.AsyncOpenAI`` with the ``Run`` of async agent code, an
+    ``openai.OpenAI`` with the ``SyncRun`` of a ``sync_agent``. What is recorded: ``RecordedOpenAI``.
 
     Raises ``ConfigurationError`` for another client, or a client and run that do not go together."""
     if isinstance(client, openai.OpenAI):

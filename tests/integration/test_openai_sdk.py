@@ -118,6 +118,7 @@ class Answer:
     body: Any = None
     sse: list[dict[str, Any]] | None = None
     hold_after: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -140,8 +141,13 @@ def server() -> Iterator[Server]:
         def log_message(self, *args: Any) -> None:
             pass
 
+        def do_GET(self) -> None:  # models
+            self.answer({})
+
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+        def answer(self, body: dict[str, Any]) -> None:
             state.requests.append((self.path, body))
             state.keys.append(self.headers.get("Authorization", ""))
             answer = state.script.pop(0)
@@ -162,6 +168,8 @@ def server() -> Iterator[Server]:
                 return
             data = json.dumps(answer.body).encode()
             self.send_response(answer.status)
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

@@ -65,7 +65,7 @@ import functools
 import hashlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
 from runledger import require_extra
@@ -98,8 +98,11 @@ from runledger import (  # noqa: E402
     PayloadUnavailableError,
     RecordedRun,
     RunCompleted,
+    RunFailed,
     RunNotFoundError,
+    RunSuspended,
     erase_run,
+    error_info,
     is_subject_token,
     list_runs,
     load_run,
@@ -110,6 +113,14 @@ from runledger.integrations.langchain import (  # noqa: E402
     LangChainModelAdapter,
     declare_tool,
     journaled_tool,
+)
+from runledger.integrations.langgraph_connection import SaverConnection  # noqa: E402
+from runledger.integrations.langgraph_outcome import (  # noqa: E402
+    Outcome,
+    continues_outcome,
+    interrupt_ids,
+    outcome_of_writes,
+    rests,
 )
 from runledger.integrations.langgraph_rerun import (  # noqa: E402
     GraphAgent,
@@ -162,6 +173,10 @@ class _Thread:
     loaded: bool = False
     run: RecordedRun | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Appends and the outcomes they imply, one at a time (LangGraph saves a step's writes from
+    # several tasks at once): the outcome recorded last in this process, None while running.
+    appending: asyncio.Lock = field(default_factory=asyncio.Lock)
+    ended: Outcome | None = None
 
     @property
     def run_id(self) -> str:
@@ -210,6 +225,12 @@ class RunledgerSaver(InMemorySaver):
         by: str = "langgraph",
     ) -> None:
         super().__init__(serde=serde)
+        if not isinstance(client, LedgerClient):
+            raise ConfigurationError(
+                f"RunledgerSaver needs a connected LedgerClient, not a {type(client).__name__}: with a URL, "
+                "use `with RunledgerSaver.from_conn_string(url) as saver:` (or `async with`), "
+                "or pass `await runledger.connect(url)`"
+            )
         given = agent if isinstance(agent, AgentSpec) else None
         name = given.name if given is not None else str(agent)
         if not is_subject_token(name):
@@ -246,6 +267,17 @@ class RunledgerSaver(InMemorySaver):
                 "create RunledgerSaver inside the event loop of its client (or pass loop=)"
             ) from exc
 
+    @classmethod
+    def from_conn_string(
+        cls, url: str, *, connect_options: dict[str, Any] | None = None, **saver_options: Any
+    ) -> SaverConnection[RunledgerSaver]:
+        """A saver on a connection of its own to ``url``, for a ``with`` block (sync graphs: the
+        connection runs on a loop in its own thread) or an ``async with`` block (async graphs: on the
+        running loop), closed at the end of the block (runledger.integrations.langgraph_connection).
+        ``saver_options`` are the constructor's (``agent``, ``data_policy``, ...); ``connect_options``
+        go to ``runledger.connect`` (``user_credentials``, ``ensure``, ...)."""
+        return SaverConnection(url, lambda client, loop: cls(client, loop=loop, **saver_options), connect_options)
+
     # -- the journal of a thread, for runledger.integrations.langchain ------------------------------------------------
 
     async def run_for(self, config: RunnableConfig) -> RecordedRun:
@@ -262,12 +294,18 @@ class RunledgerSaver(InMemorySaver):
         return journaled_tool(lc_tool, self, declare_tool(lc_tool, **declaration))
 
     async def acomplete(self, config: RunnableConfig, output: Any = None) -> None:
-        """Record that the thread's graph ran to its end (``run.completed`` with ``output``):
-        ``runledger runs`` then shows the thread's run completed until it is invoked again."""
+        """Record ``output`` as what the thread's graph produced (``run.completed``). Not needed for
+        the run's status: the saver records the end of every invocation by itself
+        (runledger.integrations.langgraph_outcome); this adds an output of the caller's choosing."""
         thread = self._thread(_thread_id(config))
-        run = await self._opened(thread)
-        await run.record(RunCompleted(output=output))
-        thread.run = None  # invoked again, the thread reopens its run (run.resumed)
+        async with thread.appending:
+            ended = thread.ended
+            if ended is not None and ended.status != "completed":
+                thread.run, thread.ended = None, None  # re-opened: completed from here
+            run = await self._opened(thread)
+            await run.record(RunCompleted(output=output))
+            # Called while running: whatever comes next is a new invocation (no checkpoint is older than "").
+            thread.ended = ended if ended is not None and ended.status == "completed" else Outcome("completed", "")
 
     def complete(self, config: RunnableConfig, output: Any = None) -> None:
         """Sync twin of ``acomplete``."""
@@ -342,6 +380,43 @@ class RunledgerSaver(InMemorySaver):
                         labels={THREAD_LABEL: thread.thread_id},
                     )  # fmt: skip
         return thread.run
+
+    # -- appending, and the outcome an append implies ------------------------------------------------------------
+
+    async def _append(
+        self,
+        thread: _Thread,
+        event: GraphCheckpointed | GraphWritesSaved,
+        index: Callable[[], None],
+        writes: Sequence[tuple[str, Any]] = (),
+        *,
+        judge: bool = True,
+    ) -> None:
+        """Record ``event`` on the thread's run, then ``index`` it, then the outcome it implies
+        (``judge``; ``writes``: the live values of a writes event). An append after an outcome
+        re-opens the run unless it is a late write of the superstep that ended."""
+        async with thread.appending:
+            ended = thread.ended
+            task = event.task_id if isinstance(event, GraphWritesSaved) else None
+            late = ended is not None and continues_outcome(ended, event.checkpoint_id, task, event.channels)
+            if ended is not None and not late:
+                thread.run, thread.ended = None, None  # a new invocation: the run is re-opened (run.resumed)
+            run = await self._opened(thread)
+            await run.record(event)
+            index()
+            if not judge or event.checkpoint_ns != "" or (late and task is None):
+                return  # a subgraph's end is not the thread's (its parent task reports it)
+            if isinstance(event, GraphCheckpointed):
+                outcome = Outcome("completed", event.checkpoint_id) if rests(event.header) else None
+            else:
+                outcome = outcome_of_writes(event.checkpoint_id, event.task_id, writes)
+            if outcome is None:
+                return
+            if thread.ended is not None and (thread.ended.status == "failed" or outcome.status != "failed"):
+                thread.ended = replace(thread.ended, by=thread.ended.by | outcome.by)  # already recorded
+                return
+            await run.record(_outcome_event(run, event, outcome))
+            thread.ended = outcome
 
     # -- the index (InMemorySaver's structures), from events ----------------------------------------------------------
 
@@ -441,7 +516,6 @@ class RunledgerSaver(InMemorySaver):
         ns = config["configurable"]["checkpoint_ns"]
         parent = config["configurable"].get("checkpoint_id")
         thread = await self._loaded(thread_id)
-        run = await self._opened(thread)
         saved = self.storage[thread_id][ns]
         stored: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = stored.pop("channel_values")
@@ -467,8 +541,8 @@ class RunledgerSaver(InMemorySaver):
             metadata=typed_to_record(self.serde.dumps_typed(merged)),
             checkpoint=typed_to_record(self.serde.dumps_typed(stored)) if stored else None,
         )
-        await run.record(event)  # write-ahead: the index changes only after the ack
-        self._index_checkpoint(event.model_dump(), typed)
+        # write-ahead: the index changes only after the ack
+        await self._append(thread, event, lambda: self._index_checkpoint(event.model_dump(), typed))
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     async def aput_writes(
@@ -489,7 +563,6 @@ class RunledgerSaver(InMemorySaver):
         ]
         if not any(new):
             return  # nothing InMemorySaver would store: nothing to record
-        run = await self._opened(thread)
         event = GraphWritesSaved(
             thread_id=thread_id,
             checkpoint_ns=ns,
@@ -499,8 +572,7 @@ class RunledgerSaver(InMemorySaver):
             channels=[c for c, _ in writes],
             writes=[typed_to_record(self.serde.dumps_typed(v)) for _, v in writes],
         )
-        await run.record(event)
-        self._index_writes(event.model_dump())
+        await self._append(thread, event, lambda: self._index_writes(event.model_dump()), writes)
 
     async def adelete_thread(self, thread_id: str) -> None:
         thread = await self._loaded(thread_id)
@@ -515,7 +587,7 @@ class RunledgerSaver(InMemorySaver):
                 InMemorySaver.delete_thread(self, thread_id)
                 for key in [k for k in self._versions if k[0] == thread_id]:
                     del self._versions[key]
-            thread.run = None
+            thread.run, thread.ended = None, None
             thread.generation += 1
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -529,7 +601,7 @@ class RunledgerSaver(InMemorySaver):
         events = [r.event for r in log.records if r.event.type in (GraphCheckpointed.TYPE, GraphWritesSaved.TYPE)]
         if not events:
             return
-        run = await self._opened(await self._loaded(target_thread_id))
+        target = await self._loaded(target_thread_id)
         for ev in events:
             p = ev.payload
             ns, cid = p.get("checkpoint_ns", ""), p["checkpoint_id"]
@@ -546,8 +618,9 @@ class RunledgerSaver(InMemorySaver):
                     metadata=typed_to_record(metadata),
                     checkpoint=typed_to_record(self.serde.dumps_typed(extra)) if extra else None,
                 )
-                await run.record(copied)
-                self._index_checkpoint(copied.model_dump())
+                await self._append(
+                    target, copied, functools.partial(self._index_checkpoint, copied.model_dump()), judge=False
+                )
             else:
                 saved = self.writes[(source_thread_id, ns, cid)]
                 keys = [(p["task_id"], WRITES_IDX_MAP.get(c, i)) for i, c in enumerate(p.get("channels") or [])]
@@ -556,8 +629,9 @@ class RunledgerSaver(InMemorySaver):
                     thread_id=target_thread_id,
                     writes=[typed_to_record(saved[k][2]) if k in saved else {"type": "null"} for k in keys],
                 )
-                await run.record(copied)
-                self._index_writes(copied.model_dump())
+                await self._append(
+                    target, copied, functools.partial(self._index_writes, copied.model_dump()), judge=False
+                )
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -616,6 +690,18 @@ class RunledgerSaver(InMemorySaver):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return self.call_sync(self.aget_delta_channel_history(config=config, channels=channels))
+
+
+def _outcome_event(
+    run: RecordedRun, event: GraphCheckpointed | GraphWritesSaved, outcome: Outcome
+) -> RunCompleted | RunFailed | RunSuspended:
+    if outcome.status == "completed":
+        return RunCompleted(output={"checkpoint_id": event.checkpoint_id})
+    if outcome.status == "failed":
+        exc = outcome.value if isinstance(outcome.value, BaseException) else RuntimeError(str(outcome.value))
+        return RunFailed(reason="exception", error=error_info(exc), step=None)
+    ids = interrupt_ids(outcome.value) or [event.checkpoint_id]
+    return RunSuspended(step=run.checkpoint.last_step, request_id=",".join(ids), reason="interrupt")
 
 
 def _thread_id(config: RunnableConfig) -> str:

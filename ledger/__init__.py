@@ -160,7 +160,11 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["list_runs"], "runledger.ops.trace"),
     **dict.fromkeys(["erase_run"], "runledger.protect.erasure"),
     **dict.fromkeys(["load_run"], "runledger.protect.loading"),
-    **dict.fromkeys(["GraphCheckpointed", "GraphWritesSaved", "RunCompleted"], "runledger.record.events"),
+    **dict.fromkeys(
+        ["GraphCheckpointed", "GraphWritesSaved", "RunCompleted", "RunFailed", "RunSuspended"],
+        "runledger.record.events",
+    ),
+    **dict.fromkeys(["error_info"], "runledger.sdk.errorinfo"),
     **dict.fromkeys(["is_subject_token"], "runledger.record.ids"),
     **dict.fromkeys(["open_run"], "runledger.sdk.lifecycle"),
     **dict.fromkeys(["RecordedRun"], "runledger.sdk.run"),
@@ -210,9 +214,11 @@ __all__ = [
     "Retry",
     "Run",
     "RunCompleted",
+    "RunFailed",
     "RunLog",
     "RunNotFoundError",
     "RunResult",
+    "RunSuspended",
     "ScriptedModel",
     "SecretResolver",
     "StaleClaimError",
@@ -226,6 +232,7 @@ __all__ = [
     "VersionTuple",
     "connect",
     "erase_run",
+    "error_info",
     "fold",
     "follow_events",
     "is_placeholder",
@@ -257,7 +264,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 # model that holds one) reads from ``sys.modules[cls.__module__]``.
 _OWN_MODULE = frozenset(
     {"AgentSpec", "Checkpoint", "DataPolicy", "EffectContext", "LedgerClient", "RecordedRun", "RedactionPolicy",
-     "RunLog", "Tool"}
+     "RunFailed", "RunLog", "Tool"}
 )  # fmt: skip
 
 

@@ -226,11 +226,11 @@ def test_agent_spec_names_the_rule() -> None:
 
 async def test_a_langgraph_threads_runs_record_the_graph_agents_code_hash() -> None:
     """The saver's spec is never driven (its function refuses), but its runs record which code ran: the graph's."""
-    from typing import Any, cast
 
     from runledger.integrations.langgraph import RunledgerSaver
+    from tests.unit.test_langgraph_values import unconnected_client
 
     graph_spec = load_agent("runledger.examples.refund_agent.agent:spec")
-    saver = RunledgerSaver(cast(Any, None), agent=graph_spec)  # nothing connects until a thread is written
+    saver = RunledgerSaver(unconnected_client(), agent=graph_spec)  # nothing connects until a thread is written
     assert saver.spec.version().code_hash == graph_spec.version().code_hash
     assert saver.spec.version().agent_version == graph_spec.version().agent_version

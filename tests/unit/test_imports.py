@@ -33,7 +33,8 @@ PUBLIC = [
     "resume_sync", "run_sync", "start_run", "sync_agent", "tool",
     # What the integrations use (tests/unit/test_imports.py keeps them to these):
     "DEFAULT_RETRY", "RETRYABLE_STATUS", "EffectClass", "GraphCheckpointed", "GraphWritesSaved", "ModelError",
-    "RecordedRun", "RunCompleted", "RunNotFoundError", "erase_run", "is_subject_token", "list_runs", "load_run",
+    "RecordedRun", "RunCompleted", "RunFailed", "RunNotFoundError", "RunSuspended", "erase_run", "error_info",
+    "is_subject_token", "list_runs", "load_run",
     "open_run", "require_extra",
     # What a reader of runs needs (the OTLP exporter): a run as read, its steps, content stand-ins, runs live.
     "RunLog", "StepRecord", "follow_events", "is_placeholder",

@@ -19,6 +19,7 @@ from langgraph.types import Interrupt, Send
 from runledger.errors import PayloadUnavailableError
 from runledger.integrations.langgraph import RunledgerSaver, thread_run_id
 from runledger.integrations.langgraph_values import TAIL, record_to_typed, splice_tail, tail_record, typed_to_record
+from runledger.log.client import LedgerClient
 from runledger.record.canonical import canonical_json
 from runledger.record.events import GENESIS, GraphCheckpointed, GraphWritesSaved, RunStarted, VersionTuple, make_event
 from runledger.record.fold import fold
@@ -128,8 +129,15 @@ def test_a_tail_on_the_wrong_base_is_an_error() -> None:
         splice_tail(SERDE.dumps_typed({"x": 1}), record)
 
 
+def unconnected_client() -> LedgerClient:
+    """A client that never connects: the saver's indexing needs none (and refuses what is no client)."""
+    from nats.aio.client import Client
+
+    return LedgerClient(nc=Client(), js=cast(Any, None), url="nats://unused")
+
+
 async def test_a_tail_whose_parent_holds_no_list_is_unavailable() -> None:
-    saver = RunledgerSaver(cast(Any, None))  # indexing only: no client needed
+    saver = RunledgerSaver(unconnected_client())  # indexing only: no client needed
     record = tail_record(SERDE.dumps_typed([1]), SERDE.dumps_typed([1, 2]))
     first = {
         "thread_id": "t",

@@ -1,0 +1,111 @@
+"""When a LangGraph thread's graph comes to rest, read from what its checkpointer is given.
+
+LangGraph tells a checkpointer nothing about how an invocation ended: the end of a graph, an
+error and an interrupt reach only the caller (and LangChain callbacks). What a checkpointer does
+see is enough to tell the three apart, and ``RunledgerSaver`` records each as the outcome of the
+thread's run (``run.completed``, ``run.failed``, ``run.suspended``) as soon as it sees it:
+
+- **Completed**: a root checkpoint that schedules nothing. Pregel runs a node when a channel it
+  is triggered by was updated in the last step; a checkpoint names those updates
+  (``updated_channels``). A node's triggers are the channels of its ``versions_seen`` entry once it
+  has run, and, for a graph built with ``StateGraph`` or ``@entrypoint``, always channels named
+  ``branch:to:<node>``, ``join:...``, ``__start__`` or the ``Send`` channel ``__pregel_tasks``. A
+  checkpoint whose updates hold none of those is the last one of its invocation.
+- **Failed**: a root task's ``__error__`` write (LangGraph saves it once the task's retries are
+  spent, then raises).
+- **Suspended**: a root task's ``__interrupt__`` write (``interrupt()`` in a node, or in a subgraph:
+  the parent's task writes it too).
+
+What it cannot see: a static breakpoint (``interrupt_before`` / ``interrupt_after``) and an error
+outside every task (the recursion limit) leave the run ``running``; its next invocation goes on
+from the same record. A node error handler that catches an error after its ``__error__`` write
+makes the run ``failed``, then running again at the next checkpoint.
+
+An invocation after an outcome (new input, ``Command(resume=...)``, a retry with ``None``, a state
+update) re-opens the run (``run.resumed``), as a resumed process does. What arrives after the
+outcome from the invocation that ended is appended without re-opening it (``continues_outcome``):
+LangGraph saves checkpoints and writes from background tasks, so an earlier step's checkpoint can
+reach the saver after a later step's interrupt, the last step's writes after the last checkpoint,
+and a parallel task's writes after its sibling's interrupt. Checkpoint ids are time-ordered
+(uuid6, as LangGraph's own savers order them), so a checkpoint, or writes against one, older than
+the outcome's is the ended invocation's; writes against the outcome's own checkpoint are, unless
+they resume it (``__resume__``) or come from the task that failed or interrupted (a retry).
+
+Rejected: a LangChain callback handler registered for every runnable of the process (it would
+observe the graph's ``on_chain_end``, but only by watching every chain of every library the
+process runs, and by guessing which run is which thread's); asking the user to call
+``saver.acomplete`` (the issue this module closes: threads stayed ``running``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ERROR = "__error__"
+INTERRUPT = "__interrupt__"
+RESUME = "__resume__"
+# Channels that trigger nodes in every StateGraph and functional-API graph.
+_TRIGGERS = frozenset({"__start__", "__pregel_tasks"})
+_TRIGGER_PREFIXES = ("branch:to:", "join:")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an invocation ended: ``status`` (``completed`` | ``failed`` | ``suspended``), the
+    checkpoint it was seen on (the last one, or the one the failing or interrupted tasks ran from),
+    the tasks whose writes ended it (``by``), and the value that tells why (the error, or the
+    interrupts)."""
+
+    status: str
+    checkpoint_id: str
+    by: frozenset[str] = frozenset()
+    value: Any = None
+
+
+def rests(header: Mapping[str, Any]) -> bool:
+    """Whether the root checkpoint whose scheduling fields are ``header`` (a checkpoint without its
+    values) schedules no task: its invocation's last checkpoint. False when it does not say which
+    channels its step updated (checkpoints older than LangGraph 1.0)."""
+    updated = header.get("updated_channels")
+    if updated is None:
+        return False
+    seen = header.get("versions_seen") or {}
+    triggers = {channel for node, versions in seen.items() if node != INTERRUPT for channel in versions or {}}
+    return not any(c in triggers or c in _TRIGGERS or c.startswith(_TRIGGER_PREFIXES) for c in updated)
+
+
+def outcome_of_writes(checkpoint_id: str, task_id: str, writes: Sequence[tuple[str, Any]]) -> Outcome | None:
+    """The outcome a root task's ``writes`` against ``checkpoint_id`` report: an error wins over an
+    interrupt (LangGraph raises the error); None when they report neither."""
+    for channel, value in writes:
+        if channel == ERROR:
+            return Outcome("failed", checkpoint_id, frozenset({task_id}), value)
+    interrupts = [value for channel, value in writes if channel == INTERRUPT]
+    if interrupts:
+        return Outcome("suspended", checkpoint_id, frozenset({task_id}), interrupts)
+    return None
+
+
+def continues_outcome(
+    ended: Outcome, checkpoint_id: str, task_id: str | None = None, channels: Sequence[str] = ()
+) -> bool:
+    """Whether a checkpoint (``task_id`` None) or writes of ``task_id`` to ``channels`` against
+    ``checkpoint_id``, arriving after ``ended`` was recorded, belong to the invocation that ended
+    rather than to a new one (see the module docstring)."""
+    if task_id is None:
+        return checkpoint_id <= ended.checkpoint_id
+    if checkpoint_id != ended.checkpoint_id:
+        return checkpoint_id < ended.checkpoint_id
+    return RESUME not in channels and task_id not in ended.by
+
+
+def interrupt_ids(interrupts: Sequence[Any]) -> list[str]:
+    """The ids of the interrupts in ``interrupts`` (``__interrupt__`` write values: lists of
+    ``Interrupt``)."""
+    found: list[str] = []
+    for value in interrupts:
+        for item in value if isinstance(value, list | tuple) else [value]:
+            found.append(str(getattr(item, "id", "") or ""))
+    return [i for i in found if i]

@@ -41,6 +41,16 @@ prepare_sandbox() {
   echo "dev.sh: sandbox image ready in $((SECONDS - started))s" >&2
 }
 
+# The Go writer (clients/go) compiles nats.go and much of Go's standard library on a cold cache: minutes on
+# a busy machine. Built once here when Go is installed, the test's own build (tests/integration/test_go_writer.py)
+# is a cache hit. Without Go that test skips (and fails under CI=true, where .ci/run installs it).
+prepare_go_writer() {
+  command -v go >/dev/null || return 0
+  local started=$SECONDS
+  bash clients/go/build.sh || { echo "dev.sh: clients/go/build.sh failed: tests/integration/test_go_writer.py will fail" >&2; return 0; }
+  echo "dev.sh: Go writer built in $((SECONDS - started))s" >&2
+}
+
 # mypy cannot follow setuptools' editable finder (the folders ledger/, projections/, sandbox/,
 # integrations/, ui/ and examples/ install as runledger, runledger.projections...): it checks a tree of links in that layout.
 typecheck_tree() {
@@ -68,6 +78,7 @@ case "${1:-}" in
     typecheck_tree
     "$venv/bin/mypy"
     prepare_sandbox
+    prepare_go_writer
     exec "$venv/bin/pytest" -q -p no:cacheprovider "$@"
     ;;
   bench)

@@ -34,7 +34,7 @@ from runledger.sdk.tools import tool
 from tests.conftest import unavailable
 
 # The first test builds the Go writer: from a cold Go cache that compiles nats.go and half the standard
-# library (about 3 minutes measured on a loaded 2-core machine; .ci/run builds it once before pytest, so
+# library (about 3 minutes measured on a loaded 2-core machine; deploy/dev.sh test builds it before pytest, so
 # the test's build is then a cache hit of a few seconds).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

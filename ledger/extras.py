@@ -21,6 +21,7 @@ MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
     "langgraph": ("langgraph", "langgraph.checkpoint", "langchain_core"),
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http", "opentelemetry.proto"),
     "openai": ("openai",),
+    "pydantic-ai": ("pydantic_ai",),
 }
 
 # The sub-commands of a package that cannot even be imported without its extra, so that calling

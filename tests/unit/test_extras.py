@@ -28,6 +28,7 @@ MODULE_OF_DISTRIBUTION: dict[str, str] = {
     "opentelemetry-exporter-otlp-proto-http": "opentelemetry.exporter.otlp.proto.http",
     "opentelemetry-proto": "opentelemetry.proto",
     "langgraph-checkpoint": "langgraph.checkpoint",
+    "pydantic-ai-slim": "pydantic_ai",
 }
 
 

@@ -1,0 +1,459 @@
+"""runledger as a durable-execution engine for Pydantic AI: an agent's model requests and tool calls
+are the steps of a run, so a crashed agent resumes from the record.
+
+Built the way Pydantic AI's own Temporal, DBOS and Prefect integrations are, on its public
+``pydantic_ai.durable_exec`` surface: ``RunledgerDurability`` is a durability capability
+(``Agent(..., capabilities=[RunledgerDurability()])``) whose operation backend makes each durable
+unit a runledger step. The durable container is a runledger run: inside an agent function, under
+``recording(run)`` (or through ``agent_spec``, which does it for you), every ``agent.run`` /
+``agent.iter`` / ``agent.run_stream`` of the agent records
+
+- each model request as a ``model.called`` step (``run.model``): the request as OpenAI-style messages
+  (no timestamps, so a resume digests the same request), the reply's text, tool calls, finish
+  reason and token usage for the readers (``runledger show``, the projection, OTel), and the whole
+  Pydantic AI ``ModelResponse`` as JSON (``PydanticAIResponse.message``, dumped and loaded by Pydantic
+  AI's own type adapters, so it round-trips);
+- each tool call as a ``tool.called`` step (``run.tool``) named by the tool, its arguments the
+  model's; the result is Pydantic AI's recorded form of a tool call (its value, or a control-flow
+  signal such as ``ModelRetry`` carried as data), so a replayed retry prompt is the same;
+- a tool declared in ``effects=`` as an effect (``Effect(key=...)``): claimed on its idempotency key
+  before it acts and applied at most once across crashes and resumes (runledger.sdk.effect_step);
+  its function finds the attempt's ``EffectContext`` (``EffectContext.current().key``: pass it to the
+  service as its idempotency key).
+
+On resume (``resume_run``) the agent function runs again from the top; each recorded step is served
+from the record (the model is not called, the tool function does not run) and Pydantic AI gets the
+same ``ModelResponse`` and tool result it got live; past the record the run goes on live. The run's
+model adapter must be ``PydanticAIModel`` (``AgentSpec(model=PydanticAIModel())``, what ``agent_spec``
+sets): ``run.model`` calls it, and it makes the Pydantic AI request the backend set up for the step.
+
+Not journaled, run in the container as they are: tool discovery (``get_tools``; a function
+toolset's is deterministic), argument validation, and waits (``durable_sleep`` is Pydantic AI's
+in-process sleep: a resume waits again). Other durable operations (event-stream handlers, token
+counts, capability operations) are read-tool steps named ``pydantic_ai:<operation>``. Tool calls run
+one after another inside a run (``sequential_tools_in_durable_context``), so step numbers follow the
+model's order of tool calls whatever the scheduling. What runs in the agent function outside
+model requests and tool calls (a clock, randomness, I/O) must be deterministic or go through the
+Run API, as for any runledger agent.
+
+Rejected: a ``WrapperAgent`` with a wrapped model and wrapped toolsets of our own (what the
+integrations did before Pydantic AI's durability capability): Pydantic AI now owns that machinery and
+asks engines not to copy it; and ``open_run`` (a run continued without replay), since a Pydantic AI
+agent does not recover by itself: replaying its model responses is what rebuilds its state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runledger import require_extra
+
+require_extra("pydantic-ai", "runledger.integrations.pydantic_ai")
+
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.durable_exec import (  # noqa: E402
+    JSON_CODEC,
+    BaseDurabilityCapability,
+    BoundDurableOperation,
+    DurabilityEngineSpec,
+    DurableOperation,
+    DurableOperationBackend,
+    ModelCompactMessagesId,
+    ModelRequestId,
+    ModelRequestParams,
+    ToolsetCallToolId,
+    ToolsetValidateToolArgumentsId,
+    conversation_id_from_run_id,
+    durable_unit_scope,
+)
+from pydantic_ai.messages import ModelMessage  # noqa: E402
+from pydantic_core import to_jsonable_python  # noqa: E402
+
+from runledger import (  # noqa: E402
+    AgentSpec,
+    ConfigurationError,
+    ModelResponse,
+    Run,
+    Tool,
+    ToolFailedError,
+)
+
+__all__ = [
+    "Effect",
+    "PydanticAIModel",
+    "PydanticAIResponse",
+    "RunledgerDurability",
+    "agent_spec",
+    "recording",
+    "request_messages",
+]
+
+DEFAULT_MODEL_NAME = "pydantic-ai"
+
+
+@dataclass
+class _Container:
+    """The run Pydantic AI agents record into, and how many agent runs it started (their ids)."""
+
+    run: Run
+    agent_runs: int = 0
+
+
+_CONTAINER: ContextVar[_Container | None] = ContextVar("runledger_pydantic_ai_run", default=None)
+
+
+def _current_run() -> Run | None:
+    container = _CONTAINER.get()
+    return container.run if container is not None else None
+
+
+@contextmanager
+def recording(run: Run) -> Iterator[Run]:
+    """Make ``run`` the durable container of the Pydantic AI agents called inside the block: the model
+    requests and tool calls of every agent with ``RunledgerDurability`` become steps of ``run``, and
+    an agent run started without a ``run_id`` gets ``<run id>-pa<n>`` (its n-th in the block, the same
+    on resume), its conversation id derived from it."""
+    token = _CONTAINER.set(_Container(run))
+    try:
+        yield run
+    finally:
+        _CONTAINER.reset(token)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A tool declared as a side effect (``RunledgerDurability(effects={"refund": Effect(key=...)})``).
+
+    ``key`` builds the idempotency key from the tool's arguments (a JSON object): the business
+    identity, e.g. ``lambda a: f"refund:{a['order_id']}"``, never a digest of model-generated text.
+    ``effect_class`` is ``write`` or ``irreversible``; ``reconcile`` (``key -> result`` or
+    ``runledger.NOT_FOUND``, asked when a crash left the effect in doubt) returns what the tool
+    call recorded: Pydantic AI's recorded form of the tool's return value, which ``tool_result``
+    builds from the value. ``lease_s`` is the claim's lease (runledger.sdk.context)."""
+
+    key: Callable[[Any], str]
+    effect_class: Literal["write", "irreversible"] = "write"
+    reconcile: Callable[[str], Any] | None = None
+    lease_s: float | None = None
+
+
+class PydanticAIResponse(ModelResponse):
+    """A ``ModelResponse`` that also carries Pydantic AI's ``ModelResponse`` as JSON (``message``), what a
+    replay hands back to the agent."""
+
+    message: Any = None
+
+
+@dataclass
+class _Call:
+    """The Pydantic AI request a model step is making, for the adapter that makes it."""
+
+    name: str
+    body: Callable[[], Awaitable[object]]
+    answered: bool = False
+
+
+_CALL: ContextVar[_Call | None] = ContextVar("runledger_pydantic_ai_call", default=None)
+
+
+class PydanticAIModel:
+    """The model adapter of a run whose agent is a Pydantic AI agent with ``RunledgerDurability``.
+
+    Called by ``run.model`` for a model step the backend set up, it makes that Pydantic AI request
+    (the agent's model, its settings and retries) and records its response; its ``name`` is then the
+    requested model's (``function:...``, ``openai:gpt-4o``), else ``default_name``."""
+
+    response_type = PydanticAIResponse
+    retry = None  # a Pydantic AI model retries by its own settings; each request is one attempt here
+
+    def __init__(self, default_name: str = DEFAULT_MODEL_NAME) -> None:
+        self.default_name = default_name
+
+    @property
+    def name(self) -> str:
+        call = _CALL.get()
+        return call.name if call is not None else self.default_name
+
+    @name.setter
+    def name(self, value: str) -> None:  # ModelAdapter's name is settable: it sets the default
+        self.default_name = value
+
+    async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        call = _CALL.get()
+        if call is None:
+            raise ConfigurationError(
+                "PydanticAIModel answers only the model requests of a Pydantic AI agent with RunledgerDurability"
+            )
+        call.answered = True
+        return summary(await call.body())
+
+
+def summary(payload: Any) -> PydanticAIResponse:
+    """What the record keeps of a Pydantic AI ``ModelResponse`` (as JSON, ``payload``): its text, its tool
+    calls as OpenAI-style calls, finish reason and token usage for the readers, and the whole of it."""
+    parts = payload.get("parts", []) if isinstance(payload, dict) else []
+    text = "".join(p.get("content", "") for p in parts if p.get("part_kind") == "text")
+    calls = [
+        {"id": p.get("tool_call_id"), "type": "function",
+         "function": {"name": p.get("tool_name"), "arguments": _arguments(p.get("args"))}}
+        for p in parts
+        if p.get("part_kind") == "tool-call"
+    ]  # fmt: skip
+    usage = (payload.get("usage") if isinstance(payload, dict) else None) or {}
+    finish = (payload.get("finish_reason") if isinstance(payload, dict) else None) or (
+        "tool_calls" if calls else "stop"
+    )
+    return PydanticAIResponse(
+        content=text,
+        tool_calls=calls,
+        finish_reason=str(finish),
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        message=payload,
+    )
+
+
+def _arguments(args: Any) -> str:
+    if isinstance(args, str):
+        return args
+    return json.dumps(args if args is not None else {}, sort_keys=True, separators=(",", ":"))
+
+
+def request_messages(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+    """A Pydantic AI message history as the OpenAI-style messages a model step records: system,
+    user, assistant (text and tool calls) and tool messages, without timestamps or run ids, so the
+    same conversation gives the same request digest live and on resume."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.kind == "request":
+            if message.instructions:
+                out.append({"role": "system", "content": message.instructions})
+            out.extend(_request_part(part) for part in message.parts)
+            continue
+        text = "".join(str(getattr(p, "content", "")) for p in message.parts if p.part_kind == "text")
+        calls = [
+            {"id": p.tool_call_id, "type": "function",
+             "function": {"name": p.tool_name, "arguments": p.args_as_json_str()}}
+            for p in message.parts
+            if p.part_kind == "tool-call"
+        ]  # fmt: skip
+        out.append({"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})})
+    return out
+
+
+def _request_part(part: Any) -> dict[str, Any]:
+    kind = part.part_kind
+    if kind == "system-prompt":
+        return {"role": "system", "content": part.content}
+    if kind == "user-prompt":
+        content = part.content if isinstance(part.content, str) else to_jsonable_python(part.content)
+        return {"role": "user", "content": content}
+    if kind == "tool-return":
+        return {"role": "tool", "tool_call_id": part.tool_call_id, "name": part.tool_name,
+                "content": part.model_response_str()}  # fmt: skip
+    if kind == "retry-prompt":
+        if part.tool_name is None:
+            return {"role": "user", "content": part.model_response()}
+        return {"role": "tool", "tool_call_id": part.tool_call_id, "name": part.tool_name,
+                "content": part.model_response()}  # fmt: skip
+    return {"role": "user", "content": to_jsonable_python(part, fallback=str)}
+
+
+# -- the backend: durable units as steps ---------------------------------------------------------
+
+
+class _Bound:
+    """One durable operation bound to runledger: called inside a run, it is a step of the run."""
+
+    def __init__(self, operation: DurableOperation[Any, Any, Any], durability: RunledgerDurability) -> None:
+        self._operation = operation
+        self._durability = durability
+
+    @property
+    def operation(self) -> DurableOperation[Any, Any, Any]:
+        return self._operation
+
+    async def __call__(self, params: Any, *, config: object | None = None) -> Any:
+        operation = self._operation
+
+        async def body() -> object:
+            with durable_unit_scope():
+                return operation.result_codec.dump(await operation.handler(params))
+
+        run = _current_run()
+        op_id = operation.operation_id
+        if run is None or isinstance(op_id, ToolsetValidateToolArgumentsId):
+            payload = await body()  # outside a run, or pure validation: nothing to record
+        elif isinstance(op_id, (ModelRequestId, ModelCompactMessagesId)):
+            payload = await _model_step(run, params, body)
+        elif isinstance(op_id, ToolsetCallToolId):
+            payload = await _tool_step(run, params.name, params.tool_args, params.ctx.tool_call_id, body,
+                                       self._durability.effects.get(params.name))  # fmt: skip
+        else:
+            payload = await _tool_step(run, f"pydantic_ai:{type(op_id).__name__}", None, None, body, None)
+        return operation.result_codec.load(payload)
+
+
+def _model_name(params: Any) -> str:
+    ctx = getattr(params, "run_context", None)
+    model = getattr(ctx, "model", None)
+    if model is not None:
+        system, name = str(getattr(model, "system", "") or ""), str(getattr(model, "model_name", "") or "")
+        if system and name and not name.startswith(f"{system}:"):
+            return f"{system}:{name}"  # as Pydantic AI names models: openai:gpt-4o, test:test
+        return name or system or DEFAULT_MODEL_NAME
+    return str(getattr(params, "model_id", None) or DEFAULT_MODEL_NAME)
+
+
+async def _model_step(run: Run, params: Any, body: Callable[[], Awaitable[object]]) -> object:
+    if isinstance(params, ModelRequestParams):
+        messages = request_messages(params.messages)
+        settings = {k: v for k, v in (params.model_settings or {}).items() if k != "extra_headers"}
+        tools = [t.name for t in params.model_request_parameters.function_tools]
+        request: dict[str, Any] = {"model_settings": to_jsonable_python(settings, fallback=str), "tools": tools}
+    else:  # a compaction of the history (ModelCompactMessagesParams)
+        messages = request_messages(params.request_context.messages)
+        request = {"operation": "compact_messages"}
+    call = _Call(_model_name(params), body)
+    token = _CALL.set(call)
+    try:
+        response = await run.model(messages, **request)
+    except ToolFailedError as exc:
+        if isinstance(exc.__cause__, Exception):
+            raise exc.__cause__ from None  # the model's own error, recorded; Pydantic AI's retries see it
+        raise
+    finally:
+        _CALL.reset(token)
+    if not isinstance(response, PydanticAIResponse):
+        raise ConfigurationError(
+            "a run whose agent calls a Pydantic AI agent needs AgentSpec(model=PydanticAIModel()) "
+            f"(its model adapter answered {type(response).__name__})"
+        )
+    return response.message
+
+
+async def _tool_step(
+    run: Run,
+    name: str,
+    args: Any,
+    tool_call_id: str | None,
+    body: Callable[[], Awaitable[object]],
+    effect: Effect | None,
+) -> object:
+    async def call(arguments: Any) -> object:  # a value tool: the arguments are the record's, unvalidated
+        return await body()
+
+    if effect is None:
+        declared: Tool[Any, Any] = Tool(name, call)
+    else:
+        declared = Tool(
+            name, call, effect_class=effect.effect_class, key=effect.key, reconcile=effect.reconcile,
+            lease_s=effect.lease_s,
+        )  # fmt: skip
+    try:
+        return await run.tool(declared, args, tool_call_id=tool_call_id)
+    except ToolFailedError as exc:
+        if isinstance(exc.__cause__, Exception):
+            raise exc.__cause__ from None  # the tool's own error, recorded
+        raise
+
+
+class _Backend(DurableOperationBackend[None]):
+    def __init__(self, durability: RunledgerDurability) -> None:
+        self._durability = durability
+
+    def bind(self, operation: DurableOperation[Any, Any, Any]) -> BoundDurableOperation[Any, Any, Any]:
+        return _Bound(operation, self._durability)
+
+    def config_for_tool(
+        self, operation: DurableOperation[Any, Any, Any], *, tool: object | None, tool_name: str
+    ) -> None:
+        return None
+
+    def registrations(self) -> Sequence[Callable[..., object]]:
+        return ()
+
+
+class RunledgerDurability(BaseDurabilityCapability[Any]):
+    """The capability that makes a Pydantic AI agent durable on runledger
+    (``Agent(..., capabilities=[RunledgerDurability(effects=...)])``).
+
+    Inside ``recording(run)`` (or an ``agent_spec`` run) the agent's model requests and tool calls
+    are steps of ``run``; outside one the agent runs as it would without it. ``effects`` maps tool
+    names to their ``Effect`` declarations; every other tool is a read tool, re-run freely by a
+    re-drive and served from the record on resume."""
+
+    engine_spec = DurabilityEngineSpec(
+        engine_name="runledger",
+        durable_unit_noun="step",
+        durable_unit_plural="steps",
+        durable_container_noun="run",
+        codec=JSON_CODEC,  # the record is JSON: values are reduced by Pydantic AI's type adapters
+        unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
+        wrapped_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
+        toolset_lifecycles={"function": "enter-always", "mcp": "enter-in-durable-unit", "dynamic": "enter-never"},
+        journal_discovery=False,
+        sequential_tools_in_durable_context=True,
+        tool_config_key=None,
+    )
+
+    def __init__(self, *, effects: Mapping[str, Effect] | None = None, name: str | None = None) -> None:
+        super().__init__(name=name)
+        self.effects: dict[str, Effect] = dict(effects or {})
+
+    @property
+    def in_durable_context(self) -> bool:
+        return _CONTAINER.get() is not None
+
+    def get_default_run_id(self) -> str | None:
+        container = _CONTAINER.get()
+        if container is None:
+            return None
+        container.agent_runs += 1
+        return f"{container.run.run_id}-pa{container.agent_runs}"
+
+    def get_default_conversation_id(self, run_id: str) -> str | None:
+        return conversation_id_from_run_id(run_id) if self.in_durable_context else None
+
+    def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
+        return _Backend(self)
+
+
+def agent_spec(
+    agent: Agent[Any, Any],
+    name: str | None = None,
+    *,
+    agent_version: str | None = None,
+    deps: Callable[[Run], Any] | None = None,
+    model: PydanticAIModel | None = None,
+    **spec: Any,
+) -> AgentSpec:
+    """A runledger agent (``start_run``, ``resume_run``, ``runledger run --agent module:attr``) that runs
+    ``agent`` on the run's input: a string is the user prompt; an object gives ``prompt`` and may give
+    ``instructions``. Returns the agent's output as JSON. ``deps(run)`` builds the agent's
+    dependencies; ``spec`` is passed on to ``AgentSpec`` (budgets, data policy, durability)."""
+    if RunledgerDurability.from_agent(agent) is None:
+        raise ConfigurationError(
+            f"agent {agent.name or name!r} has no RunledgerDurability: Agent(..., capabilities=[RunledgerDurability()])"
+        )
+    run_name = name or agent.name
+    if not run_name:
+        raise ConfigurationError("agent_spec needs a name (the agent's, or name=)")
+
+    async def run_agent(run: Run) -> Any:
+        given = run.input
+        prompt = given.get("prompt") if isinstance(given, dict) else given
+        with recording(run):
+            result = await agent.run(
+                None if prompt is None else str(prompt),
+                deps=deps(run) if deps is not None else None,
+                instructions=given.get("instructions") if isinstance(given, dict) else None,
+            )
+        return to_jsonable_python(result.output)
+
+    return AgentSpec(run_name, run_agent, model or PydanticAIModel(), agent_version=agent_version, **spec)

@@ -1,0 +1,83 @@
+"""``runledger.integrations.pydantic_ai`` against a real nats-server: a Pydantic AI agent
+(tests/pydantic_ai_shop.py, Pydantic AI's own ``FunctionModel``) run by ``runledger run`` in a process
+of its own, SIGKILLed at every step boundary (a named crash point: after a model request or a tool
+call was recorded), then resumed by ``runledger resume``. The witnesses are files the agent
+processes wrote: the model function's answered calls and the tools' own log. Across the kill and the
+resume, each model call and each tool call happened exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from runledger import LedgerClient, load_run
+from runledger.record.fold import fold
+from tests.integration.processes import runledger
+
+pytest.importorskip("pydantic_ai")
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+AGENT = "tests.pydantic_ai_shop:spec"
+# Steps: 0 model, 1 lookup (ModelRetry), 2 model, 3 lookup, 4 model, 5 refund (an effect), 6 model.
+MODEL_CALLS = ["1", "3", "5", "7"]  # each answered model call: the length of the history it was given
+TOOL_CALLS = ["lookup o-1", "lookup o-1", "refund o-1"]
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+# Where the agent process SIGKILLs itself (runledger.sdk.crashpoints), and how many model and tool
+# calls it made by then: after each step up to the refund, and after the refund's outcome was on its
+# key (the effect's copy on the run not yet written).
+KILLS = [
+    ("step:0:recorded", 1, 0),
+    ("step:1:recorded", 1, 1),
+    ("step:2:recorded", 2, 1),
+    ("step:3:recorded", 2, 2),
+    ("step:4:recorded", 3, 2),
+    ("effect:refund:o-1:recorded", 3, 3),
+]
+
+
+@pytest.mark.parametrize(("crash_at", "models", "tools"), KILLS)
+async def test_an_agent_killed_between_calls_resumes_without_repeating_one(
+    nats_url: str, client: LedgerClient, tmp_path: Path, crash_at: str, models: int, tools: int
+) -> None:
+    log = tmp_path / "witness"
+    log.mkdir()
+    env = {"PYAI_SHOP_LOG": str(log)}
+    run_id = "pyai-kill-" + crash_at.replace(":", "-")
+    crashed = await asyncio.to_thread(
+        runledger, nats_url, "run", "--agent", AGENT, "--run-id", run_id, "--input", json.dumps("refund o-1"),
+        env={**env, "RUNLEDGER_CRASH_AT": crash_at},
+    )  # fmt: skip
+    assert crashed.returncode == -9, f"expected a SIGKILL at {crash_at}: {crashed.stdout}{crashed.stderr}"
+    # The process died right after the step was recorded: the calls up to it, and no more.
+    assert lines(log / "model.log") == MODEL_CALLS[:models]
+    assert lines(log / "tools.log") == TOOL_CALLS[:tools]
+    assert fold((await load_run(client, run_id)).records).status == "running"
+
+    resumed = await asyncio.to_thread(runledger, nats_url, "resume", run_id, "--agent", AGENT, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"run {run_id}: completed" in resumed.stdout, resumed.stdout
+    assert lines(log / "model.log") == MODEL_CALLS, "a model call was repeated (or lost) across the kill"
+    assert lines(log / "tools.log") == TOOL_CALLS, "a tool call was repeated (or lost) across the kill"
+
+    cp = fold((await load_run(client, run_id)).records)
+    assert cp.status == "completed"
+    assert cp.output == "done: refunded 5 on o-1"
+    assert cp.committed_keys == ["refund:o-1"]
+    assert [cp.steps[s].kind for s in sorted(cp.steps)] == [
+        "model",
+        "tool",
+        "model",
+        "tool",
+        "model",
+        "effect",
+        "model",
+    ]

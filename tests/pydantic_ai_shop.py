@@ -1,0 +1,87 @@
+"""A Pydantic AI refund agent for the tests of ``runledger.integrations.pydantic_ai``: its model is
+Pydantic AI's own ``FunctionModel`` (look the order up, look again after the tool's ``ModelRetry``,
+refund, answer), its ``refund`` tool an effect keyed ``refund:<order>``.
+
+The witnesses are the model function's list of answered calls (each the length of the history it
+was given) and each tool's own log. In a process of its own (``tests.pydantic_ai_shop:spec``, as
+tests/integration/test_pydantic_ai.py starts it) they are also appended to files in the directory
+``$PYAI_SHOP_LOG`` (``model.log``, ``tools.log``), so a SIGKILLed process leaves them behind.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from runledger import AgentSpec, EffectContext
+from runledger.integrations.pydantic_ai import Effect, RunledgerDurability, agent_spec
+
+
+class Crash(BaseException):
+    """A crash in flight: nothing catches it, nothing records it (as a SIGKILL would)."""
+
+
+@dataclass
+class Shop:
+    crash_at_call: int | None = None  # the model call (1-based) that crashes instead of answering
+    log_dir: Path | None = None
+    answered: list[int] = field(default_factory=list)  # per answered model call: the history's length
+    tool_log: list[str] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
+
+    def _log(self, name: str, line: str) -> None:
+        if self.log_dir is not None:
+            with open(self.log_dir / name, "a") as f:
+                f.write(line + "\n")
+
+    def model(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if self.crash_at_call == len(self.answered) + 1:
+            raise Crash
+        self.answered.append(len(messages))
+        self._log("model.log", str(len(messages)))
+        # By the history's length: ask, ask again after the retry prompt, refund, answer.
+        if len(messages) in (1, 3):
+            call_id = f"c{len(messages)}"
+            return ModelResponse(parts=[ToolCallPart("lookup", {"order": "o-1"}, tool_call_id=call_id)])
+        if len(messages) == 5:
+            return ModelResponse(parts=[ToolCallPart("refund", {"order": "o-1", "amount": 5}, tool_call_id="c5")])
+        last = messages[-1].parts[-1]
+        return ModelResponse(parts=[TextPart(f"done: {getattr(last, 'content', '')}")])
+
+    def agent(self) -> Agent[None, str]:
+        durability = RunledgerDurability(effects={"refund": Effect(key=lambda a: f"refund:{a['order']}")})
+        agent = Agent(FunctionModel(self.model), name="shop", capabilities=[durability])
+
+        @agent.tool_plain
+        def lookup(order: str) -> dict[str, Any]:
+            self.tool_log.append(f"lookup {order}")
+            self._log("tools.log", f"lookup {order}")
+            if self.tool_log.count(f"lookup {order}") == 1:
+                raise ModelRetry("the order service was busy, ask again")  # a control-flow signal, recorded
+            return {"order": order, "total": 10}
+
+        @agent.tool_plain
+        async def refund(order: str, amount: int) -> str:
+            ctx = EffectContext.current()
+            self.keys.append(ctx.key if ctx is not None else None)
+            self.tool_log.append(f"refund {order}")
+            self._log("tools.log", f"refund {order}")
+            return f"refunded {amount} on {order}"
+
+        return agent
+
+
+def spec() -> AgentSpec:
+    """The shop in a process of its own: its witnesses in ``$PYAI_SHOP_LOG``."""
+    log = os.environ.get("PYAI_SHOP_LOG")
+    shop = Shop(log_dir=Path(log) if log else None)
+    if log:  # a resumed process's lookup knows the calls an earlier process made
+        tools = Path(log) / "tools.log"
+        shop.tool_log = tools.read_text().splitlines() if tools.exists() else []
+    return agent_spec(shop.agent(), agent_version="v1")

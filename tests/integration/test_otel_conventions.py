@@ -34,6 +34,7 @@ from runledger.protect.loading import load_run
 from runledger.sdk.lifecycle import start_run
 from tests.integration import test_openai_sdk as wire
 from tests.integration import test_otel_export as otel_export
+from tests.integration.test_openai_complete import surface_script, use_the_surface
 from tests.integration.test_openai_sdk import API_KEY, QUICK, TOOLS, Answer, Server, chat_sse, completion, response
 from tests.integration.test_otel_export import OtlpReceiver, lookup, record
 from tests.otel_conventions import SCHEMA_URL, ExportedSpan, exported, problems, record_facts
@@ -177,6 +178,32 @@ async def test_openai_runs_conform(client: LedgerClient, server: Server, receive
     assert all(s["gen_ai.conversation.id"] == "conv-42" for s in (first, streamed, responses, root(spans)))
     call = json.loads(first["gen_ai.output.messages"])[0]["parts"][0]
     assert (call["name"], call["arguments"]) == ("lookup", {"order": "o-9"})
+
+
+async def test_the_rest_of_the_openai_surface_conforms(
+    client: LedgerClient, server: Server, receiver: OtlpReceiver
+) -> None:
+    """parse, stream(), with_raw_response, with_options, embeddings and models, as the OpenAI
+    integration records them: embeddings are an embeddings span, stream() a streamed request."""
+    server.script = surface_script()
+
+    async def agent(run: Run) -> str:
+        async with openai.AsyncOpenAI(api_key=API_KEY, base_url=server.url) as sdk:
+            await use_the_surface(recorded(sdk, run), [])
+        return "ok"
+
+    spec = AgentSpec("openai-surface", agent, OpenAIModel(model="gpt-test", retry=QUICK), agent_version="v1")
+    run_id = (await start_run(client, spec)).run_id
+    for content in (False, True):
+        spans = (await check_every_span(client, receiver, {run_id: "openai"}, content))[run_id]
+    parsed, streamed, raw, tuned = named(spans, "chat gpt-test")
+    assert parsed["gen_ai.output.type"] == "json" == streamed["gen_ai.output.type"]
+    assert streamed["gen_ai.request.stream"] is True
+    assert not any("gen_ai.request.stream" in s for s in (parsed, raw, tuned))
+    (embedded,) = named(spans, "embeddings text-emb")
+    assert embedded["gen_ai.operation.name"] == "embeddings" and embedded["gen_ai.provider.name"] == "openai"
+    assert (embedded["gen_ai.response.model"], embedded["gen_ai.usage.input_tokens"]) == ("text-emb", 4)
+    assert not {"gen_ai.output.messages", "gen_ai.usage.output_tokens"} & set(embedded)
 
 
 # -- LangGraph and LangChain -----------------------------------------------------------------------------

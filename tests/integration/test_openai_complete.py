@@ -272,7 +272,11 @@ async def test_a_run_killed_midway_resumes_without_repeating_a_request(
     await check_the_record(client, server, "oa-killed")
 
 
-async def test_what_is_not_recorded_says_so_by_name(client: LedgerClient, server: Server) -> None:
+async def test_what_is_not_recorded_says_so_by_name(
+    client: LedgerClient, server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each part of the SDK the wrapper does not record raises ``NotRecordedError`` naming it (an
+    ``AttributeError`` too); the SDK's own retries asked of ``with_options`` are refused aloud."""
     refused: list[str] = []
 
     async def agent(run: Run) -> Any:
@@ -291,6 +295,8 @@ async def test_what_is_not_recorded_says_so_by_name(client: LedgerClient, server
             assert not hasattr(oa, "beta") and getattr(oa.chat, "moderations", None) is None
             with pytest.raises(NotRecordedError, match="with_raw_response with stream=True"):
                 await oa.chat.completions.with_raw_response.create(model="gpt-test", messages=[], stream=True)
+            tuned = oa.with_options(max_retries=5, timeout=9)
+            assert tuned._client.max_retries == 0 and tuned._client.timeout == 9
         return "ok"
 
     spec = AgentSpec("openai-uncovered", agent, OpenAIModel(model="gpt-test"), agent_version="v1")
@@ -301,3 +307,4 @@ async def test_what_is_not_recorded_says_so_by_name(client: LedgerClient, server
         "AsyncOpenAI.images", "AsyncOpenAI.with_raw_response.files", "AsyncOpenAI.models.with_raw_response",
     ]  # fmt: skip
     assert server.requests == []
+    assert any("with_options(max_retries=5) on a recorded client is ignored" in r.message for r in caplog.records)

@@ -22,6 +22,7 @@ MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http", "opentelemetry.proto"),
     "openai": ("openai",),
     "pydantic-ai": ("pydantic_ai",),
+    "mcp": ("mcp",),
 }
 
 # The sub-commands of a package that cannot even be imported without its extra, so that calling

@@ -1,0 +1,373 @@
+"""MCP tools as the steps of a run: a recorded MCP client session.
+
+An agent reaches an MCP server (the ``mcp`` package, 2.x) through an ``McpServer`` (how to connect:
+``McpServer.stdio(command, args)`` spawns the server, ``McpServer.http(url)`` speaks streamable
+HTTP to a running one). ``server.tools()`` lists the server's tools once, where the agent's spec is
+built, and declares each as a runledger ``Tool``, the way its annotations say:
+
+- ``readOnlyHint`` true: a ``read`` tool (``tool.called``; run again live by a live re-run that
+  names it with ``--live-tool``);
+- anything else is an effect: ``irreversible`` when ``destructiveHint`` is true or absent (MCP's
+  default), else ``write``. Its idempotency key comes from the call (``call_tool(..., key=...)``)
+  or from the key function given for the tool (``tools(keys={"refund": lambda a: ...})``); a call
+  with neither is refused before anything is claimed. Idempotent (``idempotentHint``) or not, the
+  tool changes the world, so it is claimed, acted at most once, and a claim without an outcome is
+  in doubt at resume (``EffectInDoubtError``) unless ``reconcile`` is given for it.
+
+``effects={"name": "read"}`` overrides the class of a tool whose annotations are wrong or absent
+(MCP's annotations are hints a server may get wrong). Put the tools on the spec
+(``AgentSpec(..., tools=server.tools(...))``): each one's name, class and input schema is then in
+the run's ``tool_schema_hashes``, so a server whose tools changed (a new schema, a tool that became
+destructive) is a version change, and ``resume`` refuses it (``VersionMismatchError``).
+
+In the agent, ``async with server.session(run) as session`` gives a ``RecordedSession``:
+``await session.call_tool(name, arguments)`` is ``run.tool`` of the declared tool and returns the
+SDK's ``CallToolResult``; ``await session.list_tools()`` returns the listing the spec was built
+from (the one the version tuple pins). Live, the call goes to the server over a connection the
+session opens on its first live call (a replay never connects); on resume, a recorded call is
+answered from the record and a committed effect is served from its key; in a sandboxed re-run
+the agent's calls go to the host, which calls the server in ``live`` mode for a read tool named
+live, serves effects from the record in ``redrive`` and stubs them (``{"simulated": true, ...}``
+as structured content) in ``live``. The effect's key is also sent to the server in the call's
+``_meta`` (``io.runledger/idempotency-key``), for a server that honours one.
+
+What is recorded of a call: its arguments, and the ``CallToolResult`` as JSON (content, structured
+content, ``isError``). A tool that answers ``isError`` has still run: the result is recorded as
+its output (an effect is committed with it), as MCP hands tool errors to the model. A protocol or
+connection error is the step's failure.
+
+Rejected: recording the session's JSON-RPC messages (the record would hold transport framing, not
+steps that the fold, ``show`` and the projection read) and recording ``list_tools`` as a step (a
+replayed listing would hide a changed server from the version check; pinned by the version tuple,
+it cannot differ). Not covered: resources, prompts, sampling and elicitation callbacks, the
+blocking ``SyncRun``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from typing import Any
+
+from runledger import require_extra
+
+require_extra("mcp", "runledger.integrations.mcp")
+
+import mcp  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from runledger import ConfigurationError, EffectClass, EffectContext, Run, SyncRun, Tool  # noqa: E402
+
+__all__ = ["KEY_META", "McpServer", "RecordedSession", "effect_class_of"]
+
+# The name under which an effect's idempotency key travels in a call's ``_meta``.
+KEY_META = "io.runledger/idempotency-key"
+KeyFn = Callable[[Any], str]
+
+
+def effect_class_of(tool: mcp.types.Tool) -> EffectClass:
+    """The runledger class of an MCP tool by its annotations: ``read`` when ``readOnlyHint`` is
+    true; otherwise an effect, ``irreversible`` unless ``destructiveHint`` is false (MCP's default
+    for it is true), then ``write``."""
+    hints = tool.annotations
+    if hints is not None and hints.read_only_hint:
+        return "read"
+    if hints is not None and hints.destructive_hint is False:
+        return "write"
+    return "irreversible"
+
+
+@dataclass
+class McpServer:
+    """How to reach one MCP server, and the tools declared from its listing (``tools``).
+
+    Build one with ``McpServer.stdio`` or ``McpServer.http``. Connections are opened per use (a
+    listing, a session's first live call, a call made outside a session), never held by this
+    object, so one ``McpServer`` serves every run and event loop of a process."""
+
+    stdio_params: StdioServerParameters | None = None
+    url: str | None = None
+    read_timeout_s: float | None = 60.0
+    listing: mcp.types.ListToolsResult | None = field(default=None, init=False)
+    declared: dict[str, Tool] = field(default_factory=dict, init=False)
+
+    @classmethod
+    def stdio(
+        cls, command: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> McpServer:
+        """A server spawned as ``command args`` and spoken to over its stdin and stdout (``env`` is
+        added to the MCP SDK's small default environment, not the whole of this process's)."""
+        params = StdioServerParameters(command=command, args=list(args), env=dict(env) if env else None, cwd=cwd)
+        return cls(stdio_params=params)
+
+    @classmethod
+    def http(cls, url: str) -> McpServer:
+        """A running server at ``url`` (its streamable HTTP endpoint, e.g. ``http://host:8000/mcp``)."""
+        return cls(url=url)
+
+    def __post_init__(self) -> None:
+        if (self.stdio_params is None) == (self.url is None):
+            raise ConfigurationError("an McpServer is reached over stdio or over HTTP: McpServer.stdio or .http")
+
+    @property
+    def where(self) -> str:
+        if self.url is not None:
+            return self.url
+        assert self.stdio_params is not None
+        return " ".join([self.stdio_params.command, *self.stdio_params.args])
+
+    @contextlib.asynccontextmanager
+    async def connect(self) -> AsyncIterator[mcp.ClientSession]:
+        """An initialised ``mcp.ClientSession`` with the server, closed (and a spawned server
+        stopped) on leaving."""
+        transport = streamable_http_client(self.url) if self.url is not None else stdio_client(self._stdio())
+        async with transport as streams, mcp.ClientSession(streams[0], streams[1], self.read_timeout_s) as session:
+            await session.initialize()
+            yield session
+
+    def _stdio(self) -> StdioServerParameters:
+        assert self.stdio_params is not None
+        return self.stdio_params
+
+    async def alist_tools(self) -> mcp.types.ListToolsResult:
+        """The server's whole listing (every page), asked of it now."""
+        async with self.connect() as session:
+            result = await session.list_tools()
+            tools = list(result.tools)
+            while result.next_cursor:
+                result = await session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=result.next_cursor))
+                tools.extend(result.tools)
+        return mcp.types.ListToolsResult(tools=tools)
+
+    def tools(
+        self,
+        *,
+        keys: Mapping[str, KeyFn] | None = None,
+        effects: Mapping[str, EffectClass] | None = None,
+        reconcile: Mapping[str, Callable[[str], Any]] | None = None,
+        lease_s: float | None = None,
+    ) -> list[Tool]:
+        """List the server's tools now (blocking: a thread of its own runs the listing, so this
+        works inside a running event loop too) and declare each as a runledger ``Tool``:
+        ``effect_class_of`` its annotations unless ``effects`` names its class, ``keys`` its key
+        function, ``reconcile`` its reconcile function (an effect's), its input schema as given.
+        Put them on the agent's spec. Raises ConfigurationError naming the server when it cannot
+        be listed, and for a key, class or reconcile function naming a tool it does not have."""
+        outcome: dict[str, Any] = {}
+
+        def list_in_thread() -> None:
+            try:
+                outcome["listing"] = asyncio.run(self.alist_tools())
+            except BaseException as exc:  # handed to the caller's thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=list_in_thread, name="runledger-mcp-list", daemon=True)
+        thread.start()
+        thread.join()
+        if "error" in outcome:
+            raise ConfigurationError(f"cannot list the tools of the MCP server {self.where}: {outcome['error']}") from (
+                outcome["error"]
+            )
+        return self.declare(outcome["listing"], keys=keys, effects=effects, reconcile=reconcile, lease_s=lease_s)
+
+    def declare(
+        self,
+        listing: mcp.types.ListToolsResult,
+        *,
+        keys: Mapping[str, KeyFn] | None = None,
+        effects: Mapping[str, EffectClass] | None = None,
+        reconcile: Mapping[str, Callable[[str], Any]] | None = None,
+        lease_s: float | None = None,
+    ) -> list[Tool]:
+        """The runledger tools of ``listing`` (what ``tools`` does once it has listed), remembered
+        as this server's declared tools."""
+        names = {t.name for t in listing.tools}
+        for what, given in (("keys", keys), ("effects", effects), ("reconcile", reconcile)):
+            unknown = sorted(set(given or {}) - names)
+            if unknown:
+                raise ConfigurationError(
+                    f"{what} names {', '.join(unknown)}, which the MCP server {self.where} does not list "
+                    f"(it lists {', '.join(sorted(names)) or 'no tools'})"
+                )
+        declared = [
+            self._declared_tool(t, (effects or {}).get(t.name), (keys or {}).get(t.name),
+                                (reconcile or {}).get(t.name), lease_s)
+            for t in listing.tools
+        ]  # fmt: skip
+        self.listing = listing
+        self.declared = {t.name: t for t in declared}
+        return declared
+
+    def _declared_tool(
+        self,
+        listed: mcp.types.Tool,
+        effect: EffectClass | None,
+        key: KeyFn | None,
+        reconcile: Callable[[str], Any] | None,
+        lease_s: float | None,
+    ) -> Tool:
+        name = listed.name
+        effect_class = effect or effect_class_of(listed)
+
+        async def call(args: dict[str, Any], ctx: EffectContext | None = None) -> dict[str, Any]:
+            return await self._call(name, args, ctx)
+
+        if effect_class != "read" and key is None:
+            key = _missing_key(name, self.where)
+        return Tool(
+            name,
+            call,
+            effect_class=effect_class,
+            key=key if effect_class != "read" else None,
+            reconcile=reconcile if effect_class != "read" else None,
+            schema=dict(listed.input_schema),
+            description=listed.description or "",
+            lease_s=lease_s,
+        )
+
+    async def _call(self, name: str, args: dict[str, Any], ctx: EffectContext | None) -> dict[str, Any]:
+        """Call the tool on the server: over the open session of this task's ``RecordedSession``,
+        else over a connection of its own (a re-run's host calling a tool). Returns the result as JSON."""
+        meta = {KEY_META: ctx.key} if ctx is not None else None
+        recorded = (_OPEN.get() or {}).get(id(self))
+        if recorded is not None:
+            session = await recorded.live_session()
+            result = await session.call_tool(name, args or {}, meta=meta)  # type: ignore[arg-type]
+        else:
+            async with self.connect() as session:
+                result = await session.call_tool(name, args or {}, meta=meta)  # type: ignore[arg-type]
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def session(self, run: Run) -> RecordedSession:
+        """The recorded session of ``run`` with this server (``async with server.session(run) as s``)."""
+        return RecordedSession(run, self)
+
+
+def _missing_key(name: str, where: str) -> KeyFn:
+    def no_key(args: Any) -> str:
+        raise ConfigurationError(
+            f"MCP tool {name!r} of {where} is an effect and has no idempotency key: give it in the call "
+            f"(session.call_tool({name!r}, arguments, key=...)) or a key function "
+            f"(server.tools(keys={{{name!r}: lambda args: ...}}))"
+        )
+
+    return no_key
+
+
+# The RecordedSession open in this task for each server (by id): its tools' calls go over its connection.
+_OPEN: ContextVar[Mapping[int, RecordedSession] | None] = ContextVar("runledger_mcp_sessions", default=None)
+
+
+def _as_result(output: Any) -> mcp.types.CallToolResult:
+    """The SDK's result for a recorded output. A live re-run's stub of an effect (``{"simulated":
+    true, ...}``) is no ``CallToolResult``: it comes back as one whose structured content (and text)
+    is the marker, so the agent sees it for what it is."""
+    if isinstance(output, dict) and "content" in output:
+        return mcp.types.CallToolResult.model_validate(output)
+    text = json.dumps(output, sort_keys=True)
+    structured = output if isinstance(output, dict) else {"result": output}
+    return mcp.types.CallToolResult(
+        content=[mcp.types.TextContent(type="text", text=text)], structured_content=structured
+    )
+
+
+class RecordedSession:
+    """An MCP client session whose tool calls are steps of ``run`` (made by ``McpServer.session``).
+
+    Opens no connection until a call runs live; then one, held by a task of its own (the MCP
+    SDK's transports must be entered and left in one task) until the session is left."""
+
+    def __init__(self, run: Run, server: McpServer) -> None:
+        if isinstance(run, SyncRun):
+            raise ConfigurationError("a RecordedSession records into the async Run (async agent code), not a SyncRun")
+        self.run = run
+        self.server = server
+        self._token: Token[Mapping[int, RecordedSession] | None] | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[mcp.ClientSession] | None = None
+        self._closing = asyncio.Event()
+        self._opening = asyncio.Lock()
+
+    async def __aenter__(self) -> RecordedSession:
+        self._token = _OPEN.set({**(_OPEN.get() or {}), id(self.server): self})
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _OPEN.reset(self._token)
+            self._token = None
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the live connection, if one was opened."""
+        self._closing.set()
+        if self._owner is not None:
+            with contextlib.suppress(Exception):
+                await self._owner
+            self._owner = None
+
+    async def live_session(self) -> mcp.ClientSession:
+        """The connection live calls use, opened on first use."""
+        async with self._opening:
+            if self._ready is None:
+                self._ready = asyncio.get_running_loop().create_future()
+                self._owner = asyncio.ensure_future(self._hold(self._ready))
+        return await asyncio.shield(self._ready)
+
+    async def _hold(self, ready: asyncio.Future[mcp.ClientSession]) -> None:
+        try:
+            async with self.server.connect() as session:
+                ready.set_result(session)
+                await self._closing.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(ConfigurationError(f"cannot connect to the MCP server {self.server.where}: {exc}"))
+            raise
+
+    async def list_tools(self) -> mcp.types.ListToolsResult:
+        """The listing the run's tools were declared from (``McpServer.tools``): the one the run's
+        version tuple pins, so no step and no connection."""
+        if self.server.listing is None:
+            raise ConfigurationError(
+                f"the tools of the MCP server {self.server.where} were never declared: build the agent's spec "
+                "with tools=server.tools(...)"
+            )
+        return self.server.listing
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        tool_call_id: str | None = None,
+    ) -> mcp.types.CallToolResult:
+        """Call the server's tool ``name`` as a step of the run (``run.tool``; an effect's key from
+        ``key`` when given, else from the tool's key function) and return its ``CallToolResult``,
+        live or as recorded. ``tool_call_id``: the model's id of this call, when a model asked for it.
+
+        Raises ConfigurationError for a tool the spec does not declare, or a ``key`` for a read
+        tool; ToolFailedError when the call failed (recorded), and what ``run.tool`` raises."""
+        declared = self.server.declared.get(name)
+        if declared is None:
+            raise ConfigurationError(
+                f"MCP tool {name!r} is not among the declared tools of {self.server.where} "
+                f"({', '.join(sorted(self.server.declared)) or 'none declared: tools=server.tools(...)'})"
+            )
+        args = dict(arguments or {})
+        if key is None:
+            output = await self.run.tool(declared, args, tool_call_id=tool_call_id)
+        elif declared.effect_class == "read":
+            raise ConfigurationError(f"MCP tool {name!r} is a read tool: it takes no idempotency key")
+        else:
+            output = await self.run.effect(
+                name, args, key=key, fn=declared.call, reconcile=declared.reconcile,
+                effect_class=declared.effect_class, tool_call_id=tool_call_id, lease_s=declared.lease_s,
+            )  # fmt: skip
+        return _as_result(output)

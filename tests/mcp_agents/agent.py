@@ -24,7 +24,8 @@ def connect_from_env() -> McpServer:
     url = os.environ.get("MCP_TEST_URL")
     if url:
         return McpServer.http(url)
-    env = {k: os.environ[k] for k in ("MCP_WITNESS", "MCP_SCHEMA", "MCP_REFUND_DELAY_S") if k in os.environ}
+    env = {k: os.environ[k] for k in ("MCP_WITNESS", "MCP_SCHEMA", "MCP_REFUND_DELAY_S", "PYTHONPATH")
+           if k in os.environ}  # fmt: skip
     return McpServer.stdio(sys.executable, [str(SERVER_SCRIPT)], env=env)
 
 
@@ -57,5 +58,8 @@ def spec() -> AgentSpec:
     """The agent, its tools listed from the server now (so its version tuple holds their schemas)."""
     global SERVER
     SERVER = connect_from_env()
-    tools = SERVER.tools(keys={"refund": lambda a: f"refund:{a['order']}"}, reconcile={"refund": reconcile_refund})
+    # add_note's key comes from the call; its key function (the same key) is what a re-run's host derives
+    # it with, since a sandboxed agent's call carries no key the host would trust.
+    keys = {"refund": lambda a: f"refund:{a['order']}", "add_note": lambda a: f"note:{a['order']}"}
+    tools = SERVER.tools(keys=keys, reconcile={"refund": reconcile_refund})
     return AgentSpec("mcp-shop", shop, ScriptedModel(["unused"], name="scripted-mcp"), tools=tools)

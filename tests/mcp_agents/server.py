@@ -55,8 +55,8 @@ def _key(ctx: Context) -> str | None:
 def lookup_order(order: str, ctx: Context) -> dict[str, Any]:
     """Look an order up."""
     _witness("lookup_order", {"order": order}, None)
-    return {**ORDERS.get(order, {"order": order, "status": "unknown"}), "served_by_pid": os.getpid(),
-            "lookups": 1 + sum(1 for e in _executed() if e["tool"] == "lookup_order")}  # fmt: skip
+    lookups = sum(1 for e in _executed() if e["tool"] == "lookup_order")  # this one included
+    return {**ORDERS.get(order, {"order": order, "status": "unknown"}), "lookups": lookups}
 
 
 def _refund(order: str, amount: int, ctx: Context, reason: str = "") -> dict[str, Any]:

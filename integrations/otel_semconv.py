@@ -195,8 +195,10 @@ def finish_reason(response: dict[str, Any]) -> str | None:
     """The reason the model gave for ending its turn, or ``tool_call`` (the conventions' value) for
     a turn that asked for tools and gave none. The record's ``stop`` on a tool-call turn is the
     adapter's default for a reply without a reason (``ModelResponse``, LangChain's replies), not
-    the model's: a model that stopped to call tools says so (``tool_calls``, ``tool_use``)."""
-    reason = response.get("finish_reason")
+    the model's: a model that stopped to call tools says so (``tool_calls``, ``tool_use``). A text
+    turn without the model's own reason keeps the one recorded (``stop``)."""
+    recorded = response.get("finish_reason")
+    reason = recorded
     # The model's own, before the adapter filled it in: the OpenAI SDK's choice, Pydantic AI's message.
     sdk, message = response.get("sdk"), response.get("message")
     choices = sdk.get("choices") if isinstance(sdk, dict) else None
@@ -207,9 +209,11 @@ def finish_reason(response: dict[str, Any]) -> str | None:
     calls = response.get("tool_calls")
     if reason == "stop" and calls:
         reason = None
-    if not reason:
-        return "tool_call" if calls else None
-    return str(reason)
+    if reason:
+        return str(reason)
+    if calls:
+        return "tool_call"
+    return str(recorded) if recorded else None
 
 
 def _json(value: Any) -> str:

@@ -5,7 +5,8 @@ Runs are recorded on a real nats-server through each way an agent is built: the 
 refund example's runs, a branch, parallel tool calls, a child run, a failed tool, and a model whose
 id names its provider), the ``openai`` package against a local server speaking the chat-completions
 and responses wire formats (a tool-call turn without a finish reason, a streamed call, request
-parameters), and a LangGraph thread through ``RunledgerSaver`` with LangChain model and tools. They
+parameters, and the rest of its surface: parse, stream(), embeddings...), a LangGraph thread through
+``RunledgerSaver`` with LangChain model and tools, and a Pydantic AI agent with RunledgerDurability. They
 are exported to a real OTLP/HTTP receiver; each span it decodes is validated with the facts of its
 call taken from the record. A span broken on purpose, one attribute at a time, fails the validator.
 """
@@ -312,3 +313,24 @@ async def test_a_span_broken_on_purpose_fails_the_validator(
     ]  # fmt: skip
     assert broken(tool, _error=True) == ["span status ERROR, but the call did not fail"]
     assert broken(top, **{"gen_ai.agent.version": None}) == ["conditionally required gen_ai.agent.version missing"]
+
+
+# -- Pydantic AI -----------------------------------------------------------------------------------------
+
+
+async def test_pydantic_ai_runs_conform(client: LedgerClient, receiver: OtlpReceiver) -> None:
+    from runledger.integrations.pydantic_ai import agent_spec
+    from tests.pydantic_ai_shop import Shop
+
+    result = await start_run(client, agent_spec(Shop().agent(), agent_version="s1"), "refund order o-1")
+    assert result.status == "completed", result.error
+    for content in (False, True):
+        spans = (await check_every_span(client, receiver, {result.run_id: None}, content))[result.run_id]
+    chats = [s.attributes for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(chats) == 4
+    # FunctionModel gives no finish reason: a tool-call turn is tool_call, the answer keeps the recorded stop
+    assert [c["gen_ai.response.finish_reasons"] for c in chats] == [["tool_call"]] * 3 + [["stop"]]
+    calls = [json.loads(c["gen_ai.output.messages"])[0]["parts"][0] for c in chats[:3]]
+    assert [(c["name"], c["arguments"]) for c in calls] == [
+        ("lookup", {"order": "o-1"}), ("lookup", {"order": "o-1"}), ("refund", {"order": "o-1", "amount": 5}),
+    ]  # fmt: skip

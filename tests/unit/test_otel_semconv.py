@@ -76,6 +76,7 @@ CALL: dict[str, Any] = {"id": "c1", "type": "function", "function": {"name": "f"
         ({"finish_reason": "stop", "tool_calls": [CALL], "sdk": {"choices": [{"finish_reason": None}]}}, "tool_call"),
         ({"finish_reason": "stop", "tool_calls": [], "sdk": {"choices": [{"finish_reason": "length"}]}}, "length"),
         ({"finish_reason": "", "tool_calls": []}, None),
+        ({"finish_reason": "stop", "tool_calls": [], "message": {"finish_reason": None}}, "stop"),  # a text turn
     ],
 )
 def test_a_tool_call_turn_without_a_reason_is_not_stop(response: dict[str, Any], reason: str | None) -> None:

@@ -5,7 +5,7 @@ approval; a counterfactual branch of another is forked at its decision); `runled
 from a subprocess, as a user starts it. The tests go through the run list, a run's timeline, a step
 with its inputs and outputs, approving the pending approval in the page (the page resumes the run,
 the log holds the decision with the approver's name), the fork diff, and a secure server where an
-analyst reads but cannot approve or resolve. ``test_ui_actions.py`` covers the re-run plan and
+analyst reads (the inbox too) but cannot approve or resolve. ``test_ui_actions.py`` covers the re-run plan and
 resolving an in-doubt effect. Each page is saved into docs/ui/ (the README shows them).
 
 Without chromium and chromedriver these tests skip on a developer's machine and fail under CI=true.
@@ -316,6 +316,10 @@ async def test_an_analyst_signs_in_reads_and_cannot_approve(
             assert "may read but not decide" in driver.find_element("id", "approvals").text
             assert not css(driver, "#rerun")
             shot(driver, "analyst")
+            # The inbox lists what waits, without a form to decide it.
+            driver.get(f"{base}inbox")
+            wait_for(driver, f"section.inbox-run[data-run='{waiting}']")
+            assert not css(driver, "#inbox form") and "may read but not decide" in driver.page_source
             # Even with the session's own token, the action is refused: the role may not act.
             token = driver.find_element("css selector", "input[name=csrf]").get_attribute("value")
             status = driver.execute_script(

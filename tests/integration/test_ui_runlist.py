@@ -91,7 +91,7 @@ async def test_branches_group_under_their_parent_stalled_is_not_running_and_the_
         assert len(kids) == 2 and order.index("g-family") + 1 == order.index(kids[0])
         assert by_id[root].get_attribute("data-group") is None  # a group's first run
         heading = driver.find_element("css selector", "h1").text
-        assert "4 branches under their parents" in heading, heading
+        assert "Runs 9" in heading and "4 on this page listed under the run they came from" in heading, heading
 
         # Stalled is not running: the crashed run's holder is gone, the alive one's is not.
         assert by_id["g-crashed"].find_element("css selector", ".pill").text == "stalled"
@@ -119,8 +119,9 @@ async def test_branches_group_under_their_parent_stalled_is_not_running_and_the_
         assert "branches=hide" in driver.current_url
         hidden = [r.get_attribute("data-run") for r in rows(driver)]
         assert root in hidden and first not in hidden and second not in hidden and not set(kids) & set(hidden)
-        assert "4 branches hidden" in driver.find_element("css selector", "h1").text
-        assert "▸ 2" in driver.find_element("css selector", f"tr[data-run='{root}'] .toggle").text
+        assert "Runs 5" in driver.find_element("css selector", "h1").text  # the branches are not counted
+        assert "▸ 1" in driver.find_element("css selector", f"tr[data-run='{root}'] .toggle").text  # its fork
+        assert "▸ 2" in driver.find_element("css selector", "tr[data-run='g-family'] .toggle").text  # two children
 
 
 async def _recorded(client: LedgerClient, run_id: str, tool: str) -> bool:

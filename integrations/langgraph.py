@@ -55,7 +55,10 @@ prints and SQL reads from the ``events`` table.
 ``delete_thread`` erases the thread's run (runledger.protect.erasure): its keys are destroyed and
 its blobs deleted, so no checkpoint can be read again, and the thread starts afresh (on a new run,
 ``<run id>-g<n>``). The log is immutable: the events stay, sealed and unreadable, and the hash
-chain still verifies.
+chain still verifies. ``delete_for_runs`` and ``prune`` (``keep_latest``) record a tombstone
+(``graph.checkpoints_deleted``) that loading honours: the checkpoints and their writes leave the
+index, their events stay readable in the log; ``prune(strategy="delete")`` is ``delete_thread``.
+How a thread's run ends by itself: runledger.integrations.langgraph_outcome.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ import asyncio
 import functools
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, cast
 
@@ -92,6 +95,7 @@ from runledger import (  # noqa: E402
     ConfigurationError,
     DataPolicy,
     GraphCheckpointed,
+    GraphCheckpointsDeleted,
     GraphWritesSaved,
     LedgerClient,
     ModelAdapter,
@@ -102,7 +106,6 @@ from runledger import (  # noqa: E402
     RunNotFoundError,
     RunSuspended,
     erase_run,
-    error_info,
     is_subject_token,
     list_runs,
     load_run,
@@ -118,18 +121,19 @@ from runledger.integrations.langgraph_connection import SaverConnection  # noqa:
 from runledger.integrations.langgraph_outcome import (  # noqa: E402
     Outcome,
     continues_outcome,
-    interrupt_ids,
+    outcome_event,
     outcome_of_writes,
+    recorded_outcome,
     rests,
 )
 from runledger.integrations.langgraph_rerun import (  # noqa: E402
     GraphAgent,
     RedriveSaver,
-    call_in_loop,
     graph_agent,
     redrive_thread,
     thread_invocations,
 )
+from runledger.integrations.langgraph_sync import BlockingTwins  # noqa: E402
 from runledger.integrations.langgraph_values import (  # noqa: E402
     DEFAULT_AGENT,
     START_CHANNEL,
@@ -148,6 +152,9 @@ THREAD_LABEL = "langgraph.thread_id"
 # schedules with. Redaction must never see them: a version's random digits can pass for a card
 # number, and a channel named "token" is a credential-named key to a detector.
 _HEADER = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channels")
+# The metadata's LangGraph run id, in the header too: an id (``delete_for_runs`` selects by it), which
+# a card-number detector could take for one in the redacted metadata (a uuid's digits pass at times).
+_RUN_ID = "metadata.run_id"
 
 
 # -- threads and their runs ---------------------------------------------------------------------------------------
@@ -177,6 +184,8 @@ class _Thread:
     # several tasks at once): the outcome recorded last in this process, None while running.
     appending: asyncio.Lock = field(default_factory=asyncio.Lock)
     ended: Outcome | None = None
+    # The outcome the record ends at when this process loaded the thread (None: running).
+    rested: RunCompleted | RunFailed | RunSuspended | None = None
 
     @property
     def run_id(self) -> str:
@@ -201,7 +210,7 @@ def _no_agent_function_copy() -> Callable[[Any], Awaitable[None]]:
     return no_agent_function
 
 
-class RunledgerSaver(InMemorySaver):
+class RunledgerSaver(BlockingTwins):
     """A LangGraph checkpointer whose state is the ledger (see the module docstring).
 
     ``client``: a connected ``LedgerClient``; the saver's async methods must run on its event loop,
@@ -258,6 +267,8 @@ class RunledgerSaver(InMemorySaver):
         self._threads: dict[str, _Thread] = {}
         # For tail records: the channel versions of each indexed checkpoint, (thread, ns, checkpoint id) -> ...
         self._versions: dict[tuple[str, str, str], dict[str, Any]] = {}
+        # Checkpoints a tombstone took out of the index (entry, writes), for copy_thread.
+        self._removed: dict[tuple[str, str, str], tuple[Any, dict[Any, Any]]] = {}
         self._all_loaded = False
         self._guard = threading.Lock()
         try:
@@ -350,6 +361,9 @@ class RunledgerSaver(InMemorySaver):
                     self._index_checkpoint(ev.payload)
                 elif ev.type == GraphWritesSaved.TYPE:
                     self._index_writes(ev.payload)
+                elif ev.type == GraphCheckpointsDeleted.TYPE:
+                    self._drop(thread.thread_id, ev.payload.get("checkpoints") or {})
+            thread.rested = recorded_outcome(events)
             break
         thread.loaded = True
 
@@ -415,7 +429,7 @@ class RunledgerSaver(InMemorySaver):
             if thread.ended is not None and (thread.ended.status == "failed" or outcome.status != "failed"):
                 thread.ended = replace(thread.ended, by=thread.ended.by | outcome.by)  # already recorded
                 return
-            await run.record(_outcome_event(run, event, outcome))
+            await run.record(outcome_event(outcome, event.checkpoint_id, run.checkpoint.last_step))
             thread.ended = outcome
 
     # -- the index (InMemorySaver's structures), from events ----------------------------------------------------------
@@ -437,9 +451,13 @@ class RunledgerSaver(InMemorySaver):
             self.blobs[(thread_id, ns, channel, version)] = value
         self._versions[(thread_id, ns, cid)] = dict((p.get("header") or {}).get("channel_versions") or {})
         rest = self.serde.loads_typed(record_to_typed(p["checkpoint"])) if p.get("checkpoint") else {}
+        header = dict(p.get("header") or {})
+        run_id, metadata = header.pop(_RUN_ID, None), record_to_typed(p["metadata"])
+        if run_id is not None and (opened := self.serde.loads_typed(metadata)).get("run_id") != run_id:
+            metadata = self.serde.dumps_typed({**opened, "run_id": run_id})
         self.storage[thread_id][ns][p["checkpoint_id"]] = (
-            self.serde.dumps_typed({**p.get("header", {}), **rest}),
-            record_to_typed(p["metadata"]),
+            self.serde.dumps_typed({**header, **rest}),
+            metadata,
             p.get("parent_checkpoint_id"),
         )
 
@@ -523,6 +541,8 @@ class RunledgerSaver(InMemorySaver):
         if not stored.get("pending_sends"):
             stored.pop("pending_sends", None)  # always empty since checkpoint format 4
         merged = get_checkpoint_metadata(config, metadata)
+        if isinstance(merged.get("run_id"), str):
+            header[_RUN_ID] = merged["run_id"]
         channels = [k for k in new_versions if k in values]
         typed = {k: self.serde.dumps_typed(values[k]) for k in channels}
         step = merged.get("step")
@@ -589,25 +609,92 @@ class RunledgerSaver(InMemorySaver):
                     del self._versions[key]
             thread.run, thread.ended = None, None
             thread.generation += 1
+            for key in [k for k in self._removed if k[0] == thread_id]:
+                del self._removed[key]
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete every checkpoint whose metadata names one of ``run_ids`` (LangGraph run ids), with
+        its pending writes, in every thread of the saver's agent: a ``graph.checkpoints_deleted``
+        tombstone on each thread's run (module docstring; the events stay in the log)."""
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+        await self._load_all()
+        for thread_id in list(self.storage):
+            found = {
+                ns: [
+                    cid for cid, (_, md, _) in by_id.items() if str(self.serde.loads_typed(md).get("run_id")) in wanted
+                ]
+                for ns, by_id in self.storage[thread_id].items()
+            }
+            found = {ns: ids for ns, ids in found.items() if ids}
+            if found:
+                await self._delete(self._thread(thread_id), found, "delete_for_runs", sorted(wanted))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: delete all but the latest checkpoint of each namespace of each thread (a
+        tombstone, as ``delete_for_runs``); ``delete``: ``delete_thread`` each thread (an erasure)."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ConfigurationError(f"prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        for thread_id in map(str, thread_ids):
+            if strategy == "delete":
+                await self.adelete_thread(thread_id)
+                continue
+            thread = await self._loaded(thread_id)
+            older = {ns: sorted(ids)[:-1] for ns, ids in self.storage[thread_id].items() if len(ids) > 1}
+            if older:
+                await self._delete(thread, older, "prune")
+
+    async def _delete(
+        self, thread: _Thread, checkpoints: dict[str, list[str]], reason: str, run_ids: Sequence[str] = ()
+    ) -> None:
+        event = GraphCheckpointsDeleted(
+            thread_id=thread.thread_id, checkpoints=checkpoints, reason=reason, run_ids=list(run_ids)
+        )
+        async with thread.appending:
+            reopening = thread.run is None
+            run = await self._opened(thread)
+            await run.record(event)
+            self._drop(thread.thread_id, checkpoints)
+            if reopening and thread.rested is not None:
+                # Opened only to record the deletion (run.resumed): the run was at rest and stays so.
+                await run.record(thread.rested)
+                thread.ended = Outcome(thread.rested.TYPE.removeprefix("run."), "")
+
+    def _drop(self, thread_id: str, checkpoints: Mapping[str, Sequence[str]]) -> None:
+        """Honour a tombstone: the checkpoints and their writes leave the index (kept aside for
+        ``copy_thread``). Channel values stay: a kept checkpoint may read a version a deleted one stored."""
+        for ns, ids in checkpoints.items():
+            for cid in ids:
+                entry = self.storage[thread_id][ns].pop(cid, None)
+                writes = self.writes.pop((thread_id, ns, cid), {})
+                if entry is not None:
+                    self._removed[(thread_id, ns, cid)] = (entry, writes)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Record every checkpoint and write of ``source_thread_id`` again, in order, on the run of
-        ``target_thread_id`` (the values as this saver holds them: live values where it wrote them)."""
+        """Record every checkpoint, write and deletion of ``source_thread_id`` again, in order, on the
+        run of ``target_thread_id`` (the values as this saver holds them: live values where it wrote
+        them), so the target reads as the source does."""
         source = await self._loaded(source_thread_id)
         try:
             log = await load_run(self.client, source.run_id, agent=self.agent, open_content=False)
         except RunNotFoundError:
             return  # nothing recorded: nothing to copy
-        events = [r.event for r in log.records if r.event.type in (GraphCheckpointed.TYPE, GraphWritesSaved.TYPE)]
+        kinds = (GraphCheckpointed.TYPE, GraphWritesSaved.TYPE, GraphCheckpointsDeleted.TYPE)
+        events = [r.event for r in log.records if r.event.type in kinds]
         if not events:
             return
         target = await self._loaded(target_thread_id)
         for ev in events:
             p = ev.payload
+            if ev.type == GraphCheckpointsDeleted.TYPE:
+                await self._delete(target, p.get("checkpoints") or {}, p["reason"], p.get("run_ids") or [])
+                continue
             ns, cid = p.get("checkpoint_ns", ""), p["checkpoint_id"]
+            removed = self._removed.get((source_thread_id, ns, cid))  # deleted since: copied, then deleted
             copied: GraphCheckpointed | GraphWritesSaved
             if ev.type == GraphCheckpointed.TYPE:
-                rest, metadata, _ = self.storage[source_thread_id][ns][cid]
+                rest, metadata, _ = removed[0] if removed else self.storage[source_thread_id][ns][cid]
                 versions = p.get("new_versions") or {}
                 rest_value = self.serde.loads_typed(rest)
                 extra = {k: v for k, v in rest_value.items() if k not in _HEADER}
@@ -622,7 +709,7 @@ class RunledgerSaver(InMemorySaver):
                     target, copied, functools.partial(self._index_checkpoint, copied.model_dump()), judge=False
                 )
             else:
-                saved = self.writes[(source_thread_id, ns, cid)]
+                saved = removed[1] if removed else self.writes.get((source_thread_id, ns, cid), {})
                 keys = [(p["task_id"], WRITES_IDX_MAP.get(c, i)) for i, c in enumerate(p.get("channels") or [])]
                 copied = GraphWritesSaved(
                     **{k: v for k, v in p.items() if k not in ("writes", "thread_id")},
@@ -638,70 +725,6 @@ class RunledgerSaver(InMemorySaver):
     ) -> Mapping[str, DeltaChannelHistory]:
         await self._loaded(_thread_id(config))
         return InMemorySaver.get_delta_channel_history(self, config=config, channels=channels)
-
-    # -- sync twins (from other threads than the loop's) -----------------------------------------------------
-
-    def call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the saver's event loop from another thread and return its result (what every
-        sync method does). Raises InvalidStateError on the loop's own thread, which it would block."""
-        return call_in_loop(self.loop, coro, type(self).__name__)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.call_sync(self.aget_tuple(config))
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        async def collect() -> list[CheckpointTuple]:
-            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
-
-        yield from self.call_sync(collect())
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self.call_sync(self.aput(config, checkpoint, metadata, new_versions))
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self.call_sync(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self.call_sync(self.adelete_thread(thread_id))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self.call_sync(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self.call_sync(self.aget_delta_channel_history(config=config, channels=channels))
-
-
-def _outcome_event(
-    run: RecordedRun, event: GraphCheckpointed | GraphWritesSaved, outcome: Outcome
-) -> RunCompleted | RunFailed | RunSuspended:
-    if outcome.status == "completed":
-        return RunCompleted(output={"checkpoint_id": event.checkpoint_id})
-    if outcome.status == "failed":
-        exc = outcome.value if isinstance(outcome.value, BaseException) else RuntimeError(str(outcome.value))
-        return RunFailed(reason="exception", error=error_info(exc), step=None)
-    ids = interrupt_ids(outcome.value) or [event.checkpoint_id]
-    return RunSuspended(step=run.checkpoint.last_step, request_id=",".join(ids), reason="interrupt")
 
 
 def _thread_id(config: RunnableConfig) -> str:

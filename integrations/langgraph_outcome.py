@@ -43,6 +43,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runledger import Event, RunCompleted, RunFailed, RunSuspended, error_info
+
 ERROR = "__error__"
 INTERRUPT = "__interrupt__"
 RESUME = "__resume__"
@@ -109,3 +111,38 @@ def interrupt_ids(interrupts: Sequence[Any]) -> list[str]:
         for item in value if isinstance(value, list | tuple) else [value]:
             found.append(str(getattr(item, "id", "") or ""))
     return [i for i in found if i]
+
+
+def outcome_event(outcome: Outcome, checkpoint_id: str, last_step: int) -> RunCompleted | RunFailed | RunSuspended:
+    """The event that records ``outcome``, seen on ``checkpoint_id`` of a run whose last step is
+    ``last_step``: ``run.completed`` (output: the last checkpoint's id), ``run.failed`` (the task's
+    error and traceback) or ``run.suspended`` (reason ``interrupt``, request id: the interrupt ids)."""
+    if outcome.status == "completed":
+        return RunCompleted(output={"checkpoint_id": checkpoint_id})
+    if outcome.status == "failed":
+        exc = outcome.value if isinstance(outcome.value, BaseException) else RuntimeError(str(outcome.value))
+        return RunFailed(reason="exception", error=error_info(exc), step=None)
+    ids = interrupt_ids(outcome.value) or [checkpoint_id]
+    return RunSuspended(step=last_step, request_id=",".join(ids), reason="interrupt")
+
+
+_RECORDED: dict[str, type[RunCompleted | RunFailed | RunSuspended]] = {
+    c.TYPE: c for c in (RunCompleted, RunFailed, RunSuspended)
+}
+
+
+def recorded_outcome(events: Sequence[Event]) -> RunCompleted | RunFailed | RunSuspended | None:
+    """The outcome a run's ``events`` end at (its last ``run.completed``, ``run.failed`` or
+    ``run.suspended`` not followed by ``run.resumed``), as the event to record it again: what a
+    process that re-opens a resting run only to tidy it (a deletion) records after, so the run stays
+    at rest. None while the run is running."""
+    found: RunCompleted | RunFailed | RunSuspended | None = None
+    for ev in events:
+        if ev.type in _RECORDED:
+            try:
+                found = _RECORDED[ev.type].model_validate(ev.payload)
+            except ValueError:  # content this process cannot open: not restored
+                found = None
+        elif ev.type in ("run.resumed", "run.started", "run.retried"):
+            found = None
+    return found

@@ -161,7 +161,14 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["erase_run"], "runledger.protect.erasure"),
     **dict.fromkeys(["load_run"], "runledger.protect.loading"),
     **dict.fromkeys(
-        ["GraphCheckpointed", "GraphWritesSaved", "RunCompleted", "RunFailed", "RunSuspended"],
+        [
+            "GraphCheckpointed",
+            "GraphCheckpointsDeleted",
+            "GraphWritesSaved",
+            "RunCompleted",
+            "RunFailed",
+            "RunSuspended",
+        ],
         "runledger.record.events",
     ),
     **dict.fromkeys(["error_info"], "runledger.sdk.errorinfo"),
@@ -197,6 +204,7 @@ __all__ = [
     "Event",
     "FencedError",
     "GraphCheckpointed",
+    "GraphCheckpointsDeleted",
     "GraphWritesSaved",
     "LeaseExpiredError",
     "LedgerClient",

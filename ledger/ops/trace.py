@@ -190,6 +190,9 @@ def _detail(ev_type: str, p: dict[str, Any]) -> tuple[Any, Any, Any]:
         parent = p.get("parent_checkpoint_id")
         lineage = f"{'fork of' if p.get('forked') else 'after'} …{parent[-12:]}" if parent else "first"
         return name, f"{lineage} ({p.get('source')} {p.get('graph_step')})", p.get("channels", [])
+    if ev_type == "graph.checkpoints_deleted":
+        deleted = sum(len(ids) for ids in (p.get("checkpoints") or {}).values())
+        return p.get("reason", ""), f"{deleted} checkpoint(s)", p.get("run_ids") or ""
     if ev_type == "run.completed":
         return "", "", p.get("output")
     if ev_type == "run.failed":

@@ -393,7 +393,8 @@ class GraphCheckpointed(Payload):
     ``graph_step`` (from its metadata), ``forked`` when the parent is not the latest checkpoint of
     its namespace (time travel: a run from a past checkpoint, or a state update on one), its
     ``header`` (format, id, time, channel versions, versions seen, updated channels: what LangGraph
-    schedules with, which no redaction may touch), the ``new_versions`` it stores values for and the
+    schedules with, which no redaction may touch; and ``metadata.run_id``, the LangGraph run id of the
+    metadata, an id), the ``new_versions`` it stores values for and the
     ``channels`` of those values. Content: ``values`` (one serialized value a channel, in
     ``channels`` order), ``metadata``, and ``checkpoint`` (any other field of the checkpoint)."""
 
@@ -428,6 +429,21 @@ class GraphWritesSaved(Payload):
     writes: Any = None
 
 
+class GraphCheckpointsDeleted(Payload):
+    """LangGraph checkpoints of the thread this run records, deleted (``delete_for_runs``, ``prune``
+    of runledger.integrations.langgraph): a tombstone. The log is append-only, so the checkpoints'
+    events stay, readable as before by whoever may read the run; a saver reading the thread back
+    honours the tombstone and no longer returns them or their pending writes. ``checkpoints`` maps
+    each namespace to the ids deleted from it; ``reason`` names the call (``delete_for_runs``,
+    ``prune``), ``run_ids`` the LangGraph run ids a ``delete_for_runs`` was given."""
+
+    TYPE = "graph.checkpoints_deleted"
+    thread_id: str
+    checkpoints: dict[str, list[str]] = Field(default_factory=dict)
+    reason: str
+    run_ids: list[str] = Field(default_factory=list)
+
+
 PAYLOADS: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -458,6 +474,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         JournalSnapshotted,
         GraphCheckpointed,
         GraphWritesSaved,
+        GraphCheckpointsDeleted,
     )
 }
 

@@ -26,6 +26,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import Capability
+from langgraph.checkpoint.conformance.report import CapabilityReport
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
@@ -64,10 +66,16 @@ async def test_langgraph_conformance_suite_passes(client: LedgerClient) -> None:
     async def factory() -> AsyncIterator[RunledgerSaver]:
         yield RunledgerSaver(client, agent=f"conformance{next(agents)}")  # each suite on threads of its own
 
-    report = await validate(factory)
+    _assert_full(await validate(factory))
+
+
+def _assert_full(report: CapabilityReport) -> None:
+    """Level FULL with every capability the suite knows detected: delete_for_runs and prune included."""
     failures = {cap: r.failures for cap, r in report.results.items() if r.failures}
-    assert report.passed_all_base(), failures
-    assert report.passed_all(), failures
+    assert report.conformance_level() == "FULL", failures
+    assert {cap for cap, r in report.results.items() if r.detected} == {c.value for c in Capability}
+    passed = {cap: r.tests_passed for cap, r in report.results.items()}
+    assert passed["delete_for_runs"] == 7 and passed["prune"] == 8 and sum(passed.values()) >= 80, passed
 
 
 class _ReadsFromTheLog(RunledgerSaver):
@@ -109,9 +117,7 @@ async def test_langgraph_conformance_suite_passes_reading_from_the_log(client: L
         report = await validate(factory)
     finally:
         await reader.close()
-    failures = {cap: r.failures for cap, r in report.results.items() if r.failures}
-    assert report.passed_all_base(), failures
-    assert report.passed_all(), failures
+    _assert_full(report)
 
 
 # -- SqliteSaver's tests, ported (the async twins; the sync ones are below) ----------------------------------------

@@ -210,6 +210,12 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "channels": ["messages"],
         "writes": [{"type": "null"}],
     },
+    "graph.checkpoints_deleted": {
+        "thread_id": "t-1",
+        "checkpoints": {"": ["1f0-9"], "child:1": ["1f0-8"]},
+        "reason": "delete_for_runs",
+        "run_ids": ["r-1"],
+    },
 }
 # Values of every JSON type, and nested objects with and without an unknown key: for each field.
 PROBES: list[Any] = [

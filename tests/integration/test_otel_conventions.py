@@ -6,7 +6,8 @@ refund example's runs, a branch, parallel tool calls, a child run, a failed tool
 id names its provider), the ``openai`` package against a local server speaking the chat-completions
 and responses wire formats (a tool-call turn without a finish reason, a streamed call, request
 parameters, and the rest of its surface: parse, stream(), embeddings...), a LangGraph thread through
-``RunledgerSaver`` with LangChain model and tools, and a Pydantic AI agent with RunledgerDurability. They
+``RunledgerSaver`` with LangChain model and tools, the MCP example against its real MCP server
+process, and a Pydantic AI agent with RunledgerDurability. They
 are exported to a real OTLP/HTTP receiver; each span it decodes is validated with the facts of its
 call taken from the record. A span broken on purpose, one attribute at a time, fails the validator.
 """
@@ -313,6 +314,24 @@ async def test_a_span_broken_on_purpose_fails_the_validator(
     ]  # fmt: skip
     assert broken(tool, _error=True) == ["span status ERROR, but the call did not fail"]
     assert broken(top, **{"gen_ai.agent.version": None}) == ["conditionally required gen_ai.agent.version missing"]
+
+
+# -- MCP -------------------------------------------------------------------------------------------------
+
+
+async def test_mcp_runs_conform(
+    client: LedgerClient, receiver: OtlpReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runledger.examples.mcp_tools.agent import spec as desk_spec
+
+    monkeypatch.chdir(tmp_path)  # the example's MCP server keeps its tickets in the working directory
+    result = await start_run(client, desk_spec(), "T-1")
+    assert result.status == "completed", result.error
+    for content in (False, True):
+        spans = (await check_every_span(client, receiver, {result.run_id: UNKNOWN}, content))[result.run_id]
+    tools = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+    assert tools and all(s.attributes.get("gen_ai.tool.call.arguments") for s in tools)
+    assert all(s.attributes.get("gen_ai.tool.call.id") for s in tools)  # the model's calls, matched
 
 
 # -- Pydantic AI -----------------------------------------------------------------------------------------

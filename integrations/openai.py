@@ -81,6 +81,7 @@ from runledger import (  # noqa: E402
     Retry,
     Run,
     SyncRun,
+    Tool,
 )
 from runledger.integrations.openai_objects import (  # noqa: E402
     NotRecordedError,
@@ -202,19 +203,25 @@ class OpenAIModel:
                 result = await asyncio.to_thread(call.create, **call.kwargs)
             else:
                 result = await call.create(**call.kwargs)
-        except openai.APIStatusError as exc:
-            raise ModelError(
-                f"OpenAI {call.endpoint} answered HTTP {exc.status_code}: {exc.message}",
-                retryable=exc.status_code in RETRYABLE_STATUS and not call.forwarded,
-                status=exc.status_code,
-            ) from exc
-        except openai.APIConnectionError as exc:  # timeouts included
-            raise ModelError(f"OpenAI {call.endpoint} failed: {exc}", retryable=not call.forwarded) from exc
+        except (openai.APIStatusError, openai.APIConnectionError) as exc:
+            raise _model_error(call.endpoint, exc, call.forwarded) from exc
         http = None
         if call.raw:  # the SDK's LegacyAPIResponse: its body is read, parse() makes no request
             http = {"status": result.status_code, "headers": kept_headers(result.headers)}
             result = result.parse()
         return _normalised(call.endpoint, result, http)
+
+
+def _model_error(endpoint: str, exc: openai.APIStatusError | openai.APIConnectionError, forwarded: int) -> ModelError:
+    """The SDK's failure as runledger's retries read it: HTTP 408/409/429/5xx, timeouts and
+    connection errors are retryable, unless chunks of a stream already reached the caller."""
+    if isinstance(exc, openai.APIStatusError):
+        return ModelError(
+            f"OpenAI {endpoint} answered HTTP {exc.status_code}: {exc.message}",
+            retryable=exc.status_code in RETRYABLE_STATUS and not forwarded,
+            status=exc.status_code,
+        )
+    return ModelError(f"OpenAI {endpoint} failed: {exc}", retryable=not forwarded)  # timeouts included
 
 
 def _usage(sdk: dict[str, Any], endpoint: str) -> tuple[int, int]:
@@ -568,14 +575,18 @@ class RecordedOpenAI(Surface):
         return RecordedChatCompletionStreamManager(start)
 
     def _read(self, name: str, args: dict[str, Any], fetch: Callable[[], Any], build: Callable[[Any], T]) -> Any:
-        """A read of the API that is no model call (``models``): a tool step named ``openai.<name>``,
-        its result the response as JSON, rebuilt by ``build``."""
+        """A read of the API that is no model call (``models``): a read tool step named
+        ``openai.<name>``, its result the response as JSON, rebuilt by ``build``; HTTP 429/5xx,
+        timeouts and connection errors retried as ``DEFAULT_RETRY`` says, each attempt recorded."""
 
         async def fn(_: Any) -> Any:
-            return _plain(await fetch())
+            try:
+                return _plain(await fetch())
+            except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                raise _model_error(f"/{name.split('.')[0]}", exc, 0) from exc
 
         async def get() -> T:
-            return build(await self._run.tool(f"openai.{name}", args, fn=fn))
+            return build(await self._run.tool(Tool(f"openai.{name}", fn, retry=DEFAULT_RETRY), args))
 
         return page_request(get) if name == "models.list" else get()  # type: ignore[arg-type]  # build: a page
 
@@ -639,7 +650,13 @@ class SyncRecordedOpenAI(Surface):
         )
 
     def _read(self, name: str, args: dict[str, Any], fetch: Callable[[], Any], build: Callable[[Any], T]) -> T:
-        return build(self._run.tool(f"openai.{name}", args, fn=lambda _: _plain(fetch())))
+        def fn(_: Any) -> Any:
+            try:
+                return _plain(fetch())
+            except (openai.APIStatusError, openai.APIConnectionError) as exc:
+                raise _model_error(f"/{name.split('.')[0]}", exc, 0) from exc
+
+        return build(self._run.tool(Tool(f"openai.{name}", fn, retry=DEFAULT_RETRY), args))
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:

@@ -308,3 +308,21 @@ async def test_what_is_not_recorded_says_so_by_name(
     ]  # fmt: skip
     assert server.requests == []
     assert any("with_options(max_retries=5) on a recorded client is ignored" in r.message for r in caplog.records)
+
+
+async def test_a_rate_limited_models_read_is_retried_with_each_attempt_recorded(
+    client: LedgerClient, server: Server
+) -> None:
+    """The SDK's own retries are off: runledger retries a models read (``DEFAULT_RETRY``), each
+    attempt a ``tool.called`` of the step; a resume reads neither again."""
+    server.script = [Answer(429, LIMITED), Answer(body={"object": "list", "data": [MODEL]})]
+    seen: list[Any] = []
+
+    async def body(run: Run, oa: Any) -> None:
+        seen.append([m.id for m in (await oa.models.list()).data])
+
+    _, live = await drive(client, server, "oa-models-429", body, seen)
+    assert live == [["gpt-test"]] and len(server.requests) == 2
+    attempts = [e.payload for e in (await load_run(client, "oa-models-429")).events if e.type == "tool.called"]
+    assert [(a["step"], a["attempt"], a["will_retry"]) for a in attempts] == [(0, 1, True), (0, 2, False)]
+    assert attempts[0]["error"]["retryable"] and "HTTP 429" in attempts[0]["error"]["message"]

@@ -44,6 +44,7 @@ agent does not recover by itself: replaying its model responses is what rebuilds
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -60,6 +61,7 @@ from pydantic_ai.durable_exec import (  # noqa: E402
     JSON_CODEC,
     BaseDurabilityCapability,
     BoundDurableOperation,
+    CallToolResult,
     DurabilityEngineSpec,
     DurableOperation,
     DurableOperationBackend,
@@ -71,10 +73,15 @@ from pydantic_ai.durable_exec import (  # noqa: E402
     conversation_id_from_run_id,
     durable_unit_scope,
 )
+
+# The one name not on Pydantic AI's public surface: how it records a tool's return value (a value, or a
+# control-flow signal as data), which a reconcile's answer must match to be replayed like the call's.
+from pydantic_ai.durable_exec._toolset import wrap_tool_call_result  # noqa: E402
 from pydantic_ai.messages import ModelMessage  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
 
 from runledger import (  # noqa: E402
+    NOT_FOUND,
     AgentSpec,
     ConfigurationError,
     ModelResponse,
@@ -131,10 +138,10 @@ class Effect:
 
     ``key`` builds the idempotency key from the tool's arguments (a JSON object): the business
     identity, e.g. ``lambda a: f"refund:{a['order_id']}"``, never a digest of model-generated text.
-    ``effect_class`` is ``write`` or ``irreversible``; ``reconcile`` (``key -> result`` or
-    ``runledger.NOT_FOUND``, asked when a crash left the effect in doubt) returns what the tool
-    call recorded: Pydantic AI's recorded form of the tool's return value, which ``tool_result``
-    builds from the value. ``lease_s`` is the claim's lease (runledger.sdk.context)."""
+    ``effect_class`` is ``write`` or ``irreversible``; ``reconcile`` (``key -> the tool's return value``
+    or ``runledger.NOT_FOUND``, sync or async), asked when a crash left the effect in doubt, says
+    whether the external system did it: its value is recorded as the tool's return (as Pydantic
+    AI records one) and handed to the model. ``lease_s`` is the claim's lease (runledger.sdk.context)."""
 
     key: Callable[[Any], str]
     effect_class: Literal["write", "irreversible"] = "write"
@@ -351,16 +358,35 @@ async def _tool_step(
     if effect is None:
         declared: Tool[Any, Any] = Tool(name, call)
     else:
+        reconcile = None if effect.reconcile is None else _reconciler(effect.reconcile)
         declared = Tool(
-            name, call, effect_class=effect.effect_class, key=effect.key, reconcile=effect.reconcile,
-            lease_s=effect.lease_s,
-        )  # fmt: skip
+            name, call, effect_class=effect.effect_class, key=effect.key, reconcile=reconcile, lease_s=effect.lease_s
+        )
     try:
         return await run.tool(declared, args, tool_call_id=tool_call_id)
     except ToolFailedError as exc:
         if isinstance(exc.__cause__, Exception):
             raise exc.__cause__ from None  # the tool's own error, recorded
         raise
+
+
+def _reconciler(reconcile: Callable[[str], Any]) -> Callable[[str], Awaitable[Any]]:
+    """``reconcile`` answering as the tool call's step records: the found value as Pydantic AI's
+    recorded tool return (``CallToolResult``), ``NOT_FOUND`` as it is."""
+
+    async def reconciled(key: str) -> Any:
+        found = reconcile(key)
+        if inspect.isawaitable(found):
+            found = await found
+        if found is NOT_FOUND:
+            return NOT_FOUND
+
+        async def value() -> Any:
+            return found
+
+        return JSON_CODEC.dump(CallToolResult, await wrap_tool_call_result(value()))
+
+    return reconciled
 
 
 class _Backend(DurableOperationBackend[None]):

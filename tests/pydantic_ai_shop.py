@@ -19,7 +19,7 @@ from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from runledger import AgentSpec, EffectContext
+from runledger import NOT_FOUND, AgentSpec, EffectContext
 from runledger.integrations.pydantic_ai import Effect, RunledgerDurability, agent_spec
 
 
@@ -54,8 +54,14 @@ class Shop:
         last = messages[-1].parts[-1]
         return ModelResponse(parts=[TextPart(f"done: {getattr(last, 'content', '')}")])
 
+    def refunded(self, key: str) -> Any:
+        """The refund's reconcile: what the "payments service" (the tool log) knows of ``key``."""
+        order = key.removeprefix("refund:")
+        return f"refunded 5 on {order}" if f"refund {order}" in self.tool_log else NOT_FOUND
+
     def agent(self) -> Agent[None, str]:
-        durability = RunledgerDurability(effects={"refund": Effect(key=lambda a: f"refund:{a['order']}")})
+        refund_effect = Effect(key=lambda a: f"refund:{a['order']}", reconcile=self.refunded)
+        durability = RunledgerDurability(effects={"refund": refund_effect})
         agent = Agent(FunctionModel(self.model), name="shop", capabilities=[durability])
 
         @agent.tool_plain

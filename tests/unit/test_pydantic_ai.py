@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("pydantic_ai")
 
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from runledger import ConfigurationError, LedgerClient, load_run
@@ -146,3 +147,55 @@ def test_request_messages_carry_no_timestamps_and_summary_reads_the_response() -
     assert isinstance(recorded, PydanticAIResponse)
     assert (recorded.content, recorded.tool_calls, recorded.finish_reason) == ("ok", [], "stop")
     assert ModelMessagesTypeAdapter.validate_python([recorded.message])[0] == response
+
+
+async def test_the_example_refunds_once_and_resumes_from_the_record(client: LedgerClient) -> None:
+    from runledger.examples.pydantic_ai_support import agent as example
+
+    example.REFUNDS.clear()
+    spec = example.spec()
+    result = await start_run(client, spec, "Please refund order-8891, it arrived broken.", run_id="pa-example")
+    assert result.status == "completed", result.error
+    assert example.REFUNDS == {"refund:order-8891": {"refund_id": "rf-1", "order": "order-8891", "amount": 42.0}}
+    assert "rf-1" in result.output
+    cp = fold((await load_run(client, "pa-example")).records)
+    assert [cp.steps[s].kind for s in sorted(cp.steps)] == ["model", "tool", "model", "effect", "model"]
+    assert cp.committed_keys == ["refund:order-8891"]
+    request = (await load_run(client, "pa-example")).records[1].event.payload["request"]
+    instructions = "You are a support agent. Look the order up before you refund it."
+    assert request["messages"][0] == {"role": "system", "content": instructions}  # the request as recorded
+
+
+async def test_parallel_tool_calls_are_steps_in_the_models_order_and_resume(client: LedgerClient) -> None:
+    """A response asking for three tools at once: their steps follow the model's order, a crash
+    after the second leaves the first two recorded, and the resume runs only the third."""
+    calls: list[str] = []
+    crash = [True]
+
+    def model(messages: list[ModelMessage], info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("fetch", {"n": n}, tool_call_id=f"t{n}") for n in (3, 1, 2)])
+        returns = [p.content for p in messages[-1].parts if p.part_kind == "tool-return"]
+        return ModelResponse(parts=[TextPart(",".join(map(str, returns)))])
+
+    agent = Agent(FunctionModel(model), name="par", capabilities=[RunledgerDurability()])
+
+    @agent.tool_plain
+    async def fetch(n: int) -> int:
+        if n == 2 and crash[0]:
+            raise Crash
+        calls.append(f"fetch {n}")
+        return n * 10
+
+    spec = agent_spec(agent, agent_version="v1")
+    with pytest.raises(Crash):
+        await start_run(client, spec, "go", run_id="pa-par")
+    assert calls == ["fetch 3", "fetch 1"]
+    crash[0] = False
+    result = await resume_run(client, spec, "pa-par")
+    assert result.status == "completed", result.error
+    assert result.output == "30,10,20"
+    assert calls == ["fetch 3", "fetch 1", "fetch 2"]
+    records = (await load_run(client, "pa-par")).records
+    tools = [(r.event.payload["step"], r.event.payload["args"]) for r in records if r.event.type == "tool.called"]
+    assert tools == [(1, {"n": 3}), (2, {"n": 1}), (3, {"n": 2})]

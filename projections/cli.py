@@ -11,21 +11,23 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runledger.cli.connect import with_client
 from runledger.errors import ConfigurationError
 from runledger.log.client import LedgerClient
+from runledger.projections.content import content_session
 from runledger.projections.errors import StreamReadError
 from runledger.projections.progress import ProgressLine
 from runledger.projections.projector import ProjectResult, default_db_path, project, rebuild
 from runledger.projections.queries import FORMATS, export_parquet, format_result, quarantined, run_sql
 from runledger.projections.selection import select_runs
 from runledger.projections.store import ProjectionStore
+
+T = TypeVar("T")
 
 
 def _db(args: argparse.Namespace) -> Path:
@@ -71,7 +73,7 @@ def cmd_project(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        print(f"following the stream into {path}; Ctrl-C stops after the batch in hand", file=sys.stderr)
+        progress.say(f"following the stream into {path}; Ctrl-C stops after the batch in hand")
         result: ProjectResult | None = None
         backoff = 1.0
         while not stop.is_set():
@@ -80,7 +82,7 @@ def cmd_project(args: argparse.Namespace) -> int:
             except StreamReadError as exc:
                 # The server went away or the read broke off: everything up to the last batch is
                 # committed, so start again from there once the server answers.
-                print(f"runledger: {exc}; following again in {backoff:g}s", file=sys.stderr)
+                progress.say(f"runledger: {exc}; following again in {backoff:g}s")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -97,9 +99,17 @@ def _open_for_reading(args: argparse.Namespace) -> ProjectionStore:
     return ProjectionStore(_db(args), writer=False)
 
 
-def cmd_sql(args: argparse.Namespace) -> int:
+def _reading(args: argparse.Namespace, work: Callable[[Any], T]) -> T:
+    """``work(con)`` on the projection, caught up first unless --no-sync; with --content, in a session
+    that opens content for this caller (runledger.projections.content), or ContentNotGrantedError."""
     with _open_for_reading(args) as store:
-        result = run_sql(store.con, args.query)
+        if not args.content:
+            return work(store.con)
+        return with_client(args, lambda client: content_session(client, store.con, work))
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    result = _reading(args, lambda con: run_sql(con, args.query))
     print(format_result(result, args.format))
     return 0
 
@@ -107,8 +117,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if not args.parquet:
         raise ConfigurationError("`runledger export` needs --parquet DIR, or a mode: `runledger export otlp -h`")
-    with _open_for_reading(args) as store:
-        counts = export_parquet(store.con, Path(args.parquet))
+    counts = _reading(args, lambda con: export_parquet(con, Path(args.parquet)))
     for name, rows in counts.items():
         print(f"{name:<12} {rows:>10,} rows  -> {Path(args.parquet) / name}")
     return 0
@@ -175,13 +184,24 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_project)
 
-    p = sub.add_parser("sql", parents=[common, db, reading], help="run SQL on the projection (tables: docs/tables.md)")
+    content = argparse.ArgumentParser(add_help=False)
+    content.add_argument(
+        "--content", action="store_true",
+        help="open content (arguments, results, messages: redacted, as recorded) for this caller, who must hold "
+        "the master key and a login that reads run keys (docs/tables.md, 'Content')",
+    )  # fmt: skip
+
+    p = sub.add_parser(
+        "sql", parents=[common, db, reading, content], help="run SQL on the projection (tables: docs/tables.md)"
+    )
     p.add_argument("query", help='e.g. "SELECT status, count(*) FROM runs GROUP BY ALL"')
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser(
-        "export", parents=[common, db, reading], help="write the projection as partitioned Parquet (or: export otlp)"
+        "export",
+        parents=[common, db, reading, content],
+        help="write the projection as partitioned Parquet (or: export otlp)",
     )
     p.add_argument("--parquet", metavar="DIR", help="directory to write <table>/... files into")
     p.set_defaults(func=cmd_export)

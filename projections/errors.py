@@ -10,7 +10,8 @@
         │   ├── SequenceGapError              a stream sequence went missing between two messages
         │   └── EventsExpiredError            events left the stream (max_age) before they were projected
         ├── UnprojectableError                a batch's rows could not be built or written (an event no table can hold)
-        └── QueryError                        an analyst's SQL failed
+        ├── QueryError                        an analyst's SQL failed
+        └── ContentNotGrantedError            content asked for (--content) by a caller who may not open it
 
 Messages say what is wrong and what to do next. DuckDB and NATS errors are translated at
 the boundary with ``raise ... from exc``. An error whose ``__init__`` takes anything but the
@@ -142,3 +143,28 @@ class QueryError(ProjectionError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.sql, self.reason), self.__dict__)
+
+
+class ContentNotGrantedError(ProjectionError):
+    """``--content`` asked by a caller who may not open content: ``missing`` says which half of the
+    grant it lacks (the master key, or a login that may read run keys), ``reason`` the details."""
+
+    def __init__(self, missing: str, reason: str, role: str | None = None, where: str | None = None) -> None:
+        self.missing = missing
+        self.reason = reason
+        self.role = role
+        self.where = where
+        who = f"the {role} login" if role else "this caller"
+        if missing == "no master key":
+            text = f"{missing}: {reason}"  # the master key's own error says where it looked and what to do
+        else:
+            folder = where or "<credentials folder>"
+            text = (
+                f"{missing} ({reason}). An operator grants content to analysts with `runledger up --secure "
+                "--grant-content analyst` (and gives them the master key); operators read it: "
+                f"--creds {folder}/operator.json"
+            )
+        super().__init__(f"content stays sealed for {who}: {text}. Without --content queries run with content sealed")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.missing, self.reason, self.role, self.where), self.__dict__)

@@ -303,11 +303,102 @@ _KEY_WRITER = """
 ALTER TABLE effect_keys ADD COLUMN writer VARCHAR;
 """
 
+# One name for a step's number in every table and view: ``steps.step_no`` becomes ``step``, as in
+# ``events``, ``effect_keys``, ``effects`` and ``approvals`` (DuckDB's error on the old name lists
+# ``step`` as the candidate). The views that read it are made again, and ``effects`` gains ``args``:
+# what the effect was called with (the first ``effect.intended``, or ``effect.simulated`` in a live
+# re-run, of its run and step; content, sealed like ``result`` unless opened: docs/tables.md).
+_STEP = """
+ALTER TABLE steps RENAME COLUMN step_no TO step;
+
+CREATE OR REPLACE VIEW effects AS
+WITH s AS (SELECT * FROM steps WHERE kind = 'effect'),
+joined AS (
+    SELECT
+        coalesce(s.effect_key, k.key) AS key,
+        CASE
+            WHEN s.run_id IS NULL THEN
+                CASE k.status WHEN 'claimed' THEN 'in_doubt' WHEN 'free' THEN 'released' ELSE k.status END
+            WHEN s.status IN ('committed', 'failed', 'simulated') THEN s.status
+            WHEN k.status = 'claimed' THEN 'in_doubt'
+            WHEN k.status = 'committed' THEN 'committed'
+            ELSE 'intended'
+        END AS state,
+        coalesce(s.run_id, k.run_id) AS run_id,
+        coalesce(s.step, k.step) AS step,
+        s.name AS name,
+        s.agent AS agent,
+        CASE WHEN s.status = 'committed' THEN coalesce(k.via, 'record') ELSE k.via END AS via,
+        coalesce(s.output, k.result) AS result,
+        coalesce(s.error, k.error) AS error,
+        s.started_at AS started_at,
+        s.duration_ms AS duration_ms,
+        k.status AS key_status,
+        k.subject AS key_subject
+    FROM s FULL OUTER JOIN effect_keys k
+        ON k.key = s.effect_key AND k.run_id = s.run_id AND k.step = s.step
+), intents AS (
+    SELECT run_id, step, arg_min(payload->'args', stream_seq) AS args
+    FROM events
+    WHERE type IN ('effect.intended', 'effect.simulated') AND starts_with(subject, 'ledger.run.')
+    GROUP BY run_id, step
+)
+SELECT j.key, j.state, j.run_id, j.step, j.name, j.agent, j.via, j.result, j.error, j.started_at,
+       j.duration_ms, j.key_status, j.key_subject, i.args
+FROM joined j LEFT JOIN intents i ON i.run_id = j.run_id AND i.step = j.step;
+
+CREATE OR REPLACE VIEW approvals AS
+WITH requested AS (
+    SELECT run_id, payload->>'request_id' AS request_id, payload->'args' AS args
+    FROM events
+    WHERE type = 'approval.requested' AND starts_with(subject, 'ledger.run.')
+), resolved AS (
+    SELECT run_id, payload->>'request_id' AS request_id, payload->>'digest' AS digest,
+           arg_min(ts, stream_seq) AS decided_at
+    FROM events
+    WHERE type = 'approval.resolved' AND starts_with(subject, 'ledger.run.')
+    GROUP BY ALL
+)
+SELECT
+    s.run_id, s.step, s.request_id, s.name AS action, s.input_hash AS digest, s.status,
+    q.args, s.started_at AS requested_at,
+    s.output->>'by' AS decided_by, s.output->>'reason' AS reason,
+    CASE WHEN s.status IN ('approved', 'denied') THEN r.decided_at END AS decided_at,
+    s.agent
+FROM steps s
+LEFT JOIN requested q ON q.run_id = s.run_id AND q.request_id = s.request_id
+LEFT JOIN resolved r ON r.run_id = s.run_id AND r.request_id = s.request_id AND r.digest = s.input_hash
+WHERE s.kind = 'approval';
+
+CREATE OR REPLACE VIEW failed_runs AS
+SELECT
+    r.run_id, r.agent, r.failure_reason, r.error_type, r.error_message, r.started_at, r.ended_at,
+    f.step AS first_bad_step, f.kind AS first_bad_kind, f.name AS first_bad_name,
+    f.status AS first_bad_status
+FROM runs r
+LEFT JOIN (
+    SELECT run_id, min(step) AS step, arg_min(kind, step) AS kind,
+           arg_min(name, step) AS name, arg_min(status, step) AS status
+    FROM steps WHERE status IN ('error', 'failed', 'denied')
+    GROUP BY run_id
+) f ON f.run_id = r.run_id
+WHERE r.status = 'failed';
+
+CREATE OR REPLACE VIEW child_runs AS
+SELECT r.run_id, r.child_of_run_id AS parent_run_id, r.child_of_step AS parent_step, r.agent, r.status,
+       p.agent AS parent_agent, p.status AS parent_status, s.status AS step_status, r.started_at, r.ended_at
+FROM runs r
+LEFT JOIN runs p ON p.run_id = r.child_of_run_id
+LEFT JOIN steps s ON s.run_id = r.child_of_run_id AND s.step = r.child_of_step AND s.kind = 'child'
+WHERE r.child_of_run_id IS NOT NULL;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration("tables", _TABLES),
     Migration("views", _VIEWS),
     Migration("child runs", _CHILD_RUNS),
     Migration("key writer", _KEY_WRITER),
+    Migration("step", _STEP),
 ]
 LATEST = len(MIGRATIONS)
 

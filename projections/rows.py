@@ -53,7 +53,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("child_of_run_id", _S), ("child_of_step", _I64),
     ]),
     "steps": pa.schema([
-        ("run_id", _S), ("step_no", _I64), ("kind", _S), ("name", _S), ("status", _S), ("input_hash", _S),
+        ("run_id", _S), ("step", _I64), ("kind", _S), ("name", _S), ("status", _S), ("input_hash", _S),
         ("output", _S), ("error", _S), ("effect_key", _S), ("request_id", _S), ("tokens", _I64),
         ("input_tokens", _I64), ("output_tokens", _I64), ("duration_ms", _F64), ("started_at", _S),
         ("seq", _I64), ("agent", _S), ("agent_version", _S), ("version", _S), ("child_run_id", _S),

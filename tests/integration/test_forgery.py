@@ -284,7 +284,7 @@ async def test_a_forged_envelope_changes_no_row_of_its_victim(
     queries = [
         "SELECT stream_seq, subject, id, agent, seq, type FROM events WHERE run_id = 'victim-6' ORDER BY 1",
         "SELECT run_id, agent, status FROM runs WHERE run_id = 'victim-6' OR agent = 'alpha' ORDER BY 1",
-        "SELECT run_id, step_no, kind, status FROM steps WHERE run_id = 'victim-6' ORDER BY 2",
+        "SELECT run_id, step, kind, status FROM steps WHERE run_id = 'victim-6' ORDER BY 2",
         "SELECT run_id, status, next_seq FROM checkpoints WHERE run_id = 'victim-6'",
     ]
     before = [sql(db, q) for q in queries]

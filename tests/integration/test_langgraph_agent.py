@@ -137,7 +137,7 @@ async def test_killed_at_random_moments_each_refund_happens_once_and_every_threa
     await project(client, db)
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute(
-            "SELECT run_id, list(kind ORDER BY step_no), list(name ORDER BY step_no) FROM steps "
+            "SELECT run_id, list(kind ORDER BY step), list(name ORDER BY step) FROM steps "
             "WHERE run_id LIKE 'lg-%' GROUP BY run_id"
         ).fetchall()
     by_run = {run_id: (kinds, names) for run_id, kinds, names in rows}

@@ -318,7 +318,7 @@ async def test_show_prints_the_tree_runs_names_the_parent_and_the_projection_has
         assert runs == [("tree-1", None, None, None), ("tree-1-c0", "tree-1", 0, None),
                         ("tree-1-c1", "tree-1", 1, None)]  # fmt: skip
         steps = con.execute(
-            "SELECT step_no, kind, status, child_run_id FROM steps WHERE run_id = 'tree-1' ORDER BY step_no"
+            "SELECT step, kind, status, child_run_id FROM steps WHERE run_id = 'tree-1' ORDER BY step"
         ).fetchall()
         assert steps == [(0, "child", "completed", "tree-1-c0"), (1, "child", "completed", "tree-1-c1"),
                          (2, "tool", "ok", None)]  # fmt: skip

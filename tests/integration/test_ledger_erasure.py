@@ -209,7 +209,7 @@ async def test_the_projection_rewrites_an_erased_runs_rows(
         await erase_run(client, run_id, reason="request", by="dpo")
     for table in tables:
         _no_personal_data(await sql(f"SELECT * FROM {table}"), f"the projection's {table} after the next project")
-    steps = json.loads(await sql("SELECT run_id, kind, name, status, output FROM steps ORDER BY run_id, step_no"))
+    steps = json.loads(await sql("SELECT run_id, kind, name, status, output FROM steps ORDER BY run_id, step"))
     assert [s["status"] for s in steps if s["run_id"] == "plain-proj"] == [
         "ok", "ok", "ok", "committed", "pending"
     ]  # fmt: skip

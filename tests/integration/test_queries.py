@@ -14,9 +14,11 @@ import pytest
 from runledger.log.client import LedgerClient
 from runledger.log.reader import decode_records, read_raw
 from runledger.log.subjects import run_subject
+from runledger.projections.content import content_session
 from runledger.projections.projector import project
 from runledger.projections.queries import run_sql
 from runledger.projections.store import ProjectionStore
+from runledger.protect.capture import client_opener
 from runledger.record.fold import fold
 from tests.integration.test_projector import build_ledger, runledger
 
@@ -58,6 +60,22 @@ async def model_steps(client: LedgerClient) -> list[tuple[str, str, int, int, in
     return out
 
 
+async def refunds_over_100(client: LedgerClient) -> list[tuple[str, str, float]]:
+    """(run_id, key, amount) of every refund over 100, from the log with content opened, as Q12 orders them."""
+    good, _ = decode_records(await read_raw(client, "ledger.run.>"))
+    opener = client_opener(client)
+    found = {}
+    for rec in good:
+        event = rec.event
+        if event.type == "effect.intended" and event.payload["name"] == "refund":
+            args = (await opener.open_event(event)).payload["args"]
+            if float(args["amount"]) > 100:
+                found.setdefault(
+                    (event.run_id, event.payload["step"]), (event.run_id, event.payload["key"], float(args["amount"]))
+                )
+    return sorted(found.values(), key=lambda r: (-r[2], r[0]))
+
+
 async def test_every_documented_query_returns_the_expected_rows(client: LedgerClient, tmp_path: Path) -> None:
     runs = await build_ledger(client, tmp_path, load_events=0)
     garbage = await client.js.publish(run_subject("refund-agent", "junk"), b"this is not an event")
@@ -67,7 +85,7 @@ async def test_every_documented_query_returns_the_expected_rows(client: LedgerCl
     con.executemany("INSERT INTO model_prices VALUES (?, ?, ?)", [[m, *p] for m, p in PRICES.items()])
     con.close()
     queries = doc_queries()
-    assert sorted(queries, key=lambda q: int(q[1:])) == [f"Q{i}" for i in range(1, 12)]
+    assert sorted(queries, key=lambda q: int(q[1:])) == [f"Q{i}" for i in range(1, 13)]
     steps = await model_steps(client)
     with ProjectionStore(db, writer=False) as store:
         result = {number: run_sql(store.con, sql) for number, sql in queries.items()}
@@ -110,6 +128,12 @@ async def test_every_documented_query_returns_the_expected_rows(client: LedgerCl
         ("refund-agent", "suspended", 1),
         ("spender", "failed", 1),
     ]  # the garbage's subject has no valid event: no run
+
+    # Q12 asks about content: sealed, only the unsealed run answers; opened (--content), every refund over 100.
+    assert result["Q12"].rows == [("rogue-1", "refund:order-rogue", 700.0)]
+    with ProjectionStore(db, writer=False) as store:
+        opened = await content_session(client, store.con, lambda con: run_sql(con, queries["Q12"]))
+    assert opened.rows == await refunds_over_100(client) and len(opened.rows) > 1
 
     # The same through the command, as an analyst runs it.
     cli = runledger(client.url, "sql", queries["Q4"], "--db", str(db), "--format", "json")

@@ -12,7 +12,7 @@ _ORDER = {
     "events": "stream_seq",
     "quarantine": "stream_seq",
     "runs": "run_id",
-    "steps": "run_id, step_no",
+    "steps": "run_id, step",
     "checkpoints": "run_id",
     "effect_keys": "subject",
     "effects": "run_id, step, key",

@@ -52,3 +52,30 @@ def test_a_file_from_a_newer_runledger_is_refused(tmp_path: Path) -> None:
     con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, 'from the future')", [LATEST + 1])
     with pytest.raises(SchemaTooNewError, match="upgrade runledger"):
         migrate(con, str(tmp_path / "m.duckdb"))
+
+
+def test_a_file_of_version_4_gets_step_in_place_and_effects_with_their_args(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runledger.projections import migrations
+
+    con = duckdb.connect(str(tmp_path / "m.duckdb"))
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:4])
+    monkeypatch.setattr(migrations, "LATEST", 4)
+    migrations.migrate(con, "m")
+    con.execute(
+        "INSERT INTO steps (run_id, step_no, kind, name, status, input_hash, output) "
+        """VALUES ('r', 3, 'effect', 'refund', 'committed', 'd', '{"ok": true}')"""
+    )
+    con.execute(
+        "INSERT INTO events (stream_seq, subject, id, run_id, agent, type, ts_text, step, payload, prev_hash, hash, "
+        """size) VALUES (7, 'ledger.run.a.r.a', 'e', 'r', 'a', 'effect.intended', '', 3, """
+        """'{"step": 3, "name": "refund", "args": {"amount": 150}}', '', '', 0)"""
+    )
+    monkeypatch.undo()
+    assert migrate(con, "m") == 4
+    assert con.execute("SELECT run_id, step, kind FROM steps").fetchall() == [("r", 3, "effect")]
+    rows = con.execute("SELECT run_id, step, name, state, args->>'amount' FROM effects").fetchall()
+    assert rows == [("r", 3, "refund", "committed", "150")]
+    with pytest.raises(duckdb.BinderException, match='Candidate bindings: "step"'):
+        con.execute("SELECT step_no FROM steps")

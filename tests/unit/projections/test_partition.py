@@ -104,7 +104,7 @@ def test_checkpoints_equal_the_fold_of_each_run(tmp_path: Path) -> None:
     assert set(rows) == set(runs)
     for run_id, recs in runs.items():
         assert rows[run_id] == fold(recs).to_dict(), run_id
-    steps = store.con.execute("SELECT run_id, step_no, kind, status, seq FROM steps ORDER BY ALL").fetchall()
+    steps = store.con.execute("SELECT run_id, step, kind, status, seq FROM steps ORDER BY ALL").fetchall()
     expected = sorted(
         (run_id, s.step, s.kind, s.status, s.seq) for run_id, recs in runs.items() for s in fold(recs).steps.values()
     )

@@ -70,7 +70,7 @@ def test_step_rows_follow_the_fold() -> None:
     buf = TableBuffer("steps")
     add_steps(buf, "r2", cp, sorted(cp.steps))
     rows = buf.to_arrow().to_pylist()
-    assert [(r["step_no"], r["kind"], r["status"]) for r in rows] == [(0, "model", "ok"), (1, "approval", "approved")]
+    assert [(r["step"], r["kind"], r["status"]) for r in rows] == [(0, "model", "ok"), (1, "approval", "approved")]
     assert rows[1]["request_id"] == "q-r2" and json.loads(rows[1]["output"])["by"] == "ana"
     assert rows[0]["input_tokens"] == 30 and rows[0]["tokens"] == 40
 

@@ -51,11 +51,11 @@ from typing import Any, TypeVar
 from runledger.errors import KeyStoreError, MasterKeyError, PermissionDeniedError
 from runledger.log.client import LedgerClient
 from runledger.log.permissions import refused_at_once, watch_of
-from runledger.log.subjects import KEY_BUCKET, KEY_STREAM
+from runledger.log.subjects import KEY_BUCKET
 from runledger.projections.errors import ContentNotGrantedError
 from runledger.protect.blobs import is_blob_ref
 from runledger.protect.capture import PayloadOpener, client_opener, is_sealed, is_sealed_text
-from runledger.protect.keystore import KVKeyStore, RunKeys, master_key, run_kid
+from runledger.protect.keystore import RunKeys, key_read_subject, master_key, run_kid, unwrap_keys
 
 T = TypeVar("T")
 
@@ -163,30 +163,41 @@ def _who(client: LedgerClient) -> tuple[str | None, str | None]:
 
 
 async def check_grant(client: LedgerClient, con: Any) -> None:
-    """Raise ContentNotGrantedError unless this caller may open content: it holds the master key and
-    its login may read run keys (probed with the key of a run of the projection, when it has one)."""
+    """Raise ContentNotGrantedError unless this caller may open content: it holds the master key,
+    its login may read run keys, and the master key unwraps them (probed with the keys of a run of
+    the projection, when it has one)."""
+    from nats.js.errors import KeyNotFoundError
+
     role, where = _who(client)
     try:
-        master_key()
+        master = master_key()
     except MasterKeyError as exc:
         raise ContentNotGrantedError("no master key", str(exc), role) from exc
-    rows = con.execute("SELECT agent, run_id, subject FROM runs WHERE agent IS NOT NULL ORDER BY run_id LIMIT 1")
-    found = rows.fetchall()
+    found = con.execute(
+        "SELECT agent, run_id, subject FROM runs WHERE agent IS NOT NULL ORDER BY run_id LIMIT 1"
+    ).fetchall()
     if not found:
         return
     agent, run_id, subject = found[0]
     kid = run_kid(agent, run_id, worker=subject.endswith(".w"))
-    get = KVKeyStore(client.js).get(kid)
-    api = f"$JS.API.DIRECT.GET.{KEY_STREAM}.$KV.{KEY_BUCKET}.{kid}"
+    missing = "the login may not read run keys"
     try:
-        await asyncio.wait_for(refused_at_once(client.nc, api, get), _PROBE_TIMEOUT)
+        kv = await client.js.key_value(KEY_BUCKET)
+        entry = await asyncio.wait_for(refused_at_once(client.nc, key_read_subject(kid), kv.get(kid)), _PROBE_TIMEOUT)
+    except KeyNotFoundError:
+        return  # the login may read the bucket; this run's keys are gone (erased)
     except PermissionDeniedError as exc:
-        raise ContentNotGrantedError("the login may not read run keys", str(exc), role, where) from exc
+        raise ContentNotGrantedError(missing, f"reading the keys of run {run_id} was refused", role, where) from exc
     except TimeoutError as exc:
         reason = f"reading the keys of run {run_id} got no answer in {_PROBE_TIMEOUT:g}s"
-        raise ContentNotGrantedError("the login may not read run keys", reason, role, where) from exc
-    except KeyStoreError:
-        pass  # the login may read the bucket; this run's keys are gone (erased) or unreadable
+        raise ContentNotGrantedError(missing, reason, role, where) from exc
+    if entry.value:
+        try:
+            await unwrap_keys(kid, entry.value, lambda: master)
+        except MasterKeyError as exc:
+            raise ContentNotGrantedError("another master key than the ledger's", str(exc), role) from exc
+        except KeyStoreError:
+            pass  # a damaged record: that run's content stays sealed, `runledger verify --deep` names it
 
 
 @contextmanager

@@ -155,7 +155,7 @@ class ContentNotGrantedError(ProjectionError):
         self.role = role
         self.where = where
         who = f"the {role} login" if role else "this caller"
-        if missing == "no master key":
+        if "master key" in missing:
             text = f"{missing}: {reason}"  # the master key's own error says where it looked and what to do
         else:
             folder = where or "<credentials folder>"

@@ -108,6 +108,11 @@ _MAKE_ONE = (
 WORKER_KID_PREFIX = "=w"
 
 
+def key_read_subject(kid: str) -> str:
+    """The API subject a read of run ``kid``'s keys goes to (the bucket allows direct gets)."""
+    return f"$JS.API.DIRECT.GET.{KEY_STREAM}.$KV.{KEY_BUCKET}.{kid}"
+
+
 def run_kid(agent: str, run_id: str, *, worker: bool = False) -> str:
     """The key id of a run: also its KV key, so permissions can scope an agent to its own (and a
     worker to the branches it writes: ``=w.<agent>.<run_id>``)."""
@@ -504,13 +509,19 @@ class KVKeyStore:
         import nats
         from nats.js.errors import KeyNotFoundError
 
+        from runledger.errors import PermissionDeniedError
+        from runledger.log.permissions import refused_at_once
         from runledger.log.publish import retrying
 
         kv = await self._bucket()
         try:
-            entry = await retrying(lambda: kv.get(kid))
+            # A login that may not read run keys (an analyst without the content grant) is refused at
+            # once, not after the retries' deadline: its readers show content sealed (KeyStoreError).
+            entry = await refused_at_once(self._js, key_read_subject(kid), retrying(lambda: kv.get(kid)))
         except KeyNotFoundError:
             return None
+        except PermissionDeniedError as exc:
+            raise KeyStoreError(f"this login may not read the keys of {kid} ({exc.who})") from exc
         except (TimeoutError, nats.errors.Error) as exc:
             raise KeyStoreError(f"cannot read the keys of {kid} ({type(exc).__name__})") from exc
         if entry.value is None:

@@ -8,8 +8,10 @@ role              may
 agent-<NAME>      write (as ``a``) and read only its own runs (``ledger.run.<NAME>.>``), claim and read
                   its own effect keys (``ledger.effect.<NAME>.>``: another agent's are out of reach), store
                   blobs, create and read its own runs' keys (``$KV.LEDGER_KEYS.<NAME>.>``)
-analyst           read everything (streams, blobs, keys); publish nothing to the ledger; no
-                  consumer on the re-run work queue (nobody but workers may take a request)
+analyst           read everything but run keys (streams, blobs); publish nothing to the ledger; no
+                  consumer on the re-run work queue (nobody but workers may take a request). Run
+                  keys (``LEDGER_KEYS``) too once an operator grants it content
+                  (``runledger up --secure --grant-content analyst``)
 operator          what an analyst may, plus publish re-run commands (``ledger.cmd.>``), and the
                   decisions only an operator may make, on the operator subjects (``o``): approvals,
                   budget grants, accepted versions, erasure notices, effect resolutions; and erase
@@ -47,6 +49,15 @@ What an agent can still see of other agents: ``$JS.API.STREAM.INFO.LEDGER`` (whi
 ``read_raw`` uses to count messages) answers with subject names and counts for any filter,
 so run ids and event counts of other agents are visible; their content is not.
 
+**Content is granted.** Opening content takes a run's keys from ``LEDGER_KEYS`` and the master key
+to unwrap them (runledger.protect.keystore). Agents (their own runs), operators, workers and admin
+read run keys; an analyst reads structure, and the bucket only when an operator grants it:
+``generate(..., grant_content=["analyst"])`` (``runledger up --secure --grant-content analyst``)
+records the grant in ``grants.json`` next to the credentials, so a restart keeps it, and
+``revoke_content`` takes it back. Without the grant the analyst's reads of the bucket are denied by
+the server (``content_denials``), so its ``show`` and ``sql --content`` find no key, whatever
+master key its process holds: content stays sealed, and ``sql --content`` says who may grant it.
+
 Credentials are plain users and passwords (random, 32 bytes) in a server config include
 file and one JSON credentials file per user, all mode 0600 under ``<home>/secure``. Plain
 passwords keep this dependency-free; nkeys (the ``nkeys`` package: the server holds only
@@ -72,6 +83,9 @@ from runledger.record.ids import is_subject_token
 API = "$JS.API"
 BLOB_STREAM = f"OBJ_{BLOB_BUCKET}"
 ROLES = ("agent", "analyst", "operator", "worker", "admin")
+# The roles an operator may grant content to: the others read run keys by what they do.
+GRANTABLE = ("analyst",)
+GRANTS_FILE = "grants.json"
 DATA_STREAMS = (LEDGER_STREAM, BLOB_STREAM, KEY_STREAM)
 # Consumer API subjects, as (action, what follows the stream name): create (named, filtered),
 # create (unnamed), durable create, delete, pull the next messages.
@@ -102,8 +116,24 @@ def _reads() -> list[str]:
     ]
 
 
-def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
-    """The NATS ``permissions`` block of a role (``agent`` names the agent of an agent user)."""
+def content_denials() -> list[str]:
+    """The API subjects through which run keys are read (direct gets, message gets, consumers on
+    the bucket's stream): denied to a role without the content grant."""
+    return [
+        f"{API}.DIRECT.GET.{KEY_STREAM}",
+        f"{API}.DIRECT.GET.{KEY_STREAM}.>",
+        f"{API}.STREAM.MSG.GET.{KEY_STREAM}",
+        *(
+            f"{API}.{action}.{KEY_STREAM}{suffix}"
+            for action, suffix in _CONSUMER_ACTIONS
+            if action != "CONSUMER.DELETE"
+        ),
+    ]
+
+
+def permissions(role: str, agent: str | None = None, *, content: bool = False) -> dict[str, Any]:
+    """The NATS ``permissions`` block of a role (``agent`` names the agent of an agent user;
+    ``content``: an analyst granted content, which may then read run keys)."""
     if role == "admin":
         return {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}}
     if role == "agent":
@@ -139,7 +169,7 @@ def permissions(role: str, agent: str | None = None) -> dict[str, Any]:
     ]
     if role == "analyst":
         allow = read_all
-        deny = ["ledger.>", "$KV.>", "$O.>"]
+        deny = ["ledger.>", "$KV.>", "$O.>", *([] if content else content_denials())]
     elif role == "operator":
         allow = [
             *read_all,
@@ -187,28 +217,67 @@ def _conf_value(value: Any) -> str:
     return json.dumps(value)
 
 
-def render_authorization(users: list[RoleCredentials]) -> str:
-    """The ``authorization { users = [...] }`` block of a nats-server config."""
+def render_authorization(users: list[RoleCredentials], content: frozenset[str] = frozenset()) -> str:
+    """The ``authorization { users = [...] }`` block of a nats-server config (``content``: the roles
+    granted content)."""
     lines = ["# runledger roles: generated by `runledger up --secure`; see ledger/roles.py"]
     lines += ["authorization {", "  users = ["]
     for u in users:
         lines.append(
             "    {"
             + f"user: {_conf_value(u.user)}, password: {_conf_value(u.password)}, "
-            + f"permissions: {_conf_value(permissions(u.role, u.agent))}"
+            + f"permissions: {_conf_value(permissions(u.role, u.agent, content=u.role in content))}"
             + "}"
         )
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"
 
 
-def generate(directory: Path, agents: list[str], url: str = "") -> dict[str, Path]:
+def content_grants(directory: Path) -> frozenset[str]:
+    """The roles granted content in ``directory`` (``grants.json``; none when it is missing)."""
+    path = directory / GRANTS_FILE
+    if not path.exists():
+        return frozenset()
+    try:
+        return frozenset(json.loads(path.read_text())["content"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"{path} is not a runledger grants file: {exc}") from exc
+
+
+def _granted(directory: Path, grant: tuple[str, ...], revoke: tuple[str, ...]) -> frozenset[str]:
+    for role in (*grant, *revoke):
+        if role not in GRANTABLE:
+            raise ConfigurationError(
+                f"content is granted to {', '.join(GRANTABLE)} only, not {role!r}: agents read their own runs' "
+                "content, operators, workers and admin read it by their role"
+            )
+    if set(grant) & set(revoke):
+        raise ConfigurationError(
+            f"grant or revoke content, not both, for {', '.join(sorted(set(grant) & set(revoke)))}"
+        )
+    granted = (content_grants(directory) | set(grant)) - set(revoke)
+    if grant or revoke:
+        write_private(directory / GRANTS_FILE, json.dumps({"content": sorted(granted)}, indent=2) + "\n")
+    return frozenset(granted)
+
+
+def generate(
+    directory: Path,
+    agents: list[str],
+    url: str = "",
+    *,
+    grant_content: tuple[str, ...] = (),
+    revoke_content: tuple[str, ...] = (),
+) -> dict[str, Path]:
     """Write ``auth.conf`` and one credentials file per user into ``directory`` (mode 0600).
 
     Existing credentials are kept (a restart must not lock running agents out); users for
-    new agents are added. Returns the credentials file of each user, by user name.
+    new agents are added. Content grants (``grants.json``) are kept too; ``grant_content`` and
+    ``revoke_content`` change them (roles of ``GRANTABLE``). Returns the credentials file of each
+    user, by user name.
     """
     private_dir(directory)
+    content = _granted(directory, grant_content, revoke_content)
     wanted: list[tuple[str, str | None]] = [(r, None) for r in ("admin", "analyst", "operator", "worker")]
     for agent_name in agents:
         if not is_subject_token(agent_name):
@@ -243,14 +312,17 @@ def generate(directory: Path, agents: list[str], url: str = "") -> dict[str, Pat
             users.append(creds)
             files[path.stem] = path
     conf = directory / "auth.conf"
-    write_private(conf, render_authorization(users))
+    write_private(conf, render_authorization(users, content))
     return files
 
 
-def secure(agents: list[str]) -> Callable[[Path, str], dict[str, Path]]:
-    """The ``auth`` writer of ``EmbeddedServer.start`` for the roles, with a user for each agent."""
+def secure(
+    agents: list[str], *, grant_content: tuple[str, ...] = (), revoke_content: tuple[str, ...] = ()
+) -> Callable[[Path, str], dict[str, Path]]:
+    """The ``auth`` writer of ``EmbeddedServer.start`` for the roles, with a user for each agent
+    (and content granted or revoked: ``generate``)."""
 
     def write(directory: Path, url: str) -> dict[str, Path]:
-        return generate(directory, agents, url=url)
+        return generate(directory, agents, url=url, grant_content=grant_content, revoke_content=revoke_content)
 
     return write

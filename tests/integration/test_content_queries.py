@@ -4,17 +4,20 @@ answer to Parquet, content opened as recorded (redacted); without the grant it s
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 
-from runledger.log.client import LedgerClient
+from runledger.log.client import LedgerClient, connect
+from runledger.log.server import ServerState
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.lifecycle import start_run
 from runledger.sdk.models import ScriptedModel
 from runledger.sdk.protocol import Run
+from tests.conftest import eventually
 from tests.integration.processes import runledger
 
 pytestmark = pytest.mark.integration
@@ -27,7 +30,7 @@ OVER_100 = (
 )
 
 
-def refund_agent() -> AgentSpec:
+def refund_agent(name: str = "refunder") -> AgentSpec:
     """Refunds what its input says, through a recorded effect, under the default data policy
     (redacted and sealed); the note carries a card number, which redaction replaces."""
 
@@ -39,13 +42,13 @@ def refund_agent() -> AgentSpec:
             "refund", args, key=f"refund:{run.run_id}", fn=lambda a: {"refund_id": f"rf-{a['order']}"}
         )
 
-    return AgentSpec("refunder", agent, ScriptedModel([]), agent_version="v1")
+    return AgentSpec(name, agent, ScriptedModel([]), agent_version="v1")
 
 
-async def record_refunds(client: LedgerClient) -> dict[float, str]:
+async def record_refunds(client: LedgerClient, agent: str = "refunder") -> dict[float, str]:
     runs = {}
     for amount in (40.0, 150.0, 950.0):
-        result = await start_run(client, refund_agent(), {"amount": amount}, run_id=f"refund-{int(amount)}")
+        result = await start_run(client, refund_agent(agent), {"amount": amount}, run_id=f"refund-{int(amount)}")
         assert result.status == "completed", result
         runs[amount] = result.run_id
     return runs
@@ -133,3 +136,67 @@ async def test_without_the_grant_content_stays_sealed_and_the_error_says_what_to
     assert exported.returncode == 0, exported.stderr
     intents = parquet_rows(lake, "events", "SELECT payload->'args' FROM {t} WHERE type = 'effect.intended'")
     assert intents and all(json.loads(a)["$enc"] == "A256GCM" for (a,) in intents)
+
+
+def run_as(state: ServerState, user: str, *args: str, env: dict[str, str] | None = None) -> Any:
+    """``runledger ARGS`` with the credentials file of ``user``, against the secure server."""
+    return runledger(state.url, *args, "--creds", str(Path(state.creds_dir) / f"{user}.json"), env=env)
+
+
+@pytest.mark.timeout(600)
+async def test_in_secure_mode_content_is_for_the_roles_an_operator_grants(
+    secure_server: ServerState, tmp_path: Path
+) -> None:
+    """An analyst holding the master key still sees content sealed until an operator grants it
+    (`runledger up --secure --grant-content analyst` on the running server); another agent's login
+    and a revoked analyst are refused, at once and saying what to do."""
+    admin = await connect(secure_server.url, user_credentials=str(Path(secure_server.creds_dir) / "admin.json"))
+    await admin.close()  # the streams exist
+    alpha = await connect(secure_server.url, user_credentials=str(Path(secure_server.creds_dir) / "agent-alpha.json"))
+    try:
+        runs = await record_refunds(alpha, agent="alpha")
+    finally:
+        await alpha.close()
+    db = str(tmp_path / "ledger.duckdb")
+    assert run_as(secure_server, "admin", "project", "--db", db).returncode == 0
+    home = {"RUNLEDGER_HOME": str(Path(secure_server.creds_dir).parent)}
+
+    def ask(user: str) -> Any:
+        return run_as(secure_server, user, "sql", "--content", "--no-sync", "--db", db, "--format", "json", OVER_100)
+
+    # Not granted: refused before anything is opened, quickly, naming the grant.
+    started = time.monotonic()
+    refused = ask("analyst")
+    assert refused.returncode == 1 and refused.stdout == "", refused.stderr
+    assert "content stays sealed for the analyst login: the login may not read run keys" in refused.stderr
+    assert "runledger up --secure --grant-content analyst" in refused.stderr
+    assert time.monotonic() - started < 20  # a denial is seen at once, not after the key store's retries
+    plain = run_as(secure_server, "analyst", "sql", "--no-sync", "--db", db, "--format", "json",
+                   "SELECT args FROM effects WHERE name = 'refund'")  # fmt: skip
+    assert [sorted(r["args"]) for r in json.loads(plain.stdout)] == [["$enc", "ct", "kid"]] * 3
+    shown = run_as(secure_server, "analyst", "show", runs[950.0], "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert '"$enc"' in shown.stdout and '"amount": 950' not in shown.stdout and "card_number" not in shown.stdout
+
+    # Another agent's login is the wrong role for alpha's content.
+    wrong = ask("agent-beta")
+    assert wrong.returncode == 1 and "the login may not read run keys" in wrong.stderr, wrong.stderr
+
+    # The operator grants content to analysts on the running server; the analyst now gets the answer.
+    granted = runledger(secure_server.url, "up", "--secure", "--grant-content", "analyst", env=home)
+    assert granted.returncode == 0 and "granted to: analyst" in granted.stdout, granted.stderr
+    answer = await eventually(lambda: (r := ask("analyst")).returncode == 0 and json.loads(r.stdout), timeout=60)
+    assert [(r["run_id"], r["amount"]) for r in answer] == [(runs[150.0], 150.0), (runs[950.0], 950.0)]
+    assert all(r["note"].startswith("card on file «redacted:card_number:") for r in answer)
+    lake = tmp_path / "lake"
+    exported = run_as(secure_server, "analyst", "export", "--parquet", str(lake), "--content", "--no-sync", "--db", db)
+    assert exported.returncode == 0, exported.stderr
+    intents = "WHERE type = 'effect.intended' AND starts_with(subject, 'ledger.run.') ORDER BY 1"
+    amounts = parquet_rows(lake, "events", "SELECT CAST(payload->'args'->>'amount' AS DOUBLE) FROM {t} " + intents)
+    assert amounts == [(40.0,), (150.0,), (950.0,)]
+
+    # Revoked: sealed again, and the grant is gone from the server's permissions.
+    revoked = runledger(secure_server.url, "up", "--secure", "--revoke-content", "analyst", env=home)
+    assert revoked.returncode == 0 and "grants them content with --grant-content" in revoked.stdout
+    again = await eventually(lambda: (r := ask("analyst")).returncode == 1 and r.stderr, timeout=60)
+    assert "the login may not read run keys" in again

@@ -202,7 +202,9 @@ async def test_an_analyst_reads_everything_and_publishes_nothing(
         log = await load_run(analyst, "beta-run")
         assert log.records[0].event.type == "run.started"
         tool = next(r.event.payload for r in log.records if r.event.type == "tool.called")
-        assert tool["output"]["$ref"] == "blob"  # content opened with the run's key, body by reference
+        assert tool["output"]["$ref"] == "blob"  # the body by reference
+        # Not granted content (runledger up --secure --grant-content analyst): the run keys are out of reach.
+        assert tool["args"]["$enc"] == "A256GCM"
         assert all(r.ok for r in await verify_runs(analyst))
         short = analyst.nc.jetstream(timeout=1.0)
         await refused(secure_server, short.publish("ledger.run.beta.x", b"{}", timeout=1.0), "ledger.run.beta.x")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runledger.errors import ConfigurationError
-from runledger.protect.roles import RoleCredentials, generate, permissions
+from runledger.protect.roles import RoleCredentials, content_denials, content_grants, generate, permissions
 
 
 def test_an_agent_may_publish_only_its_own_runs_and_no_commands() -> None:
@@ -45,3 +45,24 @@ def test_decisions_are_the_operators_and_branches_the_workers() -> None:
     assert not any(s.startswith(("ledger.run.", "ledger.effect.")) and not s.endswith(".o") for s in operator)
     assert {"ledger.run.*.*.w", "ledger.effect.*.*.w"} <= set(worker)
     assert not any(s.startswith(("ledger.run.", "ledger.effect.")) and not s.endswith(".w") for s in worker)
+
+
+def test_an_analyst_reads_run_keys_only_when_granted_content(tmp_path: Path) -> None:
+    plain = permissions("analyst")["publish"]
+    granted = permissions("analyst", content=True)["publish"]
+    assert set(content_denials()) <= set(plain["deny"]) and not set(content_denials()) & set(granted["deny"])
+    for role in ("operator", "worker"):
+        assert not set(content_denials()) & set(permissions(role)["publish"].get("deny", []))
+
+    generate(tmp_path, ["alpha"], grant_content=("analyst",))
+    assert content_grants(tmp_path) == {"analyst"}
+    generate(tmp_path, ["alpha"])  # a restart keeps the grant
+    conf = (tmp_path / "auth.conf").read_text()
+    analyst = next(line for line in conf.splitlines() if '"analyst"' in line)
+    assert "KV_LEDGER_KEYS.>" in analyst and "DIRECT.GET.KV_LEDGER_KEYS" not in analyst.split('"deny"')[1]
+    generate(tmp_path, ["alpha"], revoke_content=("analyst",))
+    assert content_grants(tmp_path) == frozenset()
+    analyst = next(line for line in (tmp_path / "auth.conf").read_text().splitlines() if '"analyst"' in line)
+    assert "$JS.API.DIRECT.GET.KV_LEDGER_KEYS.>" in analyst.split('"deny"')[1]
+    with pytest.raises(ConfigurationError, match="granted to analyst only"):
+        generate(tmp_path, ["alpha"], grant_content=("agent",))

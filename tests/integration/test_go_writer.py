@@ -110,9 +110,7 @@ async def test_a_go_run_is_sealed_verifies_opens_and_its_effect_is_never_repeate
     await project(client, db)
     with duckdb.connect(str(db), read_only=True) as con:
         (status,) = con.execute("SELECT status FROM runs WHERE run_id = 'gorun1'").fetchone() or (None,)
-        kinds = [
-            r[0] for r in con.execute("SELECT kind FROM steps WHERE run_id = 'gorun1' ORDER BY step_no").fetchall()
-        ]
+        kinds = [r[0] for r in con.execute("SELECT kind FROM steps WHERE run_id = 'gorun1' ORDER BY step").fetchall()]
     assert status == "completed" and kinds == ["model", "tool", "effect"]
 
     calls: list[dict[str, Any]] = []

@@ -16,6 +16,7 @@ failed run failed at is marked.
 from __future__ import annotations
 
 import datetime as dt
+import html
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -205,11 +206,10 @@ def bar_rows(timeline: Timeline, run_id: str, failing: int | None = None) -> Mar
             f'<span class="facts">{mark}{status} · {duration(b.duration_ms / 1000)}{facts}</span></div>'
         )
         if b.given or b.gave:
-            out.append(
-                f'<div class="io-line{" failing" if fails else ""}" data-step="{b.step}">'
-                f'<span class="in" title="what step {b.step} was given">{escape(b.given) or NONE}</span>'
-                f'<span class="arrow">→</span>'
-                f'<span class="out{" err" if b.status in ("error", "failed") else ""}" '
-                f'title="what step {b.step} gave back">{escape(b.gave) or NONE}</span></div>'
-            )
+            # Text, not attributes: only <, > and & need escaping (JSON's quotes stay one byte each).
+            given, gave = html.escape(b.given, quote=False) or NONE, html.escape(b.gave, quote=False) or NONE
+            err = " err" if b.status in ("error", "failed") else ""
+            out.append(f'<div class="io-line{" failing" if fails else ""}" data-step="{b.step}">'
+                       f'<span class="in">{given}</span><span class="arrow">→</span>'
+                       f'<span class="out{err}">{gave}</span></div>')  # fmt: skip
     return Markup("\n".join(out))

@@ -171,9 +171,8 @@ class McpServer:
         thread.start()
         thread.join()
         if "error" in outcome:
-            raise ConfigurationError(f"cannot list the tools of the MCP server {self.where}: {outcome['error']}") from (
-                outcome["error"]
-            )
+            error = outcome["error"]
+            raise ConfigurationError(f"cannot list the tools of the MCP server {self.where}: {_leaf(error)}") from error
         return self.declare(outcome["listing"], keys=keys, effects=effects, reconcile=reconcile, lease_s=lease_s)
 
     def declare(
@@ -247,6 +246,13 @@ class McpServer:
     def session(self, run: Run) -> RecordedSession:
         """The recorded session of ``run`` with this server (``async with server.session(run) as s``)."""
         return RecordedSession(run, self)
+
+
+def _leaf(exc: BaseException) -> str:
+    """What went wrong, out of the task groups the MCP SDK's transports wrap errors in."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _missing_key(name: str, where: str) -> KeyFn:

@@ -148,7 +148,31 @@ def test_a_destructive_tool_killed_after_its_call_runs_once_across_the_resume(
     assert cp["output"]["listed"] == ["add_note", "find_refund", "lookup_order", "refund"]
 
 
+@pytest.mark.parametrize("shop", ["http"], indirect=True)
+def test_without_a_reconcile_the_refund_killed_in_flight_is_in_doubt_and_not_called_again(
+    nats_url: str, shop: Shop, tmp_path: Path
+) -> None:
+    shop.start(delay_s=3.0)
+    env = shop.agent_env(MCP_NO_RECONCILE="1")
+    agent = start_agent(nats_url, AGENT, "mcp-doubt", json.dumps({"order": "A1"}), env)
+    try:
+        deadline = time.monotonic() + 60
+        while not executed(shop.witness, "refund"):
+            assert agent.poll() is None and time.monotonic() < deadline, "the refund never reached the server"
+            time.sleep(0.01)
+    finally:
+        kill(agent)
+    shop.start()
+    resumed = runledger(nats_url, "resume", "mcp-doubt", "--agent", AGENT, env=shop.agent_env(MCP_NO_RECONCILE="1"))
+    assert "run mcp-doubt: suspended (effect_in_doubt)" in resumed.stdout, (resumed.stdout, resumed.stderr)
+    assert "runledger effects resolve refund:A1" in resumed.stdout  # what to do next
+    assert len(executed(shop.witness, "refund")) == 1
+    assert not executed(shop.witness, "add_note")  # the run stopped at the refund
+    assert checkpoint(nats_url, "mcp-doubt")["status"] == "suspended"
+
+
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("shop", ["stdio"], indirect=True)  # the named kill above covers HTTP; these are slow
 def test_killed_at_random_moments_each_refund_runs_exactly_once(nats_url: str, shop: Shop, tmp_path: Path) -> None:
     # Kill moments drawn from the measured duration of a whole run of this agent, then resume.
     started = time.monotonic()

@@ -4,7 +4,8 @@ reconcile asks the server's ``find_refund``), a note (a non-destructive write ke
 
 The server is reached as ``$MCP_TEST_URL`` says (streamable HTTP) or, without it, spawned over
 stdio with ``$MCP_WITNESS`` and ``$MCP_SCHEMA`` handed on. ``$MCP_AGENT_MARK`` names a file the agent
-writes after the lookup and before the refund (a moment to kill it at)."""
+writes after the lookup and before the refund (a moment to kill it at); ``$MCP_NO_RECONCILE`` declares
+the refund without its reconcile function."""
 
 from __future__ import annotations
 
@@ -61,5 +62,6 @@ def spec() -> AgentSpec:
     # add_note's key comes from the call; its key function (the same key) is what a re-run's host derives
     # it with, since a sandboxed agent's call carries no key the host would trust.
     keys = {"refund": lambda a: f"refund:{a['order']}", "add_note": lambda a: f"note:{a['order']}"}
-    tools = SERVER.tools(keys=keys, reconcile={"refund": reconcile_refund})
+    reconcile = None if os.environ.get("MCP_NO_RECONCILE") else {"refund": reconcile_refund}
+    tools = SERVER.tools(keys=keys, reconcile=reconcile)
     return AgentSpec("mcp-shop", shop, ScriptedModel(["unused"], name="scripted-mcp"), tools=tools)

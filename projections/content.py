@@ -98,13 +98,16 @@ class ContentOpener:
         return keys
 
     def open(self, value: Any) -> Any:
-        """``value`` with every sealed value and blob reference inside it opened where possible."""
+        """``value`` with every sealed value and blob reference inside it opened where possible
+        (``value`` itself when nothing in it is)."""
         if is_sealed(value) or is_blob_ref(value):
             return self._open_one(value)
         if isinstance(value, dict):
-            return {k: self.open(v) for k, v in value.items()}
+            opened = {k: self.open(v) for k, v in value.items()}
+            return value if all(opened[k] is v for k, v in value.items()) else opened
         if isinstance(value, list):
-            return [self.open(v) for v in value]
+            items = [self.open(v) for v in value]
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else items
         if isinstance(value, str) and is_sealed_text(value):
             return self.open_text(value)
         return value

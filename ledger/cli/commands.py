@@ -73,6 +73,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             note = f"effect {', '.join(r.settled)} settled: `runledger resume {r.run_id} --agent MODULE:ATTR` continues"
         if r.in_doubt:
             note = "effect in doubt " + ", ".join(r.in_doubt)
+        if r.thread is not None and r.thread != r.run_id:
+            note = f"thread {json.dumps(r.thread)} " + note  # `runledger show` takes it too
         if r.parent:
             note = f"fork of {r.parent} " + note
         if r.child_of:
@@ -84,10 +86,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from runledger.ops.trace import child_tree, record_status, render_run
+    from runledger.ops.trace import child_tree, load_named_run, record_status, render_run
 
     async def show(client: LedgerClient) -> int:
-        log = await load_run(client, args.run)
+        log = await load_named_run(client, args.run)  # a run id, or a thread id as its user wrote it
         cp = fold(log.records, check_chain=False)
         if cp.erased is not None:
             from runledger.protect.erasure import erased_log
@@ -451,7 +453,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
     event = with_client(args, lambda c: retry_run(c, args.run, by=args.by, reason=args.reason or ""))
     step = event.payload.get("step")
     print(
-        f"run {args.run} may go on" + (f" from its failed step {step}" if step is not None else "")
+        f"run {args.run} may go on"
+        + (f" from its failed step {step}" if step is not None else "")
         + f": `runledger resume {args.run} --agent MODULE:ATTR` runs it again (with the agent's credentials)"
     )
     return 0

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from runledger.errors import EventDecodeError, LedgerError, RunNotFoundError
+from runledger.errors import ConfigurationError, EventDecodeError, LedgerError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import RunLog, decode_records, read_raw
 from runledger.log.subjects import parse_run_subject
@@ -47,6 +47,8 @@ class RunSummary:
     # Keys the run's record leaves in doubt that their own subject has settled since (an operator's
     # `effects resolve`): no longer in doubt; the run's next resume records the outcome.
     settled: list[str] = field(default_factory=list)
+    # The run's name as its framework's user wrote it (a LangGraph thread id): ``thread_label``.
+    thread: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -97,6 +99,8 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
         summary = summarize(cp)
         summary.run_id = summary.run_id or run_id  # no run.started folded: the run is named by its subject
         summary.agent = summary.agent or records[0].event.agent
+        first = records[0].event
+        summary.thread = thread_label(first.payload.get("labels") or {}) if first.type == "run.started" else None
         if error is not None:  # as the projection's runs row: the state before the refused event
             summary.status, summary.fold_error, summary.error = BROKEN, error, error
         elif summary.error is not None:
@@ -108,6 +112,42 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
         if status is None or summary.status == status:
             out.append(summary)
     return sorted(out, key=lambda s: (s.started_at or "", s.run_id))
+
+
+def thread_label(labels: dict[str, str]) -> str | None:
+    """The name a run's ``run.started`` labels give it as its framework's user wrote it: the value of
+    a label ``thread_id`` or ``<framework>.thread_id`` (a LangGraph thread's run records
+    ``langgraph.thread_id``, whose run id is a digest when the thread id cannot stand in a subject)."""
+    for key in sorted(labels):
+        if key == "thread_id" or key.endswith(".thread_id"):
+            return str(labels[key])
+    return None
+
+
+async def find_run(client: LedgerClient, ref: str) -> str:
+    """The run whose thread label (``thread_label``) is ``ref``, the latest started when several are
+    (a thread deleted and used again records on a new run): what ``runledger show`` looks for when
+    no run has the id ``ref``. Raises RunNotFoundError."""
+    found = [r for r in await list_runs(client) if r.thread == ref]
+    if not found:
+        raise RunNotFoundError(ref)
+    return max(found, key=lambda r: (r.started_at or "", r.run_id)).run_id
+
+
+async def load_named_run(client: LedgerClient, ref: str) -> RunLog:
+    """The run ``ref`` names, content opened (``load_run``): the run of that id, else the run whose
+    thread label is ``ref`` (``find_run``). Raises RunNotFoundError, or ConfigurationError when
+    ``ref`` is neither a valid run id nor a recorded thread id."""
+    try:
+        return await load_run(client, ref)
+    except (RunNotFoundError, ConfigurationError) as exc:  # no such run, or no run id at all
+        try:
+            found = await find_run(client, ref)  # a thread id as its user wrote it (LangGraph's)
+        except RunNotFoundError:
+            if isinstance(exc, ConfigurationError):
+                raise ConfigurationError(f"{exc}; nor does a run record a thread of that id") from None
+            raise exc from None
+    return await load_run(client, found)
 
 
 async def _settle_in_doubt(client: LedgerClient, summary: RunSummary) -> None:

@@ -6,6 +6,7 @@ no runledger-specific call; and ``RunledgerSaver.from_conn_string`` in ``with`` 
 from __future__ import annotations
 
 import asyncio
+import json
 import operator
 import threading
 from pathlib import Path
@@ -18,6 +19,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from runledger import ConfigurationError, LedgerClient, connect
+from runledger.cli import main
 from runledger.integrations.langgraph import RunledgerSaver, thread_run_id
 from runledger.ops.trace import list_runs
 from runledger.projections.projector import project
@@ -191,3 +193,28 @@ async def test_from_conn_string_in_an_async_with_block_runs_an_async_graph(nats_
 async def test_a_url_in_place_of_a_client_is_refused_at_construction(nats_url: str) -> None:
     with pytest.raises(ConfigurationError, match="from_conn_string"):
         RunledgerSaver(nats_url)  # type: ignore[arg-type]
+
+
+# -- thread ids as the user wrote them --------------------------------------------------------------------------------
+
+
+async def test_runs_shows_and_show_accepts_a_thread_id_that_is_no_run_id(
+    client: LedgerClient, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    thread = "user@example.com/chat 1"
+    assert thread_run_id(thread).startswith("lg-")  # it cannot stand in a subject: its run id is a digest
+    await (
+        _graph({})
+        .compile(checkpointer=RunledgerSaver(client))
+        .ainvoke({"log": []}, {"configurable": {"thread_id": thread}})
+    )
+    assert await asyncio.to_thread(main, ["runs", "--nats", nats_url]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if thread_run_id(thread) in line]
+    assert len(listed) == 1 and 'thread "user@example.com/chat 1"' in listed[0] and "completed" in listed[0]
+    assert await asyncio.to_thread(main, ["runs", "--json", "--nats", nats_url]) == 0
+    assert [r["thread"] for r in json.loads(capsys.readouterr().out)] == [thread]
+    assert await asyncio.to_thread(main, ["show", thread, "--nats", nats_url]) == 0
+    shown = capsys.readouterr().out
+    assert thread_run_id(thread) in shown and "graph.checkpointed" in shown and "run.completed" in shown
+    assert await asyncio.to_thread(main, ["show", "user@example.com/chat 2", "--nats", nats_url]) != 0
+    assert "nor does a run record a thread of that id" in capsys.readouterr().err

@@ -78,6 +78,7 @@ from pydantic_ai.durable_exec import (  # noqa: E402
 # control-flow signal as data), which a reconcile's answer must match to be replayed like the call's.
 from pydantic_ai.durable_exec._toolset import wrap_tool_call_result  # noqa: E402
 from pydantic_ai.messages import ModelMessage  # noqa: E402
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
 
 from runledger import (  # noqa: E402
@@ -96,6 +97,7 @@ __all__ = [
     "PydanticAIResponse",
     "RunledgerDurability",
     "agent_spec",
+    "declared_tools",
     "recording",
     "request_messages",
 ]
@@ -470,6 +472,8 @@ def agent_spec(
     run_name = name or agent.name
     if not run_name:
         raise ConfigurationError("agent_spec needs a name (the agent's, or name=)")
+    durability = RunledgerDurability.from_agent(agent)
+    assert durability is not None
 
     async def run_agent(run: Run) -> Any:
         given = run.input
@@ -482,4 +486,37 @@ def agent_spec(
             )
         return to_jsonable_python(result.output)
 
+    spec.setdefault("tools", declared_tools(agent, durability.effects))
     return AgentSpec(run_name, run_agent, model or PydanticAIModel(), agent_version=agent_version, **spec)
+
+
+def declared_tools(agent: Agent[Any, Any], effects: Mapping[str, Effect] | None = None) -> list[Tool[Any, Any]]:
+    """The agent's function tools declared as runledger tools (name, JSON schema, description, and
+    the effect declaration of those in ``effects``), for ``AgentSpec(tools=...)``: their schema
+    hashes are the run's ``tool_schema_hashes``, so a tool whose arguments changed since a run was
+    recorded is a version change its resume refuses. The declarations are never called (a step
+    calls the agent's own tool)."""
+    effects = effects or {}
+    found: dict[str, Tool[Any, Any]] = {}
+
+    def declare(toolset: AbstractToolset[Any]) -> None:
+        if not isinstance(toolset, FunctionToolset):
+            return
+        for tool_name, tool in toolset.tools.items():
+            definition, effect = tool.tool_def, effects.get(tool_name)
+            schema, description = definition.parameters_json_schema, definition.description or ""
+            if effect is None:
+                found[tool_name] = Tool(tool_name, _declared_only, schema=schema, description=description)
+            else:
+                found[tool_name] = Tool(
+                    tool_name, _declared_only, effect_class=effect.effect_class, key=effect.key, schema=schema,
+                    description=description,
+                )  # fmt: skip
+
+    for toolset in agent.toolsets:
+        toolset.apply(declare)
+    return [found[n] for n in sorted(found)]
+
+
+def _declared_only(args: Any) -> Any:
+    raise ConfigurationError("a Pydantic AI tool runs as the agent's own tool, through RunledgerDurability")

@@ -18,7 +18,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from runledger import ConfigurationError, LedgerClient, load_run
+from runledger import ConfigurationError, LedgerClient, VersionMismatchError, load_run
 from runledger.integrations.pydantic_ai import (
     PydanticAIResponse,
     RunledgerDurability,
@@ -199,3 +199,25 @@ async def test_parallel_tool_calls_are_steps_in_the_models_order_and_resume(clie
     records = (await load_run(client, "pa-par")).records
     tools = [(r.event.payload["step"], r.event.payload["args"]) for r in records if r.event.type == "tool.called"]
     assert tools == [(1, {"n": 3}), (2, {"n": 1}), (3, {"n": 2})]
+
+
+async def test_a_tool_whose_arguments_changed_is_a_version_change_at_resume(client: LedgerClient) -> None:
+    shop = Shop(crash_at_call=2)
+    spec = agent_spec(shop.agent(), agent_version="v1")
+    assert sorted(spec.version().tool_schema_hashes) == ["lookup", "refund"]
+    with pytest.raises(Crash):
+        await start_run(client, spec, "refund o-1", run_id="pa-version")
+
+    changed = Agent(FunctionModel(shop.model), name="shop", capabilities=[RunledgerDurability()])
+
+    @changed.tool_plain
+    def lookup(order: str, region: str = "eu") -> dict[str, Any]:  # a new argument
+        return {}
+
+    @changed.tool_plain
+    async def refund(order: str, amount: int) -> str:
+        return ""
+
+    with pytest.raises(VersionMismatchError, match="tool_schema_hashes"):
+        await resume_run(client, agent_spec(changed, agent_version="v1"), "pa-version")
+    assert shop.tool_log == ["lookup o-1"]

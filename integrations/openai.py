@@ -2,8 +2,8 @@
 
 ``recorded(client, run)`` wraps an ``openai.AsyncOpenAI`` (async agent code, ``run`` a ``Run``) or
 an ``openai.OpenAI`` (blocking agent code under ``sync_agent``, ``run`` its ``SyncRun``): its
-``chat.completions`` ``create``, ``parse`` and ``stream``, ``responses.create`` and
-``embeddings.create`` go through ``run.model``, so each is a ``model.called`` step of the run, with
+``chat.completions`` ``create``, ``parse`` and ``stream``, ``responses`` ``create`` and ``parse``,
+and ``embeddings.create`` go through ``run.model``, so each is a ``model.called`` step of the run, with
 the SDK's budgets, retries, journal and divergence checks; ``models.list`` and ``models.retrieve``
 are read tool steps (``openai.models.list``). ``with_options`` (``copy``) and ``with_raw_response``
 give the same, recorded; any other attribute of the SDK (``beta``, ``files``, ``audio``, ...)
@@ -64,8 +64,6 @@ from runledger import require_extra
 require_extra("openai", "runledger.integrations.openai")
 
 import openai  # noqa: E402
-from openai.lib._parsing import parse_chat_completion, type_to_response_format_param  # noqa: E402
-from openai.lib._parsing._completions import validate_input_tools  # noqa: E402
 from openai.lib.streaming.chat import ChatCompletionStreamState  # noqa: E402
 from openai.types import CreateEmbeddingResponse, Model  # noqa: E402
 from openai.types.chat import ChatCompletion  # noqa: E402
@@ -91,12 +89,16 @@ from runledger.integrations.openai_objects import (  # noqa: E402
     Surface,
     SyncRecordedChatCompletionStream,
     SyncRecordedChatCompletionStreamManager,
+    as_parse_create,
+    as_responses_parse_create,
     assembled_chat,
     chat_chunks,
+    chat_parser,
     kept_headers,
     models_page,
     page_request,
     response_events,
+    responses_parser,
 )
 
 __all__ = [
@@ -474,25 +476,6 @@ def _request(endpoint: str, kwargs: dict[str, Any]) -> tuple[list[dict[str, Any]
     return messages, {"endpoint": endpoint, **_plain(recorded_args)}
 
 
-def _as_create(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``parse``'s and ``stream``'s arguments as ``create`` takes them: a ``response_format`` class
-    as its JSON schema, which the SDK sends (and runledger records)."""
-    validate_input_tools(kwargs.get("tools", openai.omit))
-    if _absent(kwargs.get("response_format", openai.omit)):
-        return dict(kwargs)
-    return {**kwargs, "response_format": type_to_response_format_param(kwargs["response_format"])}
-
-
-def _parsed(kwargs: dict[str, Any]) -> Callable[[Any], Any]:
-    """What ``parse`` makes of a completion: the SDK's ``ParsedChatCompletion`` (``message.parsed``
-    an instance of ``response_format``, strict tools' ``parsed_arguments``), made by the SDK's own
-    function from the recorded completion, live and on resume alike."""
-    response_format, tools = kwargs.get("response_format", openai.omit), kwargs.get("tools", openai.omit)
-    return lambda completion: parse_chat_completion(
-        response_format=response_format, input_tools=tools, chat_completion=completion
-    )
-
-
 def _kept(obj: Any) -> Any:
     return obj
 
@@ -504,7 +487,7 @@ def _refuse_raw_stream(kwargs: dict[str, Any], raw: bool) -> None:
 
 class RecordedOpenAI(Surface):
     """An ``openai.AsyncOpenAI`` whose calls are recorded steps of ``run`` (``chat.completions``
-    ``create``/``parse``/``stream``, ``responses.create``, ``embeddings.create``: model steps;
+    ``create``/``parse``/``stream``, ``responses.create``/``parse``, ``embeddings.create``: model steps;
     ``models.list``/``retrieve``: tool steps); made by ``recorded``. ``with_options`` (``copy``)
     and ``with_raw_response`` give the same, recorded; any other part of the SDK raises
     ``NotRecordedError`` naming it."""
@@ -567,7 +550,7 @@ class RecordedOpenAI(Surface):
         state = ChatCompletionStreamState(
             response_format=kwargs.get("response_format", openai.omit), input_tools=kwargs.get("tools", openai.omit)
         )
-        create_kwargs = {**_as_create(kwargs), "stream": True}
+        create_kwargs = {**as_parse_create(kwargs), "stream": True}
 
         async def start() -> RecordedChatCompletionStream[Any]:
             return RecordedChatCompletionStream(await self._call(CHAT, create, create_kwargs), state)
@@ -644,7 +627,7 @@ class SyncRecordedOpenAI(Surface):
         state = ChatCompletionStreamState(
             response_format=kwargs.get("response_format", openai.omit), input_tools=kwargs.get("tools", openai.omit)
         )
-        create_kwargs = {**_as_create(kwargs), "stream": True}
+        create_kwargs = {**as_parse_create(kwargs), "stream": True}
         return SyncRecordedChatCompletionStreamManager(
             lambda: SyncRecordedChatCompletionStream(self._call(CHAT, create, create_kwargs), state)
         )
@@ -713,7 +696,7 @@ class _Completions(_Resource):
     def parse(self, **kwargs: Any) -> Any:
         """``chat.completions.parse``, recorded: a ``ParsedChatCompletion`` whose
         ``choices[0].message.parsed`` is an instance of ``response_format`` (a pydantic model)."""
-        return self._owner._call(CHAT, self._sdk("create"), _as_create(kwargs), self._raw, _parsed(kwargs))
+        return self._owner._call(CHAT, self._sdk("create"), as_parse_create(kwargs), self._raw, chat_parser(kwargs))
 
     def stream(self, **kwargs: Any) -> Any:
         """``chat.completions.stream``, recorded: ``async with`` it (``with``, blocking) for a
@@ -736,6 +719,14 @@ class _Responses(_Resource):
         """``responses.create``, recorded: a ``Response``, or with ``stream=True`` a
         ``RecordedStream`` (``SyncRecordedStream``) of the response's stream events."""
         return self._owner._call(RESPONSES, self._sdk("create"), kwargs, self._raw)
+
+    def parse(self, **kwargs: Any) -> Any:
+        """``responses.parse``, recorded as the ``create`` it makes (``text_format`` as the JSON
+        schema sent in ``text.format``): a ``ParsedResponse``, ``output_parsed`` an instance of
+        ``text_format`` (a pydantic model)."""
+        sent = as_responses_parse_create(kwargs)
+        parser = responses_parser(sent, kwargs.get("text_format", openai.omit))
+        return self._owner._call(RESPONSES, self._sdk("create"), sent, self._raw, parser)
 
 
 class _Embeddings(_Resource):

@@ -29,7 +29,12 @@ from runledger import require_extra
 require_extra("openai", "runledger.integrations.openai_objects")
 
 import httpx  # noqa: E402
+import openai  # noqa: E402
+from openai.lib._parsing import parse_chat_completion, type_to_response_format_param  # noqa: E402
+from openai.lib._parsing._completions import validate_input_tools  # noqa: E402
+from openai.lib._parsing._responses import parse_response, type_to_text_format_param  # noqa: E402
 from openai.lib.streaming.chat import ChatCompletionStreamState  # noqa: E402
+from openai.resources.responses.responses import _make_tools  # noqa: E402
 from openai.types import Model  # noqa: E402
 from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
 from openai.types.responses import ResponseStreamEvent  # noqa: E402
@@ -47,12 +52,16 @@ __all__ = [
     "Surface",
     "SyncRecordedChatCompletionStream",
     "SyncRecordedChatCompletionStreamManager",
+    "as_parse_create",
+    "as_responses_parse_create",
     "assembled_chat",
     "chat_chunks",
+    "chat_parser",
     "kept_headers",
     "models_page",
     "page_request",
     "response_events",
+    "responses_parser",
 ]
 
 T = TypeVar("T")
@@ -60,7 +69,7 @@ T = TypeVar("T")
 # What the wrapper records, as NotRecordedError lists it.
 COVERED = (
     "chat.completions.create (stream=True too), chat.completions.parse, chat.completions.stream, "
-    "responses.create (stream=True too), embeddings.create, models.list, models.retrieve, "
+    "responses.create (stream=True too), responses.parse, embeddings.create, models.list, models.retrieve, "
     "with_options/copy, and with_raw_response on each of these but the streams"
 )
 
@@ -90,6 +99,53 @@ class Surface:
         if name.startswith("_"):  # the interpreter's and the copy/pickle protocols' own lookups
             raise AttributeError(name)
         raise NotRecordedError(f"{self._path}.{name}")
+
+
+def _given(value: Any) -> bool:
+    return not isinstance(value, openai.NotGiven) and type(value).__name__ != "Omit"
+
+
+def as_parse_create(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``chat.completions.parse``'s and ``stream``'s arguments as ``create`` takes them (checked as
+    the SDK checks them): a ``response_format`` class as its JSON schema, which the SDK sends (and
+    runledger records)."""
+    validate_input_tools(kwargs.get("tools", openai.omit))
+    if not _given(kwargs.get("response_format", openai.omit)):
+        return dict(kwargs)
+    return {**kwargs, "response_format": type_to_response_format_param(kwargs["response_format"])}
+
+
+def chat_parser(kwargs: dict[str, Any]) -> Callable[[Any], Any]:
+    """What ``chat.completions.parse`` makes of a completion: the SDK's ``ParsedChatCompletion``
+    (``message.parsed`` an instance of ``response_format``, strict tools' ``parsed_arguments``),
+    made by the SDK's own function from the recorded completion, live and on resume alike."""
+    response_format, tools = kwargs.get("response_format", openai.omit), kwargs.get("tools", openai.omit)
+    return lambda completion: parse_chat_completion(
+        response_format=response_format, input_tools=tools, chat_completion=completion
+    )
+
+
+def as_responses_parse_create(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``responses.parse``'s arguments as ``responses.create`` takes them, converted as the SDK
+    converts them: ``text_format`` as ``text.format`` (its JSON schema), pydantic function tools
+    as Responses tools."""
+    text_format = kwargs.get("text_format", openai.omit)
+    sent = {k: v for k, v in kwargs.items() if k != "text_format"}
+    if _given(text_format):
+        text = dict(kwargs.get("text") or {})
+        if "format" in text:
+            raise TypeError("Cannot mix and match text.format with text_format")  # the SDK's own refusal
+        sent["text"] = {**text, "format": type_to_text_format_param(text_format)}
+    if _given(kwargs.get("tools", openai.omit)):
+        sent["tools"] = _make_tools(kwargs["tools"])
+    return sent
+
+
+def responses_parser(sent: dict[str, Any], text_format: Any) -> Callable[[Any], Any]:
+    """What ``responses.parse`` makes of a response: the SDK's ``ParsedResponse`` (``output_parsed``
+    an instance of ``text_format``), made by the SDK's own function from the recorded response."""
+    tools = sent.get("tools", openai.omit)
+    return lambda response: parse_response(text_format=text_format, input_tools=tools, response=response)
 
 
 # Response headers kept with a with_raw_response step: the ids and limits an agent reads, never

@@ -40,6 +40,7 @@ from tests.integration.test_openai_sdk import (
     drive,
     drive_sync,
     model_steps,
+    response,
     sdk_client,
 )
 from tests.integration.test_openai_sdk import server as server
@@ -326,3 +327,36 @@ async def test_a_rate_limited_models_read_is_retried_with_each_attempt_recorded(
     attempts = [e.payload for e in (await load_run(client, "oa-models-429")).events if e.type == "tool.called"]
     assert [(a["step"], a["attempt"], a["will_retry"]) for a in attempts] == [(0, 1, True), (0, 2, False)]
     assert attempts[0]["error"]["retryable"] and "HTTP 429" in attempts[0]["error"]["message"]
+
+
+async def test_responses_parse_is_recorded_and_resumed_as_a_parsed_response(
+    client: LedgerClient, server: Server
+) -> None:
+    """``responses.parse`` with a ``text_format`` and a pydantic function tool: recorded as the
+    ``responses.create`` the SDK would send (``text.format`` the schema, the tool converted), and
+    ``output_parsed`` / ``parsed_arguments`` are the pydantic objects, live and on resume."""
+    call = {
+        "id": "call_r",
+        "type": "function",
+        "function": {"name": "refund", "arguments": '{"order": "o-2", "amount": 3.0}'},
+    }
+    server.script = [Answer(body=response(REFUND, [call]))]
+    seen: list[Any] = []
+
+    async def body(run: Run, oa: Any) -> None:
+        parsed = await oa.responses.parse(
+            model="gpt-test",
+            input="refund?",
+            text_format=Refund,
+            tools=[openai.pydantic_function_tool(Refund, name="refund")],
+        )
+        seen.append((parsed.output_parsed, parsed.output[1].parsed_arguments))
+
+    _, live = await drive(client, server, "oa-responses-parse", body, seen)
+    assert live == [(Refund(order="o-1", amount=12.5), Refund(order="o-2", amount=3.0))]
+    sent = server.requests[0][1]
+    assert sent["text"]["format"]["type"] == "json_schema" and sent["text"]["format"]["name"] == "Refund"
+    assert sent["tools"][0]["name"] == "refund" and sent["tools"][0]["strict"] is True
+    (step,) = await model_steps(client, "oa-responses-parse")
+    assert step["request"]["params"]["endpoint"] == "/responses"
+    assert step["request"]["params"]["text"] == sent["text"] and step["request"]["params"]["tools"] == sent["tools"]

@@ -17,8 +17,6 @@ from runledger import LedgerClient, load_run
 from runledger.record.fold import fold
 from tests.integration.processes import runledger
 
-pytest.importorskip("pydantic_ai")
-
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 AGENT = "tests.pydantic_ai_shop:spec"

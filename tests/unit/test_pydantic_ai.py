@@ -10,9 +10,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("pydantic_ai")
-
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel

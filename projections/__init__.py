@@ -10,7 +10,9 @@ require_extra("projections", "runledger.projections")
 
 # ruff: noqa: E402  (the check above must run before DuckDB is imported)
 
+from runledger.projections.content import content_session
 from runledger.projections.errors import (
+    ContentNotGrantedError,
     EventsExpiredError,
     ProjectionError,
     ProjectionFileError,
@@ -28,6 +30,7 @@ from runledger.projections.store import ProjectionStore, ProjectorState, StreamI
 
 __all__ = [
     "BatchRows",
+    "ContentNotGrantedError",
     "EventsExpiredError",
     "PartitionProjector",
     "ProjectResult",
@@ -45,6 +48,7 @@ __all__ = [
     "StreamMismatchError",
     "StreamReadError",
     "checkpoint_at",
+    "content_session",
     "default_db_path",
     "export_parquet",
     "format_result",

@@ -213,7 +213,8 @@ def _no_agent_function_copy() -> Callable[[Any], Awaitable[None]]:
 class RunledgerSaver(BlockingTwins):
     """A LangGraph checkpointer whose state is the ledger (see the module docstring).
 
-    ``client``: a connected ``LedgerClient``; the saver's async methods must run on its event loop,
+    ``client``: a connected ``LedgerClient`` (anything else, a URL say, is refused: for a saver with
+    a connection of its own use ``from_conn_string``); the saver's async methods must run on its event loop,
     and its sync methods (``graph.invoke``) are allowed only from other threads (as LangGraph's own
     async savers: they hand the work to that loop). ``agent``: the agent name the threads' runs
     are recorded under (a subject token), or the graph's agent (``graph_agent``), whose name,
@@ -607,7 +608,7 @@ class RunledgerSaver(BlockingTwins):
                 InMemorySaver.delete_thread(self, thread_id)
                 for key in [k for k in self._versions if k[0] == thread_id]:
                     del self._versions[key]
-            thread.run, thread.ended = None, None
+            thread.run, thread.ended, thread.rested = None, None, None
             thread.generation += 1
             for key in [k for k in self._removed if k[0] == thread_id]:
                 del self._removed[key]

@@ -5,12 +5,15 @@ refund, answer), its ``refund`` tool an effect keyed ``refund:<order>``.
 The witnesses are the model function's list of answered calls (each the length of the history it
 was given) and each tool's own log. In a process of its own (``tests.pydantic_ai_shop:spec``, as
 tests/integration/test_pydantic_ai.py starts it) they are also appended to files in the directory
-``$PYAI_SHOP_LOG`` (``model.log``, ``tools.log``), so a SIGKILLed process leaves them behind.
+``$PYAI_SHOP_LOG`` (``model.log``, ``tools.log``), so a SIGKILLed process leaves them behind;
+``$PYAI_SHOP_DELAY_S`` makes each model and tool call take that long.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ class Crash(BaseException):
 class Shop:
     crash_at_call: int | None = None  # the model call (1-based) that crashes instead of answering
     log_dir: Path | None = None
+    delay_s: float = 0.0  # each model call and tool call takes this long (``$PYAI_SHOP_DELAY_S``)
     answered: list[int] = field(default_factory=list)  # per answered model call: the history's length
     tool_log: list[str] = field(default_factory=list)
     keys: list[str | None] = field(default_factory=list)
@@ -43,6 +47,7 @@ class Shop:
     def model(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if self.crash_at_call == len(self.answered) + 1:
             raise Crash
+        time.sleep(self.delay_s)  # a model that takes its time: room for a kill at a random moment
         self.answered.append(len(messages))
         self._log("model.log", str(len(messages)))
         # By the history's length: ask, ask again after the retry prompt, refund, answer.
@@ -66,6 +71,7 @@ class Shop:
 
         @agent.tool_plain
         def lookup(order: str) -> dict[str, Any]:
+            time.sleep(self.delay_s)
             self.tool_log.append(f"lookup {order}")
             self._log("tools.log", f"lookup {order}")
             if self.tool_log.count(f"lookup {order}") == 1:
@@ -76,6 +82,7 @@ class Shop:
         async def refund(order: str, amount: int) -> str:
             ctx = EffectContext.current()
             self.keys.append(ctx.key if ctx is not None else None)
+            await asyncio.sleep(self.delay_s)
             self.tool_log.append(f"refund {order}")
             self._log("tools.log", f"refund {order}")
             return f"refunded {amount} on {order}"
@@ -86,7 +93,7 @@ class Shop:
 def spec() -> AgentSpec:
     """The shop in a process of its own: its witnesses in ``$PYAI_SHOP_LOG``."""
     log = os.environ.get("PYAI_SHOP_LOG")
-    shop = Shop(log_dir=Path(log) if log else None)
+    shop = Shop(log_dir=Path(log) if log else None, delay_s=float(os.environ.get("PYAI_SHOP_DELAY_S", "0")))
     if log:  # a resumed process's lookup knows the calls an earlier process made
         tools = Path(log) / "tools.log"
         shop.tool_log = tools.read_text().splitlines() if tools.exists() else []

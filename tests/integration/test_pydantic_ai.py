@@ -3,19 +3,24 @@
 of its own, SIGKILLed at every step boundary (a named crash point: after a model request or a tool
 call was recorded), then resumed by ``runledger resume``. The witnesses are files the agent
 processes wrote: the model function's answered calls and the tools' own log. Across the kill and the
-resume, each model call and each tool call happened exactly once."""
+resume, each model call and each tool call happened exactly once. Killed from outside at a random
+moment instead, the resume repeats at most the one call that was in flight, and the refund (an
+effect) happens once."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
+import signal
 from pathlib import Path
 
 import pytest
 
 from runledger import LedgerClient, load_run
 from runledger.record.fold import fold
-from tests.integration.processes import runledger
+from tests.conftest import eventually
+from tests.integration.processes import runledger, start_agent
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -81,3 +86,38 @@ async def test_an_agent_killed_between_calls_resumes_without_repeating_one(
         "effect",
         "model",
     ]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_an_agent_killed_at_a_random_moment_resumes_repeating_at_most_the_call_in_flight(
+    nats_url: str, client: LedgerClient, tmp_path: Path, seed: int
+) -> None:
+    """SIGKILL from outside, at a random moment after the model's k-th answer (each call takes 0.3 s, so
+    the run still has calls to make): a resume
+    repeats at most the one call that was in flight (answered, not yet recorded), and the refund, an
+    effect, happens exactly once (its reconcile answers when the kill came between act and record)."""
+    log = tmp_path / "witness"
+    log.mkdir()
+    env = {"PYAI_SHOP_LOG": str(log), "PYAI_SHOP_DELAY_S": "0.3"}
+    run_id = f"pyai-random-{seed}"
+    rng = random.Random(seed)
+    answered, moment = rng.randint(1, 3), rng.uniform(0.0, 0.6)  # within the calls after the k-th answer
+    agent = start_agent(nats_url, AGENT, run_id, json.dumps("refund o-1"), env)
+    try:
+        await eventually(lambda: len(lines(log / "model.log")) >= answered, timeout=60)
+        await asyncio.sleep(moment)
+        agent.send_signal(signal.SIGKILL)
+    finally:
+        agent.wait(timeout=30)
+    assert agent.returncode == -9, "the agent ended before the kill"
+
+    resumed = await asyncio.to_thread(runledger, nats_url, "resume", run_id, "--agent", AGENT, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    cp = fold((await load_run(client, run_id)).records)
+    assert cp.status == "completed", resumed.stdout
+    assert cp.output == "done: refunded 5 on o-1"
+    models, tools = lines(log / "model.log"), lines(log / "tools.log")
+    repeated = [c for c in set(models) if models.count(c) > 1] + [c for c in set(tools) if tools.count(c) > 2]
+    assert len(models) - len(set(models)) <= 1, f"more than the call in flight was repeated: {models}"
+    assert tools.count("refund o-1") == 1, tools
+    assert len(repeated) <= 1, (models, tools)

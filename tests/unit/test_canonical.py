@@ -99,3 +99,43 @@ def test_what_an_agent_receives_live_is_what_the_record_returns() -> None:
     assert as_recorded({"x": 1.0, "y": 0.5}, 2) == {"x": 1, "y": 0.5}
     assert type(as_recorded({"x": 1.0}, 2)["x"]) is int
     assert type(as_recorded({"x": 1.0})["x"]) is float
+
+
+def c_encoder(value: object) -> bytes:
+    """What jcs wrote for a plain value before msgspec did: the standard library's C encoder."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def test_msgspec_writes_plain_values_as_the_c_encoder_did() -> None:
+    # Every code point escapes alike (in names too), names sort by code point, and the floats jcs
+    # hands to msgspec (non-integral, 1e-4 <= |x| < 2**53) print as repr.
+    text = "".join(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
+    assert jcs(text) == c_encoder(text)
+    names = {chr(cp): cp for cp in range(0, 0x10000, 7) if not 0xD800 <= cp <= 0xDFFF}
+    assert jcs(names) == c_encoder(names)
+    rng = random.Random(5)
+    floats = [rng.choice((1, -1)) * 10 ** rng.uniform(-4, 15.95) for _ in range(20000)]
+    floats = [x for x in floats + [round(x, 3) for x in floats] if not x.is_integer() and abs(x) >= 1e-4]
+    assert jcs(floats) == c_encoder(floats)
+    big = [2**63 - 1, -(2**63), 2**64 - 1, 10**30, -(10**30), 2**53 + 1]  # the last ones: the C encoder's
+    assert jcs(big) == c_encoder(big)
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate: no UTF-8 for it, whichever encoder
+        jcs({"x": "\ud800"})
+
+
+def test_values_other_than_the_native_types_encode_as_they_always_did() -> None:
+    import enum
+    from collections import OrderedDict
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Text(str):
+        pass
+
+    for value in ({"n": Level.HIGH}, OrderedDict(b=1, a=2), {"t": Text("x")}, ("a", 0.5), {"i": 10**400 // 10**390}):
+        assert jcs(value) == c_encoder(value), value
+    with pytest.raises(TypeError):
+        jcs({1: "an integer name", "a": 0})  # the C encoder cannot sort mixed names: refused, as before
+    with pytest.raises(TypeError):
+        jcs({"x": object()})

@@ -14,6 +14,7 @@ reason runledger.sdk.run gives.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -28,7 +29,7 @@ from runledger.errors import (
     NondeterminismError,
 )
 from runledger.record import canonical
-from runledger.record.canonical import CHAIN_FORMAT, CONTENT_FORMAT, as_recorded, digest, jsonable
+from runledger.record.canonical import CHAIN_FORMAT, CONTENT_FORMAT, digest, jsonable
 from runledger.record.events import (
     EffectCommitted,
     EffectFailed,
@@ -128,10 +129,28 @@ class EffectStep:
         a resume that finds the claim without an outcome waits for the lease to expire before it
         settles it, so a holder that is only paused is not overtaken while it may still act.
         """
+        return await self._native_effect(
+            name, jsonable(args), key=key, fn=fn, reconcile=reconcile,
+            effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease_s,
+        )  # fmt: skip
+
+    async def _native_effect(
+        self,
+        name: str,
+        args: Any,
+        *,
+        key: str,
+        fn: ToolFn,
+        reconcile: Any = None,
+        effect_class: EffectClass = "write",
+        tool_call_id: str | None = None,
+        lease_s: float | None = None,
+    ) -> Any:
+        """``effect`` with ``args`` JSON-native already (``jsonable``: a declared effect tool's
+        arguments, converted once for their check, their key and the step)."""
         if not key:
             raise ConfigurationError(f"effect {name!r} needs a non-empty idempotency key")
         lease = effect_lease(lease_s)
-        args = jsonable(args)
         args_json, args_digest = canonical.encoded_digest(args, self._cp.chain_format)  # the bytes sealed too
         if self._continuing:
             # A run continued without replay (lifecycle.open_run) whose earlier attempt stopped inside
@@ -342,13 +361,16 @@ class EffectStep:
         duration = (time.perf_counter() - started) * 1000
         crash_point(f"effect:{key}:acted")
         pause_point(f"effect:{key}:acted")
+        # Encoded once: sealed as the record's content, and decoded as what the agent gets (as_recorded).
+        result_json = canonical.canonical_json(result, self._cp.chain_format)
         committed = await self._protected(
-            EffectCommitted(step=step, key=key, result=result, duration_ms=duration, fencing_token=ctx.fencing_token)
+            EffectCommitted(step=step, key=key, result=result, duration_ms=duration, fencing_token=ctx.fencing_token),
+            {"result": result_json},
         )
         await self._append_key(state, committed)
         crash_point(f"effect:{key}:recorded")
         await self._mirror(committed, step)
-        return as_recorded(result, self._cp.chain_format)
+        return json.loads(result_json)
 
     async def _protected(self, body: P, encoded: Mapping[str, bytes] | None = None) -> P:
         """``body`` as the run records it, protected once for the run and the key alike (the same

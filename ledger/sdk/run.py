@@ -398,13 +398,14 @@ class RecordedRun(EffectStep):
         name, declared = self._resolve_tool(tool, fn)
         invalid = None
         if declared is not None and declared.effect_class != "read":
-            invalid = declared.argument_error(jsonable(args))
+            native = jsonable(args)  # once, for the check, the key and the step
+            invalid = declared.argument_error(native)
             if invalid is None:
                 assert declared.key is not None
-                return await self.effect(
+                return await self._native_effect(
                     name,
-                    args,
-                    key=self._effect_key(declared.key, jsonable(args), tool_call_id=tool_call_id),
+                    native,
+                    key=self._effect_key(declared.key, native, tool_call_id=tool_call_id),
                     fn=declared.call,
                     reconcile=declared.reconcile,
                     effect_class=declared.effect_class,

@@ -15,18 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
+import gc
+import importlib
 import os
 import sys
-import traceback
+import types
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import runledger.errors as ledger_errors
 from runledger.sandbox.channel import MAX_LINE, encode, read_message
 from runledger.sandbox.errors import RemoteError
-from runledger.sdk.agent import AgentSpec, load_agent
 from runledger.sdk.code_identity import code_hash
-from runledger.sdk.models import ModelResponse
+
+if TYPE_CHECKING:
+    import datetime as dt
+
+    from runledger.sdk.agent import AgentSpec
+    from runledger.sdk.models import ModelResponse
 
 
 def _rebuild_error(error: dict[str, Any]) -> Exception:
@@ -72,6 +78,8 @@ class RemoteRun:
         return reply.get("ok")
 
     async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        from runledger.sdk.models import ModelResponse
+
         return ModelResponse.model_validate(await self._call("model", messages=messages, params=params))
 
     async def tool(self, tool: Any, args: Any = None, *, fn: Any = None, tool_call_id: str | None = None) -> Any:
@@ -95,6 +103,8 @@ class RemoteRun:
         return await self._call("child", agent=spec.name, input=input)
 
     async def now(self) -> dt.datetime:
+        import datetime as dt
+
         return dt.datetime.fromisoformat(await self._call("now"))
 
     async def random(self) -> float:
@@ -118,6 +128,8 @@ def preload_report(agent: str) -> tuple[AgentSpec | None, dict[str, Any]]:
     says of it (``preloaded``): the agent, and either its ``agent_version`` as this guest computes
     it or the ``error`` that stopped it loading (``rerun --plan`` reads it: a candidate that cannot
     load in the image is named before anything is queued)."""
+    from runledger.sdk.agent import load_agent
+
     try:
         spec = load_agent(agent)
         return spec, {"agent": agent, "agent_version": running_version(spec)}
@@ -166,6 +178,8 @@ async def serve(socket_path: str, agent: str = "") -> int:
     if hello is None or "ok" not in hello:
         return 0  # released from the pool without work
     start = hello["ok"]
+    from runledger.sdk.agent import load_agent
+
     try:
         spec = loaded if loaded is not None and start["agent"] == agent else load_agent(start["agent"])
         check_version(spec, start.get("agent_version"))
@@ -174,6 +188,8 @@ async def serve(socket_path: str, agent: str = "") -> int:
     except SystemExit:
         return 1
     except BaseException as exc:  # the agent's failure is the re-run's outcome, reported to the host
+        import traceback
+
         message = {
             "id": -1,
             "op": "failed",
@@ -190,8 +206,71 @@ async def serve(socket_path: str, agent: str = "") -> int:
     return 0
 
 
+class _RunOnFirstUse(types.ModuleType):
+    """Stands for a module not run yet: the first attribute read that it lacks imports the real one
+    (``importlib.util.LazyLoader`` does not serve: on 3.11 the import statement itself reads the
+    module's ``__spec__``, which runs it) and copies its namespace in, so a reference taken to this
+    stand-in works as one to the module."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        real = importlib.import_module(self.__name__)
+        self.__dict__.update(real.__dict__)
+        return getattr(real, attr)
+
+
+@contextlib.contextmanager
+def _deferred(name: str) -> Iterator[None]:
+    """Within: ``import name`` (a submodule) gives a stand-in that runs the module when first used.
+    On leaving, the import system forgets the stand-in (if it was not used): later imports are real."""
+    if name in sys.modules:
+        yield
+        return
+    parent, _, child = name.rpartition(".")
+    stand_in = _RunOnFirstUse(name)
+    sys.modules[name] = stand_in
+    setattr(sys.modules[parent], child, stand_in)
+    try:
+        yield
+    finally:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        if getattr(sys.modules[parent], child, None) is stand_in:
+            delattr(sys.modules[parent], child)
+
+
+@contextlib.contextmanager
+def lean_start() -> Iterator[None]:
+    """The guest's own imports (the SDK: pydantic and the spec's models) at less CPU, paid once per
+    container. Inside: pydantic loads no plugins (its scan reads every installed distribution's
+    metadata; the image holds no plugin, and none is to observe the guest's own models), which leaves
+    ``importlib.metadata`` (with email, zipfile, csv, ...: about a tenth of the guest's imports) unused:
+    it is loaded lazily, when something first reads it; and the cyclic garbage collector waits (imports
+    make long-lived objects, not garbage), then freezes what they made, so the run's collections skip it.
+    The environment is as it was on leaving (the agent sees the one the container was given)."""
+    saved = os.environ.get(PLUGINS_VARIABLE)
+    os.environ[PLUGINS_VARIABLE] = "__all__"
+    gc.disable()
+    try:
+        with _deferred("importlib.metadata"):
+            yield
+    finally:
+        gc.freeze()
+        gc.enable()
+        if saved is None:
+            os.environ.pop(PLUGINS_VARIABLE, None)
+        else:
+            os.environ[PLUGINS_VARIABLE] = saved
+
+
+PLUGINS_VARIABLE = "PYDANTIC_DISABLE_PLUGINS"
+
+
 def main() -> None:
     socket_path = sys.argv[1] if len(sys.argv) > 1 else "/run/runledger/broker.sock"
+    with lean_start():
+        importlib.import_module("runledger.sdk.agent")  # what loading any agent needs: before the agent
     code = asyncio.run(serve(socket_path, sys.argv[2] if len(sys.argv) > 2 else ""))
     if code == NO_BROKER:
         # The guest is a program of its own (the container's command), and this is its main: what

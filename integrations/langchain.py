@@ -141,10 +141,7 @@ def model_response(reply: AIMessage) -> ModelResponse:
     return LangChainResponse(
         content=content,
         tool_calls=[dict(tc) for tc in reply.tool_calls],
-        # A reply that asks for tools and names no reason is a tool-call turn (as the OpenAI integration records it).
-        finish_reason=str(
-            (reply.response_metadata or {}).get("finish_reason") or ("tool_calls" if reply.tool_calls else "stop")
-        ),
+        finish_reason=str((reply.response_metadata or {}).get("finish_reason") or "stop"),
         input_tokens=int(usage.get("input_tokens", 0)),
         output_tokens=int(usage.get("output_tokens", 0)),
         metadata=_reply_metadata(reply),

@@ -79,14 +79,6 @@ def test_a_model_reply_rebuilt_from_the_record_makes_the_same_prompt() -> None:
     assert model_response(rebuilt) == model_response(reply)
 
 
-def test_a_reply_that_only_asks_for_tools_and_names_no_reason_is_a_tool_call_turn() -> None:
-    asks = AIMessage(content="", tool_calls=[{"name": "lookup_order", "args": {"order": "o-1"}, "id": "c1"}])
-    assert model_response(asks).finish_reason == "tool_calls"
-    assert model_response(AIMessage(content="done")).finish_reason == "stop"
-    named = AIMessage(content="", response_metadata={"finish_reason": "length"}, tool_calls=asks.tool_calls)
-    assert model_response(named).finish_reason == "length"
-
-
 def test_the_example_graph_is_an_agent_with_its_tools_model_and_code_version() -> None:
     agent = spec()
     assert isinstance(agent, GraphAgent) and agent.name == "langgraph"

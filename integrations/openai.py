@@ -485,6 +485,15 @@ def _refuse_raw_stream(kwargs: dict[str, Any], raw: bool) -> None:
         raise NotRecordedError("with_raw_response with stream=True (record the stream without with_raw_response)")
 
 
+def _stream_request(kwargs: dict[str, Any]) -> tuple[ChatCompletionStreamState[Any], dict[str, Any]]:
+    """What ``chat.completions.stream(...)`` sends (the ``create`` it stands for, streamed) and the SDK's
+    state that turns the chunks into its stream events, for the async and the blocking client alike."""
+    state: ChatCompletionStreamState[Any] = ChatCompletionStreamState(
+        response_format=kwargs.get("response_format", openai.omit), input_tools=kwargs.get("tools", openai.omit)
+    )
+    return state, {**as_parse_create(kwargs), "stream": True}
+
+
 class RecordedOpenAI(Surface):
     """An ``openai.AsyncOpenAI`` whose calls are recorded steps of ``run`` (``chat.completions``
     ``create``/``parse``/``stream``, ``responses.create``/``parse``, ``embeddings.create``: model steps;
@@ -547,10 +556,7 @@ class RecordedOpenAI(Surface):
         return RecordedRawResponse(made, response.http) if raw else made
 
     def _chat_stream(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-        state = ChatCompletionStreamState(
-            response_format=kwargs.get("response_format", openai.omit), input_tools=kwargs.get("tools", openai.omit)
-        )
-        create_kwargs = {**as_parse_create(kwargs), "stream": True}
+        state, create_kwargs = _stream_request(kwargs)
 
         async def start() -> RecordedChatCompletionStream[Any]:
             return RecordedChatCompletionStream(await self._call(CHAT, create, create_kwargs), state)
@@ -624,10 +630,7 @@ class SyncRecordedOpenAI(Surface):
         return RecordedRawResponse(made, response.http) if raw else made
 
     def _chat_stream(self, create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-        state = ChatCompletionStreamState(
-            response_format=kwargs.get("response_format", openai.omit), input_tools=kwargs.get("tools", openai.omit)
-        )
-        create_kwargs = {**as_parse_create(kwargs), "stream": True}
+        state, create_kwargs = _stream_request(kwargs)
         return SyncRecordedChatCompletionStreamManager(
             lambda: SyncRecordedChatCompletionStream(self._call(CHAT, create, create_kwargs), state)
         )

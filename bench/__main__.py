@@ -35,8 +35,9 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from bench.report import Section, SuiteOptions, load_average, machine, not_run, now_utc, render
+from bench.report import Goal, Section, SuiteOptions, load_average, machine, not_run, now_utc, render
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET_S = 15 * 60
@@ -66,8 +67,43 @@ def _load_part(opts: SuiteOptions) -> Section:
         path = opts.plot_dir / "load.png"
         load.plot(runs, path)
         section.plots.append(path)
+    section.goals.extend(load_goals(runs))
     section.data = {"results": runs}
     return section
+
+
+# The SDK's CPU per step over the raw client's CPU per message at 10 and 50 agents on one node,
+# from the round before this one (docs/benchmarks.md of 2026-12-02: 0.67 / 0.097 ms and
+# 0.56 / 0.062 ms). Halving the SDK's CPU per step is judged on this ratio, which a busier or
+# slower machine changes far less than it changes either CPU figure.
+CPU_RATIO_BEFORE = {10: 0.67 / 0.097, 50: 0.56 / 0.062}
+
+
+def load_goals(runs: list[dict[str, Any]]) -> list[Goal]:
+    """Issue 31's goals on one node: events/s at least 0.9x raw, the SDK's CPU per step halved."""
+    node = next((r for r in runs if r.get("target") == "node"), None)
+    levels = {lv["agents"]: lv for lv in node["levels"]} if node else {}
+    goals = []
+    for agents in (10, 50):
+        lv = levels.get(agents)
+        if lv is None:
+            goals.append(Goal(f"under load, at least 0.9x raw events/s at {agents} agents on one node", None,
+                              "not measured (a quick run measures fewer levels)."))  # fmt: skip
+            continue
+        ratio = lv["events_s_over_raw"]
+        goals.append(Goal(
+            f"under load, at least 0.9x raw events/s at {agents} agents on one node", ratio >= 0.9,
+            f"events/s / raw msg/s = {ratio:.2f}x ({lv['events_s']:,.0f} against {lv['raw_msgs_s']:,.0f}).",
+        ))  # fmt: skip
+        cpu = lv["client_cpu_ms_per_step"] / lv["raw_client_cpu_ms_per_msg"] if lv["raw_client_cpu_ms_per_msg"] else 0
+        before = CPU_RATIO_BEFORE[agents]
+        goals.append(Goal(
+            f"SDK CPU per step halved at {agents} agents (against the raw client's CPU per message)",
+            0 < cpu <= before / 2,
+            f"SDK CPU {lv['client_cpu_ms_per_step']:.3f} ms a step, raw {lv['raw_client_cpu_ms_per_msg']:.3f} ms "
+            f"a message: {cpu:.1f}x, against {before:.1f}x the round before ({cpu / before:.2f} of it; goal 0.5).",
+        ))  # fmt: skip
+    return goals
 
 
 PARTS: list[Part] = [

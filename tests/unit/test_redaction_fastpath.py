@@ -35,6 +35,9 @@ class FullPathRedactor(Redactor):
     def _plain(self, text: str, low: str, depth: int) -> bool:
         return False
 
+    def _present_hints(self, low: str) -> frozenset[str]:
+        return frozenset(h for h in self._hint_list if h in low)
+
     def _scan_with(self, text: str, depth: int, mint: Mint, piece_max: int | None = None) -> str:
         return super()._scan_with(text, depth, mint, None)
 
@@ -156,6 +159,21 @@ def test_long_texts_and_many_runs_come_out_of_the_shortcuts_as_out_of_the_full_p
     fast, full = _pair()
     assert fast.redact_text(text) == _full_outputs(full, [text])[0]
     assert fast.stats == full.stats
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(fragment, st.sampled_from(Redactor(KEY)._hint_list)), max_size=8), st.integers(0, 2**32))
+def test_the_hints_a_long_text_is_found_to_hold_are_the_ones_it_holds(inserts: list[str], seed: int) -> None:
+    # Long texts (over GATE_MAX_CHARS) rule hints out by their characters first (``_present_hints``).
+    rng = random.Random(seed)
+    words = ["the", "order", "shipped", "to", "customer", "note", "id", "ok", "4", "ref", "key", "x_y", "a-b", "v2.9"]
+    pieces = [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in range(60)]
+    for item in inserts:
+        pieces.insert(rng.randrange(len(pieces) + 1), item)
+    low = rng.choice([" ", "", ":"]).join(pieces).lower()
+    fast = Redactor(KEY)
+    for _ in range(2):  # the second time from the remembered candidates
+        assert fast._present_hints(low) == frozenset(h for h in fast._hint_list if h in low)
 
 
 def test_a_short_plain_text_remembered_is_redacted_once_its_secret_is_registered() -> None:

@@ -248,6 +248,10 @@ class Scanner:
         self._unhinted = tuple(det for det in self._detectors if not det.hints)
         self._hint_list = tuple(sorted({h for det in self._detectors for h in det.hints}))
         self._hint_sets = {id(det): frozenset(det.hints) for det in self._detectors}
+        # The characters the hints are made of, and the hints each one is absent from: a hint one of
+        # whose characters the text lacks is not in it (``_present_hints``; a memchr a character).
+        self._hint_chars = tuple(sorted({ch for h in self._hint_list for ch in h}))
+        self._hints_without: dict[tuple[str, ...], tuple[str, ...]] = {}
         # What else decides that a text holds nothing (``_plain``): each unhinted detector's pattern
         # (the card number's, not its gate: ``[3456]\d{3}`` is in most ids and dates, 13 digits are not).
         self._unhinted_patterns = tuple((det.pattern, det.lower) for det in self._unhinted)
@@ -291,7 +295,7 @@ class Scanner:
         if len(text) <= WINDOW_CHARS:
             low = text.lower() if text.isascii() else lower_text(text)
             if len(text) > GATE_MAX_CHARS:
-                present = frozenset(filter(low.__contains__, self._hint_list))
+                present = self._present_hints(low)
             elif self._any_hint.search(low) is None:
                 present = frozenset()
             else:
@@ -328,6 +332,20 @@ class Scanner:
                 text = self._apply(det.kind, text, spans, protected if det.extent is not None else None, mint)
                 hints, protected = None, None
         return self._open_wrappers(text, depth, mint, piece_max)
+
+    def _present_hints(self, low: str) -> frozenset[str]:
+        """The hints ``low`` (a lower-cased text of more than ``GATE_MAX_CHARS``) holds. A hint is
+        searched (``in``, ~1 ns a character) only when each of its characters is in the text: one
+        ``in`` a character of the hints' alphabet (a memchr, that stops at the first one found)
+        rules out most hints of a text without digits, ``_``, ``-``, ``.`` or ``:`` at once."""
+        absent = tuple(itertools.filterfalse(low.__contains__, self._hint_chars))
+        candidates = self._hints_without.get(absent)
+        if candidates is None:
+            candidates = tuple(h for h in self._hint_list if not any(ch in h for ch in absent))
+            if len(self._hints_without) >= 1024:
+                self._hints_without.clear()
+            self._hints_without[absent] = candidates
+        return frozenset(filter(low.__contains__, candidates))
 
     def _plain(self, text: str, low: str, depth: int) -> bool:
         """Whether a scan at ``depth`` leaves ``text``, of one window and holding no detector's hint

@@ -235,6 +235,7 @@ _NAME = "ctx"
 _ANNOTATION = re.compile(r"\bEffectContext\b")
 _NONE: Any = object()
 _PARAMETERS: weakref.WeakKeyDictionary[Callable[..., Any], Any] = weakref.WeakKeyDictionary()
+_BOUND_PARAMETERS: weakref.WeakKeyDictionary[Callable[..., Any], Any] = weakref.WeakKeyDictionary()
 
 
 def _is_context_annotation(annotation: Any) -> bool:
@@ -263,12 +264,16 @@ def _find_parameter(fn: Callable[..., Any]) -> inspect.Parameter | None:
 def context_parameter(fn: Callable[..., Any]) -> inspect.Parameter | None:
     """The parameter through which ``fn`` takes an ``EffectContext``: after the first, named ``ctx``
     or annotated ``EffectContext``; None when it declares none."""
+    # A bound method is a new object at every attribute access (``tool.call``): it is remembered by
+    # its function, whose bound signature (the first parameter dropped) every binding shares.
+    bound_to = getattr(fn, "__func__", None) if inspect.ismethod(fn) else None
+    cache, key = (_PARAMETERS, fn) if bound_to is None else (_BOUND_PARAMETERS, bound_to)
     try:
-        found = _PARAMETERS[fn]
+        found = cache[key]
     except (KeyError, TypeError):
         found = _find_parameter(fn)
         with suppress(TypeError):  # not weakly referenceable: looked up again next time
-            _PARAMETERS[fn] = _NONE if found is None else found
+            cache[key] = _NONE if found is None else found
         return found
     return None if found is _NONE else found
 

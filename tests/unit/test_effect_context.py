@@ -77,6 +77,32 @@ def test_the_parameter_is_found_by_name_or_by_annotation() -> None:
     assert found is not None and found.name == "context"
 
 
+class _Shop:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def refund(self, args: Any, ctx: EffectContext) -> Any:
+        return self.name, args, ctx.tool_call_id
+
+    def cancel(self, args: Any) -> Any:
+        return self.name, args
+
+
+class _OtherShop(_Shop):
+    def cancel(self, args: Any, ctx: EffectContext | None = None) -> Any:
+        return self.name, args, ctx is not None
+
+
+def test_methods_of_every_instance_get_the_context_as_their_function_declares() -> None:
+    # A bound method is a new object at each access: what is remembered is its function's.
+    for _ in range(2):
+        for shop in (_Shop("a"), _Shop("b")):
+            assert asyncio.run(call_effect(shop.refund, 1, CTX)) == (shop.name, 1, "c1")
+            assert asyncio.run(call_effect(shop.cancel, 1, CTX)) == (shop.name, 1)
+        assert asyncio.run(call_effect(_OtherShop("c").cancel, 1, CTX)) == ("c", 1, True)
+        assert asyncio.run(call_effect(_OtherShop("c").refund, 2, CTX)) == ("c", 2, "c1")
+
+
 def test_an_async_effect_function_is_awaited_with_the_context_bound() -> None:
     async def fn(args: Any) -> Any:
         await asyncio.sleep(0)

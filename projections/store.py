@@ -170,6 +170,9 @@ class ProjectionStore:
         self.path = Path(path)
         self.writer = writer
         self._keys: dict[str, list[str]] | None = None  # table -> primary key columns, while bulk
+        # Whether the file may hold an erased run (see ``commit``): a bulk file starts empty, so it
+        # holds one only once a batch listed one; any other file may.
+        self._may_hold_erased = not bulk
         self._lock: IO[str] | None = None
         self._reads: Any = None
         self._private = writer
@@ -355,7 +358,13 @@ class ProjectionStore:
                     ))  # fmt: skip
                 finally:
                     con.unregister(staged)
-            _rewrite_erased(con, {*erased, *_erased_key_owners(con, first_seq, last_seq)})
+            if erased:
+                self._may_hold_erased = True  # before the rows are in: a rolled-back batch only costs a query
+            # Owners of the batch's key events can only be erased runs the file holds: none in a bulk
+            # file until a batch erased one (the partition lists every erased run it touches, the
+            # batch that erases it first), which spares a rebuild a join a batch (~13% of its commits).
+            owners = _erased_key_owners(con, first_seq, last_seq) if self._may_hold_erased else set()
+            _rewrite_erased(con, {*erased, *owners})
             con.execute(
                 "UPDATE projector_state SET last_seq = ?, events = events + ?, quarantined = quarantined + ?, "
                 "batches = batches + 1, updated_at = current_timestamp",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,13 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from runledger.projections.erasure import ERASED
 from runledger.projections.errors import ProjectionError, ProjectionLockedError, StreamMismatchError
 from runledger.projections.partition import PartitionProjector
 from runledger.projections.store import ProjectionStore, StreamIdentity, replace_file
-from tests.unit.projections.chains import Stream, full_run
+from runledger.record.canonical import digest
+from runledger.record.events import EffectIntended, EffectResolved, RunErased, RunStarted
+from tests.unit.projections.chains import VERSION, Stream, full_run, key_chain, run_chain
 from tests.unit.projections.conftest import IDENTITY, projector_for
 from tests.unit.projections.tables import table_rows
 
@@ -117,3 +121,32 @@ def test_the_file_opens_in_plain_duckdb(store: ProjectionStore) -> None:
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["8", "committed"]
+
+
+def _erased_then_settled() -> tuple[list, list]:
+    """Two batches: a run claims a key and is erased (the key in doubt); then an operator settles
+    the key with a result, a batch in which the run itself does not appear."""
+    stream = Stream()
+    run = run_chain(stream, "r-erased")
+    run.add(RunStarted(agent="support", version=VERSION))
+    claim = EffectIntended(step=0, name="refund", key="k-1", args={"o": 1}, args_digest=digest({"o": 1}))
+    run.add(claim)
+    key = key_chain(stream, "k-1", "r-erased")
+    key.add(claim)
+    run.add(RunErased(reason="gdpr", by="ana", kid="kid-1"))
+    first = len(stream.records)
+    key.add(EffectResolved(key="k-1", outcome="committed", by="ana", result={"refund_id": "personal"}))
+    return stream.records[:first], stream.records[first:]
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_a_key_settled_after_its_runs_erasure_is_erased_in_every_file(tmp_path: Path, bulk: bool) -> None:
+    """The key's row carries no result in a rebuild's bulk file either, though its run is not in the batch."""
+    with ProjectionStore(tmp_path / "p.duckdb", bulk=bulk) as store:
+        store.bind(IDENTITY, 1)
+        projector = projector_for(store)
+        for batch in _erased_then_settled():
+            projector.project_batch(batch)
+        store.add_keys()
+        rows = store.con.execute("SELECT status, result FROM effect_keys WHERE key = 'k-1'").fetchall()
+    assert rows == [("committed", json.dumps(ERASED))]

@@ -65,6 +65,7 @@ import json
 import logging
 import os
 import tempfile
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -447,6 +448,12 @@ class MemoryKeyStore:
         return self.keys.pop(kid, None) is not None
 
 
+# The bucket's handle per JetStream context: ``key_value`` is a stream-info request (a round trip and
+# ~0.3 ms of parsing), and every run's start makes a store (runledger.protect.capture.run_protector).
+# The handle holds names only (bucket, stream, subject prefix, direct gets), none of the bucket's state.
+_BUCKETS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 class KVKeyStore:
     """Run keys in the JetStream KV bucket LEDGER_KEYS (history 1), wrapped under the master key.
 
@@ -468,12 +475,17 @@ class KVKeyStore:
         from nats.js.errors import BucketNotFoundError, NotFoundError
 
         if self._kv is None:
+            with contextlib.suppress(TypeError):  # (a stand-in that cannot be weakly referenced)
+                self._kv = _BUCKETS.get(self._js)
+        if self._kv is None:
             try:
-                self._kv = await self._js.key_value(KEY_BUCKET)
+                self._kv = kv = await self._js.key_value(KEY_BUCKET)
             except (BucketNotFoundError, NotFoundError) as exc:
                 raise KeyStoreError(f"the key store {KEY_BUCKET} does not exist: run `runledger up`") from exc
             except (TimeoutError, nats.errors.Error) as exc:
                 raise KeyStoreError(f"the key store {KEY_BUCKET} is not reachable ({type(exc).__name__})") from exc
+            with contextlib.suppress(TypeError):
+                _BUCKETS[self._js] = kv
         return self._kv  # type: ignore[return-value]
 
     async def create(self, kid: str) -> RunKeys:

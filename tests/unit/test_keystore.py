@@ -157,3 +157,28 @@ def test_private_files_ignore_the_umask_and_tighten_old_files(
         (target / "inner").write_text("x")
     (target / "outer").write_text("x")
     assert _mode(target / "inner") == 0o600 and _mode(target / "outer") == 0o666  # restored once, at the end
+
+
+async def test_the_stores_of_one_connection_look_the_key_bucket_up_once() -> None:
+    # Every run's start makes a store (run_protector): the bucket's handle is the connection's.
+    from runledger.log.memory import MemoryLedger
+    from runledger.protect.keystore import KVKeyStore
+
+    client, other = await MemoryLedger().connect(), await MemoryLedger().connect()
+    lookups: list[object] = []
+    for js in (client.js, other.js):
+        real = js.key_value
+
+        async def counted(bucket: str, real: object = real, js: object = js) -> object:
+            lookups.append(js)
+            return await real(bucket)  # type: ignore[operator]
+
+        js.key_value = counted  # type: ignore[method-assign]
+    master = LocalMasterKey.generate()
+    created = [await KVKeyStore(client.js, master).create(f"a.r{i}") for i in range(3)]
+    assert lookups == [client.js]
+    for keys in created:
+        back = await KVKeyStore(client.js, master).get(keys.kid)
+        assert back is not None and back.data_key == keys.data_key
+    assert await KVKeyStore(other.js, master).get("a.r0") is None  # another connection: its own lookup
+    assert lookups == [client.js, other.js]

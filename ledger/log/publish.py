@@ -310,6 +310,10 @@ class SubjectWriter:
         """Return once every appended event is acknowledged: at once here (``append`` waits for
         each ack); a writer that does not (runledger.log.window) waits for its window."""
 
+    def flush_soon(self) -> None:
+        """Start acknowledging every appended event now, in the background (``commit`` waits for
+        it): nothing to do here; a writer with a window (runledger.log.window) starts its flush."""
+
     async def _next_event(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> tuple[Event, bytes]:
         """The next event of the chain for ``body`` (transformed) and its bytes; the position is
         left as it was (the caller advances it once the event is its to keep)."""

@@ -195,6 +195,12 @@ class WindowedWriter(SubjectWriter):
         while self.unacknowledged:
             await self._drain_once()
 
+    def flush_soon(self) -> None:
+        """Start flushing the window now, unless a flush is in flight (``commit`` waits for both):
+        its round trips then overlap what the caller does before it commits (an effect builds and
+        seals its intent)."""
+        self._start_flush()
+
     async def _drain_once(self) -> None:
         """Start a flush if none is in flight, then wait for the one in flight."""
         if self._flight is None:

@@ -158,8 +158,8 @@ class PayloadProtector:
         it is sealed from those bytes instead of being encoded again."""
         fields = CONTENT_FIELDS.get(body.TYPE, ())
         error = getattr(body, "error", None) if body.TYPE in ERROR_TYPES else None
-        if not fields and error is None:
-            return body
+        if error is None and all(is_placeholder(v) for n in fields if (v := getattr(body, n)) is not None):
+            return body  # nothing to protect, or protected already (an effect's intent, claim and outcome)
         known = encoded or {}
         updates: dict[str, Any] = {}
         for name in fields:

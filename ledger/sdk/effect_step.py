@@ -84,6 +84,7 @@ class EffectStep:
     _next_step: int
     _continuing: bool
     _mirroring: set[asyncio.Task[None]]
+    _append_lock: asyncio.Lock
     _unmirrored: BaseException | None
 
     if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class EffectStep:
         @property
         def agent(self) -> str: ...
         async def _append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event: ...
+        async def _append_held(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event: ...
         def _take_step(self) -> tuple[int, StepRecord | None]: ...
         def _check(
             self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None, args: Any = None
@@ -181,6 +183,9 @@ class EffectStep:
         # A claim is seen by other processes: the run's last effect outcome lands on the run first (a
         # process that lost the run stops here, before it claims anything).
         await self._mirrored()
+        # Under output durability the steps before this one are acknowledged before the claim: their
+        # window's round trips start now, while the intent is built and sealed.
+        self._writer.flush_soon()
         # Write-ahead, both before acting and published together: the run's intent, and the claim
         # of the key, optimistically as its first event (fenced on "the subject is empty"). A key
         # with a history refuses that claim; then _settle reads the key and decides. Either order
@@ -209,7 +214,13 @@ class EffectStep:
     async def _write_ahead(self, intent: EffectIntended) -> KeyState | None:
         """Publish the run's ``intent`` and the claim of its key together, the intent committed to
         the run's log before anything acts. Returns the key's state as claimed, None when the key
-        has a history (the caller settles it). A failed write waits for the claim, then raises."""
+        has a history (the caller settles it). A failed write waits for the claim, then raises.
+
+        Under output durability the run's earlier steps are acknowledged first (a key is seen by
+        others: the claim of a run whose steps before it could still be lost would outlive them),
+        and then the intent's window and the claim are in flight together, as under step
+        durability (the claim does not wait for the intent: either order is a state a crash leaves)."""
+        await self._writer.commit()  # raises FencedError before anything is claimed if the run is not ours
         claim = asyncio.ensure_future(self._claim_new_key(intent))
         try:
             await self._append(intent)
@@ -230,10 +241,14 @@ class EffectStep:
         return call_key(key_fn, args, ctx)
 
     async def _claim_new_key(self, intent: EffectIntended) -> KeyState | None:
-        """Claim a key that has never been used; None when it has a history (the fence refused)."""
+        """Claim a key that has never been used; None when it has a history (the fence refused).
+        The run's steps before the intent are acknowledged already (``_write_ahead``)."""
         from runledger.sdk.effects import KeyState
 
-        return await self._try_append_key(KeyState(intent.key), intent)
+        try:
+            return await self._write_key(KeyState(intent.key), intent, committed=True)
+        except FencedError:
+            return None
 
     async def _settle(
         self,
@@ -393,23 +408,43 @@ class EffectStep:
             CONTENT_FORMAT.reset(token)
 
     async def _mirror(self, committed: EffectCommitted, step: int) -> None:
-        """Mirror the outcome the key just acknowledged onto the run: published now, in the run's
-        append order (after the steps already waiting, before any later one), acknowledged before
-        the run's next event and by ``commit``, not before this returns. The step is durable
+        """Mirror the outcome the key just acknowledged onto the run: in the run's append order
+        (after the steps already waiting, before any later one), built and published once this
+        returns, acknowledged before the run's next event and by ``commit``. The step is durable
         already: its key holds the outcome, and a crash before the mirror lands leaves the state
         a resume completes from the key (``_settle``: ``effect.committed`` with ``via: "record"``).
         A mirror that fails (FencedError: another process owns the run; PublishError) stops the
         run at its next append or commit, which raise it: nothing is written after it."""
-        task = asyncio.ensure_future(self._mirror_outcome(committed, step))
+        lock = self._append_lock
+        handed: list[asyncio.Lock] = []
+        if not lock.locked():
+            # Free (no other step appending): taken here at once, without a turn of the loop, and
+            # handed to the task, so the mirror is ahead of whatever the agent appends next while
+            # its work (protect, build, publish) is done after this returns.
+            await lock.acquire()
+            handed.append(lock)
+        task = asyncio.ensure_future(self._mirror_outcome(committed, step, handed))
         self._mirroring.add(task)  # held until it is done (the loop holds tasks weakly)
         task.add_done_callback(self._mirroring.discard)
-        # The task's first step takes the append lock or joins its queue (asyncio.Lock is FIFO):
-        # one turn of the loop and it is ahead of whatever the agent appends next.
-        await asyncio.sleep(0)
+        if handed:
+            # A task cancelled before its first step never runs its own release.
+            task.add_done_callback(lambda _: handed.pop().release() if handed else None)
+        else:
+            # The task's first step joins the lock's queue (asyncio.Lock is FIFO): one turn of the
+            # loop and it is ahead of whatever the agent appends next.
+            await asyncio.sleep(0)
 
-    async def _mirror_outcome(self, committed: EffectCommitted, step: int) -> None:
+    async def _mirror_outcome(self, committed: EffectCommitted, step: int, handed: list[asyncio.Lock]) -> None:
+        """Append the mirror (under the append lock ``_mirror`` handed over, if it did), then fold it."""
         try:
-            await self._append(committed)
+            if handed:
+                lock = handed.pop()
+                try:
+                    await self._append_held(committed)
+                finally:
+                    lock.release()
+            else:
+                await self._append(committed)
         except BaseException as exc:
             self._unmirrored = exc
             if not isinstance(exc, Exception):
@@ -424,14 +459,16 @@ class EffectStep:
         if self._unmirrored is not None:
             raise self._unmirrored
 
-    async def _write_key(self, state: KeyState, body: Payload) -> KeyState:
+    async def _write_key(self, state: KeyState, body: Payload, *, committed: bool = False) -> KeyState:
         """Append to the key right after ``state``, fenced on it (FencedError when another writer was first).
 
         The run's own steps are acknowledged first (output durability): a key is seen by others. A
-        FencedError from that commit is the run's (another process owns it), never the key's."""
+        FencedError from that commit is the run's (another process owns it), never the key's.
+        ``committed``: the caller has just committed them (a new key's claim: ``_write_ahead``)."""
         from runledger.sdk.effects import append_to_key
 
-        await self._writer.commit()
+        if not committed:
+            await self._writer.commit()
         return await append_to_key(
             self._client,
             state,

@@ -231,12 +231,16 @@ class RecordedRun(EffectStep):
         # next is appended, so the chain, the fence and the checkpoint never see two at once.
         # ``encoded``: content fields' canonical JSON the step made already (SubjectWriter.append).
         async with self._append_lock:
-            if self._unmirrored is not None:
-                raise self._unmirrored  # an effect's outcome could not be mirrored: nothing is written after it
-            event = await self._writer.append(body, encoded)
-            apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
-            if self._snapshots is not None:
-                await self._snapshots.after_append(self)
+            return await self._append_held(body, encoded)
+
+    async def _append_held(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event:
+        """``_append`` with the append lock taken by the caller (an effect's mirror: effect_step)."""
+        if self._unmirrored is not None:
+            raise self._unmirrored  # an effect's outcome could not be mirrored: nothing is written after it
+        event = await self._writer.append(body, encoded)
+        apply(self._cp, Recorded(event, self._writer.last_stream_seq), check_chain=False)
+        if self._snapshots is not None:
+            await self._snapshots.after_append(self)
         return event
 
     async def record(self, body: Payload) -> Event:

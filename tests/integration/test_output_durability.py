@@ -76,6 +76,42 @@ async def test_steps_wait_in_the_window_until_the_run_commits(client: LedgerClie
     assert verified.ok, verified.problems
 
 
+async def test_the_steps_before_an_effect_are_stored_before_its_key_is_claimed(
+    client: LedgerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The effect's intent and its claim are in flight together (either order is a state a crash
+    leaves, docs/wire.md), but the steps before the effect are acknowledged before the claim is
+    published: a key seen by others never outlives the steps that led to it."""
+    import runledger.sdk.effects as effects
+
+    writers: list[WindowedWriter] = []
+    at_claim: list[tuple[int, int]] = []  # (events acknowledged, events not yet) when the claim is published
+    real = effects.append_to_key
+
+    async def watched(client_: LedgerClient, state: Any, body: Any, **kw: Any) -> Any:
+        if body.TYPE == "effect.intended":  # the claim, about to be published (nothing awaited before)
+            (writer,) = writers
+            at_claim.append((writer.next_seq - writer.unacknowledged, writer.unacknowledged))
+        return await real(client_, state, body, **kw)
+
+    monkeypatch.setattr(effects, "append_to_key", watched)
+
+    async def agent(run: Run) -> Any:
+        assert isinstance(run, RecordedRun) and isinstance(run._writer, WindowedWriter)
+        writers.append(run._writer)
+        for i in range(3):
+            await run.tool("read", i, fn=lambda a: a)
+        await run.effect("charge", 1, key="charge:claim-1", fn=lambda a: {"ok": a})
+        return "done"
+
+    result = await start_run(client, spec_of(agent, window_events=64, window_ms=LONG), run_id="claim1")
+    assert result.status == "completed"
+    # run.started and the 3 tool steps acknowledged; at most the intent itself still on its way.
+    ((acknowledged, unacknowledged),) = at_claim
+    assert acknowledged >= 4 and unacknowledged <= 1, at_claim
+    assert (await stored_types(client, "claim1"))[-3:] == ["effect.intended", "effect.committed", "run.completed"]
+
+
 async def test_an_approval_request_and_a_child_run_are_committed_before_they_leave(client: LedgerClient) -> None:
     async def kid(run: Run) -> Any:
         await run.now()

@@ -200,9 +200,7 @@ async def read_key_history(client: LedgerClient, key: str, agent: str) -> KeyHis
     return KeyHistory(state, committed if state.status == "committed" else None, frozenset(claimants))
 
 
-async def read_committed_claim(
-    client: LedgerClient, key: str, agent: str | None = None
-) -> tuple[KeyState, str | None]:
+async def read_committed_claim(client: LedgerClient, key: str, agent: str | None = None) -> tuple[KeyState, str | None]:
     """The key's state and, when it is committed, the args digest of the claim that committed it
     (``agent``'s key; found by the key alone when None)."""
     if agent is None:

@@ -115,7 +115,7 @@ def run_check(check: Check, fork: Fork) -> CheckResult:
         return CheckResult("fail", f"the check raised {type(exc).__name__}: {exc}")
     if isinstance(answer, CheckResult):
         return answer
-    verdict, message = (answer if isinstance(answer, tuple) and len(answer) == 2 else (answer, ""))
+    verdict, message = answer if isinstance(answer, tuple) and len(answer) == 2 else (answer, "")
     if verdict not in get_args(CheckVerdict):
         return CheckResult("fail", f"the check answered {answer!r}: expected 'pass', 'fail' or 'improved'")
     return CheckResult(verdict, str(message))

@@ -125,9 +125,7 @@ async def ordinary(run: Run) -> dict[str, Any]:
     notify, notify_reconcile = _keyed_service("notify")
     plan = await run.model([{"role": "user", "content": f"look up {order} on every shard"}])
     shards = json.loads(plan.content)["shards"]
-    found = await asyncio.gather(
-        *(run.tool("lookup", {"order": order, "shard": s}, fn=_lookup) for s in shards)
-    )
+    found = await asyncio.gather(*(run.tool("lookup", {"order": order, "shard": s}, fn=_lookup) for s in shards))
     decision = await run.model([{"role": "user", "content": "results: " + json.dumps(found)}])
     charged, told = await asyncio.gather(
         # Keys name the order and the run: the crash tests run the same order many times over.

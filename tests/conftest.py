@@ -32,6 +32,8 @@ def unavailable(why: str) -> NoReturn:
     if IN_CI:
         pytest.fail(why)
     pytest.skip(why)
+
+
 # Run keys are wrapped under a master key kept outside NATS (runledger.protect.keystore): one for the
 # session, inherited by every process a test starts. Tests of the master key itself take it away.
 os.environ.setdefault("RUNLEDGER_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())

@@ -210,7 +210,16 @@ def tool(
 
     def wrap(fn: Callable[P, R]) -> Tool[P, R]:
         return Tool(
-            name or fn.__name__, fn, effect, key, reconcile, schema or {}, description, lease_s, retry, inline=inline,
+            name or fn.__name__,
+            fn,
+            effect,
+            key,
+            reconcile,
+            schema or {},
+            description,
+            lease_s,
+            retry,
+            inline=inline,
             secrets=(secrets,) if isinstance(secrets, str) else tuple(secrets),
         )
 

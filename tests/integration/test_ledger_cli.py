@@ -147,9 +147,7 @@ def test_garbage_on_a_runs_own_subject_marks_it_broken_for_every_reader(
     seq = asyncio.run(publish(run_subject("cli-agent", "poison2"), b"\x00\x01 binary"))
     # On another writer's subject of a run (a worker's `w`): a stray, which never breaks the run.
     asyncio.run(publish(run_subject("cli-agent", "stray2", "w"), b"\x00\x01 binary"))
-    error = (
-        f"run poison2: stream sequence {seq} on its own subject is not a valid event (quarantined)"
-    )
+    error = f"run poison2: stream sequence {seq} on its own subject is not a valid event (quarantined)"
     code, out, _ = cli(capsys, nats_url, "runs", "--json")
     runs = {r["run_id"]: r for r in json.loads(out)}
     assert (runs["poison2"]["status"], runs["poison2"]["fold_error"]) == ("broken", error)

@@ -256,7 +256,9 @@ async def test_erased_content_reads_as_erased_and_a_key_it_committed_answers_com
     await erase_run(client, "pay-1", reason="customer asked", by="dpo")
     after = await cli("effects", "show", "refund:o-77")
     assert (after["status"], after["result"], after["note"]) == (
-        "committed", {"$erased": True}, "committed, result erased (run pay-1 was erased)"
+        "committed",
+        {"$erased": True},
+        "committed, result erased (run pay-1 was erased)",
     )
     capsys.readouterr()
     assert await asyncio.to_thread(main, ["show", "pay-1", "--nats", nats_url]) == 0

@@ -164,7 +164,8 @@ async def test_hostile_values_are_quarantined_and_project_and_sql_keep_working(
             assert status == "broken" and "expected seq 0: gap or reorder" in fold_error, fold_error
             continue
         assert (status, fold_error) == (
-            "broken", f"run {run_id}: stream sequence {seq} on its own subject is not a valid event (quarantined)"
+            "broken",
+            f"run {run_id}: stream sequence {seq} on its own subject is not a valid event (quarantined)",
         )
     assert table["good-1"] == ("completed", None)
     assert query(db, "SELECT count(*) FROM runs WHERE status = 'broken'") == [(3,)]

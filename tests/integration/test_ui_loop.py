@@ -48,7 +48,8 @@ async def test_fork_here_opens_the_counterfactual_plan_and_a_stalled_run_resumes
 
         Select(form.find_element("css selector", "select[name=set_what]")).select_by_visible_text("model")
         form.find_element("css selector", "input[name=set_value]").send_keys(
-            "runledger.examples.refund_agent.agent:strict_model")
+            "runledger.examples.refund_agent.agent:strict_model"
+        )
         form.find_element("css selector", "button[type=submit]").click()
         wait_for(driver, "#plan-steps")
         actions = {int(r.get_attribute("data-step")): r.get_attribute("data-action")

@@ -53,9 +53,12 @@ single fenced publishes 0.35-0.45 ms at p50 when quiet):
   and the run's own journal and projection would no longer show an effect in doubt; a wire change.
 - Reading the key before claiming it: already gone (the optimistic claim above); counted, a new
   effect makes 4 publishes and no read.
-- The intent and the claim in one atomic batch: measured again on this server (interleaved, loaded
-  machine), a batch of 1 or 2 messages took ~20 ms at p50 against 2.6 ms for the two fenced
-  publishes in flight together (1.75x one fenced publish: the server fsyncs each).
+- The intent and the claim in one atomic batch: measured again on this server (interleaved), a
+  batch of 1 or 2 messages took 4.3 ms at p50 on a quiet machine (20 ms on a loaded one) against
+  1.1 ms (2.6 ms) for the two fenced publishes in flight together, themselves 1.6x (1.75x) one
+  fenced publish and 0.9x two in a row: the server fsyncs each, one after the other. So an effect
+  that returns once its key holds the outcome costs about 2.6 fenced publishes of round trips,
+  plus its CPU; 2 would need one write fewer before acting (no intent on the run: a wire change).
 - The intent's ack not waited for before acting (only before the outcome): a process that lost the
   run would claim a free key and act before its refused intent told it so.
 Measured (process pairs of the code before and after the deferred mirror, interleaved run by run,

@@ -77,6 +77,7 @@ case "${1:-}" in
     ensure_venv
     shift
     "$venv/bin/ruff" check ledger projections sandbox integrations ui examples tests bench
+    "$venv/bin/ruff" format --check ledger projections sandbox integrations ui examples tests bench
     typecheck_tree
     "$venv/bin/mypy"
     prepare_sandbox

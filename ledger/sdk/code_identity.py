@@ -116,9 +116,29 @@ def find_module(name: str) -> importlib.machinery.ModuleSpec | None:
         above = find_module(parent)
         if above is None or not above.submodule_search_locations:
             return None
-        return importlib.machinery.PathFinder.find_spec(name, list(above.submodule_search_locations))
+        locations = list(above.submodule_search_locations)
+        try:
+            return importlib.machinery.PathFinder.find_spec(name, locations)
+        except KeyError:
+            return _namespace_spec(name, locations)
     except (ImportError, ValueError, AttributeError):
         return None
+
+
+def _namespace_spec(name: str, locations: list[str]) -> importlib.machinery.ModuleSpec | None:
+    """The spec of namespace package ``name`` (directories without ``__init__.py``) whose parent is
+    not imported. The path finder builds a namespace package's path list from its parent's module
+    in ``sys.modules``, and raises KeyError when nothing imported the parent (``from
+    langgraph.checkpoint.sqlite import ...`` inside a function of the agent's module, before
+    anything imported ``langgraph``); a KeyError from it means no regular module or package of that
+    name was found, only namespace portions: the directories of that name under ``locations``."""
+    last = name.rpartition(".")[2]
+    portions = [str(Path(place) / last) for place in locations if (Path(place) / last).is_dir()]
+    if not portions:
+        return None
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = portions
+    return spec
 
 
 def _source_module(name: str) -> ClosureModule | None:

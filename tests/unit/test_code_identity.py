@@ -148,6 +148,23 @@ def test_finding_the_closure_runs_no_module(project: Project) -> None:
     assert not witness.exists()
 
 
+def test_a_lazy_import_from_namespace_packages_nobody_imported_yet_is_followed(project: Project) -> None:
+    """A function of the agent's module imports ``<ns>.tools.leaf``, where ``<ns>`` and ``<ns>.tools``
+    are namespace packages (no ``__init__.py``) that nothing has imported: the closure holds the leaf
+    (reading a namespace package's path would look its parent up in ``sys.modules``, which once
+    raised KeyError out of ``start_run``), and a change to the leaf changes the hash."""
+    ns = f"{project.pkg}_ns"
+    project.write(f"{ns}/tools/leaf.py", "VALUE = 1\n")
+    project.write(f"{project.pkg}/lazy.py", f"LATE = '!'\n\n\ndef later():\n    from {ns}.tools import leaf\n")
+    assert ns not in sys.modules
+    assert f"{ns}.tools.leaf" in names(f"{project.pkg}.agent")
+    before = code_identity.closure_digest(import_closure(f"{project.pkg}.agent"))
+    project.write(f"{ns}/tools/leaf.py", "VALUE = 2\n")
+    assert code_identity.closure_digest(import_closure(f"{project.pkg}.agent")) != before
+    for name in [m for m in sys.modules if m.startswith(ns)]:
+        del sys.modules[name]
+
+
 def test_a_fix_in_a_sibling_package_closes_over_the_original(project: Project) -> None:
     fix = load_agent(f"{project.fix}.agent:spec")
     assert set(names(f"{project.fix}.agent")) == {

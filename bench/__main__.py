@@ -79,6 +79,21 @@ def _load_part(opts: SuiteOptions) -> Section:
 CPU_RATIO_BEFORE = {10: 0.67 / 0.097, 50: 0.56 / 0.062}
 
 
+# Why the load goals are missed on a 2-core machine (the SDK process profiled at 10 agents).
+WHY_LOAD = (
+    "the agents' process is CPU-bound: ~1.1-1.3 ms of CPU a step (1.4 events, each redacted, sealed, hashed "
+    "and fenced) against 0.14-0.19 ms a raw message, with the server on the other core; throughput follows "
+    "the SDK's CPU per step, not the log."
+)
+WHY_CPU = (
+    "the cuts made (redaction's hint check 0.64x a tool step's protection, the key bucket looked up once a "
+    "connection 0.66x a run's protector, an effect's context lookup 37 -> 0.6 us, no second protect pass "
+    "on an effect's events, msgspec canonical JSON) leave a spread: content protection 23%, building events "
+    "12%, the publish path 13%, nats-py's flusher 7%, effects 12% (2 of 20 steps), starting and ending runs "
+    "6%; no single cost is left whose removal halves it."
+)
+
+
 def load_goals(runs: list[dict[str, Any]]) -> list[Goal]:
     """Issue 31's goals on one node: events/s at least 0.9x raw, the SDK's CPU per step halved."""
     node = next((r for r in runs if r.get("target") == "node"), None)
@@ -93,7 +108,7 @@ def load_goals(runs: list[dict[str, Any]]) -> list[Goal]:
         ratio = lv["events_s_over_raw"]
         goals.append(Goal(
             f"under load, at least 0.9x raw events/s at {agents} agents on one node", ratio >= 0.9,
-            f"events/s / raw msg/s = {ratio:.2f}x ({lv['events_s']:,.0f} against {lv['raw_msgs_s']:,.0f}).",
+            f"events/s / raw msg/s = {ratio:.2f}x ({lv['events_s']:,.0f} against {lv['raw_msgs_s']:,.0f}).", WHY_LOAD,
         ))  # fmt: skip
         cpu = lv["client_cpu_ms_per_step"] / lv["raw_client_cpu_ms_per_msg"] if lv["raw_client_cpu_ms_per_msg"] else 0
         before = CPU_RATIO_BEFORE[agents]
@@ -102,6 +117,7 @@ def load_goals(runs: list[dict[str, Any]]) -> list[Goal]:
             0 < cpu <= before / 2,
             f"SDK CPU {lv['client_cpu_ms_per_step']:.3f} ms a step, raw {lv['raw_client_cpu_ms_per_msg']:.3f} ms "
             f"a message: {cpu:.1f}x, against {before:.1f}x the round before ({cpu / before:.2f} of it; goal 0.5).",
+            WHY_CPU,
         ))  # fmt: skip
     return goals
 

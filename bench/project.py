@@ -484,6 +484,15 @@ def doc_queries(path: Path = DOC_QUERIES) -> dict[str, str]:
     return out
 
 
+# Why a rebuild misses the raw read on a 2-core machine (docs/tables.md, "Rebuild speed").
+WHY_REBUILD = (
+    "the raw read hands over an event every ~25 us; a rebuild spends ~140 us of CPU an event over its "
+    "processes (decoding and checking 23, the fold and rows 40-67, DuckDB's commits 19-26; Arrow tables "
+    "already go to DuckDB in bulk), so two cores give ~0.4x. 1.0x needs ~50 us an event in all: a compiled "
+    "decoder and fold, a second definition of a checkpoint beside runledger.record.fold, which is not made."
+)
+
+
 def run_suite(opts: SuiteOptions) -> Section:
     events, rounds, long_steps, repeats = (3_000, 1, 100, 1) if opts.quick else (1_000_000, 1, 1000, 3)
     queries = doc_queries()
@@ -541,6 +550,7 @@ def run_suite(opts: SuiteOptions) -> Section:
             pairs["p50"] >= 1.0,
             f"rebuild / raw read = {ratio_cell(pairs)} ({num(summary(rebuild_rates)['p50'])} against "
             f"{num(summary(raw_rates)['p50'])} ev/s).",
+            WHY_REBUILD,
         )
     )
     section.goals.append(

@@ -400,6 +400,27 @@ def analyse(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Why issue 31's goals of this part are missed on a 2-core machine, from the profiles of that round.
+WHY_STEP = (
+    "the SDK's own CPU on top of the publish: 0.22-0.29 ms a model or tool step on a quiet machine, about half "
+    "of it protecting the content (redaction and sealing under the default data policy; the raw baseline "
+    "publishes bytes that are already redacted and sealed) and a third building the event (canonical JSON, "
+    "hash chain, ids); the encoding was already cut (msgspec canonical JSON, each value encoded once)."
+)
+WHY_EFFECT = (
+    "an effect writes three fsynced events before it returns (the run's intent and the key's claim in flight "
+    "together, which the server fsyncs one after the other: about 1.6 publishes; then the outcome on the key) "
+    "and builds and seals four events (~0.5 ms of CPU); an atomic batch of two messages costs 4.3 ms at p50 "
+    "here, worse than both. About 2x needs one write fewer before acting, a change of the claim protocol "
+    "(the key's claim as the only write ahead, or the run's fence checked by a read): not made."
+)
+WHY_OUTPUT = (
+    "two thirds of the mix are model and tool steps, which in output durability wait for no ack, so the "
+    "mix's p50 is their CPU (0.22-0.29 ms: content protection and event building), not a round trip; "
+    "eventsourcing's 0.74 ms step would need 0.25 ms."
+)
+
+
 def effect_goal(result: dict[str, Any]) -> Goal:
     """An effect step in two round trips: its p50 at most 2.2x one raw publish's."""
     name = "effect step p50 at most 2.2x one raw js.publish (two round trips)"
@@ -413,6 +434,7 @@ def effect_goal(result: dict[str, Any]) -> Goal:
         f"SDK effect p50 / raw one-message p50 = {ratio_cell(ratios[SDK])}"
         + (f"; in output durability {ratio_cell(output)}" if output else "")
         + ". One raw publish: the raw tool step (one ~200-byte message, awaited).",
+        WHY_EFFECT,
     )
 
 
@@ -460,6 +482,7 @@ def output_goals(result: dict[str, Any]) -> list[Goal]:
                 + (f"; output / step durability {ratio_cell(vs_sdk)}" if vs_sdk else "")
                 + ". Model and tool steps wait for no ack (their window is committed before the next effect's "
                 "claim, which that effect step pays).",
+                WHY_OUTPUT,
             )
         )
     return goals
@@ -739,6 +762,7 @@ def run_suite(opts: SuiteOptions) -> Section:
             f"SDK / raw p50 = {ratio_cell(ratios[RAW]['all'])} over the step mix; per kind: "
             + ", ".join(f"{k} {ratios[RAW][k]['p50']:.2f}x" for k in KINDS)
             + ".",
+            WHY_STEP,
         )
     )
     section.goals.append(effect_goal(result))

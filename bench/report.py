@@ -48,6 +48,7 @@ class Goal:
     text: str
     met: bool | None  # None: could not be judged (the part did not measure it)
     detail: str
+    why: str = ""  # what stands between a missed goal and the machine, as measured (shown when missed)
 
 
 @dataclass
@@ -194,7 +195,8 @@ def _md_table(table: Table) -> list[str]:
 
 def _goal_line(goal: Goal) -> str:
     mark = {True: "**met**", False: "**missed**", None: "not judged"}[goal.met]
-    return f"- {goal.text}: {mark}. {goal.detail}".rstrip()
+    why = f" Why: {goal.why}" if goal.met is False and goal.why else ""
+    return f"- {goal.text}: {mark}. {goal.detail}{why}".rstrip()
 
 
 def render(sections: Sequence[Section], header: dict[str, Any], doc_dir: Path) -> str:

@@ -108,15 +108,11 @@ def canonical_json(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> bytes
 def jcs(value: Any) -> bytes:
     """RFC 8785 canonical JSON of a JSON-native value (see the module docstring for its one extension)."""
     kind = _walk(value)
-    if kind == _PLAIN:
-        return _native_encode(value)
-    if kind == _INTEGRAL_FLOATS:
-        return _native_encode(_integral_to_int(value))
-    if kind == _PLAIN | _FOREIGN:
-        return _encode(value).encode("utf-8")
-    if kind == _INTEGRAL_FLOATS | _FOREIGN:
-        return _encode(_integral_to_int(value)).encode("utf-8")
-    return "".join(_jcs_slow(value, [])).encode("utf-8")
+    if kind == _SLOW:
+        return "".join(_jcs_slow(value, [])).encode("utf-8")
+    if kind & _INTEGRAL_FLOATS:
+        value = _integral_to_int(value)
+    return _encode(value).encode("utf-8") if kind & _FOREIGN else _native_encode(value)
 
 
 # What ``_walk`` finds: one of the first three, with _FOREIGN added when a plain value holds

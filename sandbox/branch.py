@@ -102,7 +102,7 @@ from runledger.sandbox.errors import Refusal, SandboxViolationError, SecretNotAl
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.effects import KeyState, apply_key, key_agent
 from runledger.sdk.models import ModelResponse
-from runledger.sdk.run import RecordedRun
+from runledger.sdk.run import RecordedRun, response_from_record
 from runledger.sdk.tools import Tool, ToolFn
 
 # The rule a branch applies to the calls from the fork on: a re-run's mode (sandbox.rerun.Mode, four
@@ -432,7 +432,7 @@ class BranchRun(RecordedRun):
                 args_digest=args_digest, response=output, usage=usage,
             )
         )  # fmt: skip
-        return ModelResponse(**output, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+        return self._recorded_response(output, usage)
 
     async def _own_prefix_model(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> ModelResponse:
         """A model step before the fork that the branch already recorded (a redelivered re-run): its
@@ -452,7 +452,13 @@ class BranchRun(RecordedRun):
         self._next_step += 1
         output = dict(await self._open_model_output(own.output) or {})
         usage = Usage(**(output.pop("usage", None) or {}))
-        return ModelResponse(**output, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+        return self._recorded_response(output, usage)
+
+    def _recorded_response(self, output: dict[str, Any], usage: Usage) -> ModelResponse:
+        """A recorded response as a resume hands it to the agent: the adapter's own response type (an
+        integration's subclass keeps the framework's response), built from the record."""
+        response_type = getattr(self._spec.model, "response_type", ModelResponse)
+        return response_from_record({**output, "usage": usage.model_dump()}, response_type)
 
     # -- tools ---------------------------------------------------------------------------------------
 

@@ -50,8 +50,17 @@ def _rebuild_error(error: dict[str, Any]) -> Exception:
 class RemoteRun:
     """The Run API inside the sandbox: each call is a request to the broker."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, start: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        start: dict[str, Any],
+        response_type: type[ModelResponse] | None = None,
+    ) -> None:
         self._reader = reader
+        # The agent's model adapter's response type (an integration's subclass carries the framework's
+        # own response): what the host's answer is rebuilt as, as a resume rebuilds it from the record.
+        self._response_type = response_type
         self._writer = writer
         self._next_id = 1
         # One request at a time (the broker answers in order): calls the agent makes at once
@@ -80,7 +89,8 @@ class RemoteRun:
     async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         from runledger.sdk.models import ModelResponse
 
-        return ModelResponse.model_validate(await self._call("model", messages=messages, params=params))
+        response_type = self._response_type or ModelResponse
+        return response_type.model_validate(await self._call("model", messages=messages, params=params))
 
     async def tool(self, tool: Any, args: Any = None, *, fn: Any = None, tool_call_id: str | None = None) -> Any:
         name = tool if isinstance(tool, str) else tool.name
@@ -183,7 +193,7 @@ async def serve(socket_path: str, agent: str = "") -> int:
     try:
         spec = loaded if loaded is not None and start["agent"] == agent else load_agent(start["agent"])
         check_version(spec, start.get("agent_version"))
-        output = await spec.fn(RemoteRun(reader, writer, start))
+        output = await spec.fn(RemoteRun(reader, writer, start, getattr(spec.model, "response_type", None)))
         message = {"id": -1, "op": "done", "output": output}
     except SystemExit:
         return 1

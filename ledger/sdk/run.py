@@ -316,7 +316,7 @@ class RecordedRun(EffectStep):
                 if rec.error:
                     raise await self._recorded_failure(name, step, rec.error, "model")
                 response_type = getattr(self._spec.model, "response_type", ModelResponse)
-                return _response_from_record(await self._open_model_output(rec.output), response_type)
+                return response_from_record(await self._open_model_output(rec.output), response_type)
         # Live, or the next attempt of a step whose last recorded attempt failed and was to be retried.
         retry: Retry = getattr(self._spec.model, "retry", None) or NO_RETRY
         attempt = 1 if rec is None else rec.attempts + 1
@@ -353,26 +353,33 @@ class RecordedRun(EffectStep):
                             info.type, wait)  # fmt: skip
                 await asyncio.sleep(wait)
                 attempt += 1
+        # An adapter's ModelResponse subclass adds fields (the SDK's own response, for
+        # runledger.integrations.openai; Pydantic AI's, for runledger.integrations.pydantic_ai): recorded
+        # with the rest, and returned live as a replay returns them (below).
+        recorded = jsonable(response.model_dump(exclude={"input_tokens", "output_tokens"}))
+        usage = Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens)
+        response_json = canonical.canonical_json(recorded, self._cp.chain_format)
         await self._append(
             ModelCalled(
                 step=step,
                 model=name,
                 request=request,
                 args_digest=args_digest,
-                # An adapter's ModelResponse subclass adds fields (the SDK's own response, for
-                # runledger.integrations.openai): recorded with the rest, returned on replay.
-                response=response.model_dump(exclude={"input_tokens", "output_tokens"}),
-                usage=Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens),
+                response=recorded,
+                usage=usage,
                 duration_ms=(time.perf_counter() - started) * 1000,
                 attempt=attempt,
             ),
-            {"request": request_json},
+            {"request": request_json, "response": response_json},
         )
         self._after_step(step)
         limit = self._cp.limits.get("tokens")
         if limit is not None and self._cp.spent["tokens"] > limit:
             raise BudgetExhaustedError(self.run_id, "tokens", self._cp.spent["tokens"], limit)
-        return response.model_copy(update={"tool_calls": as_recorded(response.tool_calls, self._cp.chain_format)})
+        # The whole response as a replay rebuilds it from the record (key order, integral floats, nested
+        # framework objects): one rule for every path back to the agent (record/canonical.as_recorded).
+        response_type = getattr(self._spec.model, "response_type", ModelResponse)
+        return response_from_record({**json.loads(response_json), "usage": usage.model_dump()}, response_type)
 
     # -- tools ---------------------------------------------------------------------------------------
 
@@ -643,7 +650,9 @@ def child_run_id(parent_run_id: str, step: int) -> str:
     return f"{parent_run_id}-c{step}"
 
 
-def _response_from_record(output: Any, response_type: type[ModelResponse] = ModelResponse) -> ModelResponse:
+def response_from_record(output: Any, response_type: type[ModelResponse] = ModelResponse) -> ModelResponse:
+    """The model's response as the record keeps it (its JSON, with the fold's ``usage``), rebuilt as the
+    adapter's ``response_type``: what every path hands the agent, live included (``RecordedRun.model``)."""
     data = dict(output or {})
     usage = data.pop("usage", {}) or {}
     return response_type.model_validate(

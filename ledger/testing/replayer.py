@@ -271,16 +271,18 @@ def _suspension_reason(records: list[Any]) -> str | None:
     return None
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: Any, b: Any, chain_format: int) -> bool:
+    """Whether two outputs are one value in the run's chain format (the form the record keeps:
+    in format 2 ``210.0`` is ``210``), as every comparison of a recorded value is made."""
     try:
-        return canonical_json(a) == canonical_json(b)
+        return canonical_json(a, chain_format) == canonical_json(b, chain_format)
     except (TypeError, ValueError):
         return bool(a == b)
 
 
-def _short(value: Any, limit: int = 200) -> str:
+def _short(value: Any, chain_format: int, limit: int = 200) -> str:
     try:
-        text = canonical_json(value).decode("utf-8")
+        text = canonical_json(value, chain_format).decode("utf-8")
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
@@ -359,7 +361,8 @@ class Replayer:
             return result(Divergence(rec.step, _describe(rec), got), replayed)
         if not final:
             return result(None, replayed)
-        return result(_outcome_divergence(recorded_status, recorded, outcome, ended, replayed), replayed)
+        divergence = _outcome_divergence(recorded_status, recorded, outcome, ended, replayed, cp.chain_format)
+        return result(divergence, replayed)
 
     async def replay_all(self, recordings: Iterable[Recording]) -> list[ReplayResult]:
         """Replay each recording in turn (one result each, in order)."""
@@ -373,15 +376,16 @@ class Replayer:
 
 
 def _outcome_divergence(
-    status: str, recorded: str, outcome: dict[str, Any], ended: RunResult, replayed: str
+    status: str, recorded: str, outcome: dict[str, Any], ended: RunResult, replayed: str, chain_format: int
 ) -> Divergence | None:
     """How the replay's outcome differs from a recorded final one (None: it does not)."""
     if replayed != recorded:
         return Divergence(
             None, f"the run {recorded}", f"the run {replayed}" + (f" ({ended.error})" if ended.error else "")
         )
-    if status == "completed" and not _same(outcome["output"], ended.output):
-        return Divergence(None, f"the output {_short(outcome['output'])}", f"the output {_short(ended.output)}")
+    if status == "completed" and not _same(outcome["output"], ended.output, chain_format):
+        expected, got = _short(outcome["output"], chain_format), _short(ended.output, chain_format)
+        return Divergence(None, f"the output {expected}", f"the output {got}")
     if status == "failed":
         error = outcome["error"]
         message = f"{error.get('type')}: {error.get('message')}" if error.get("type") else str(error.get("message"))

@@ -61,7 +61,6 @@ from pydantic_ai.durable_exec import (  # noqa: E402
     JSON_CODEC,
     BaseDurabilityCapability,
     BoundDurableOperation,
-    CallToolResult,
     DurabilityEngineSpec,
     DurableOperation,
     DurableOperationBackend,
@@ -73,16 +72,11 @@ from pydantic_ai.durable_exec import (  # noqa: E402
     conversation_id_from_run_id,
     durable_unit_scope,
 )
-
-# The one name not on Pydantic AI's public surface: how it records a tool's return value (a value, or a
-# control-flow signal as data), which a reconcile's answer must match to be replayed like the call's.
-from pydantic_ai.durable_exec._toolset import wrap_tool_call_result  # noqa: E402
 from pydantic_ai.messages import ModelMessage  # noqa: E402
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset  # noqa: E402
-from pydantic_core import to_jsonable_python  # noqa: E402
+from pydantic_core import ValidationError, to_jsonable_python  # noqa: E402
 
 from runledger import (  # noqa: E402
-    NOT_FOUND,
     AgentSpec,
     ConfigurationError,
     ModelResponse,
@@ -303,9 +297,21 @@ class _Bound:
         elif isinstance(op_id, ToolsetCallToolId):
             payload = await _tool_step(run, params.name, params.tool_args, params.ctx.tool_call_id, body,
                                        self._durability.effects.get(params.name))  # fmt: skip
+            return _tool_result(operation.result_codec.load, payload)
         else:
             payload = await _tool_step(run, f"pydantic_ai:{type(op_id).__name__}", None, None, body, None)
         return operation.result_codec.load(payload)
+
+
+def _tool_result(load: Callable[[Any], Any], payload: Any) -> Any:
+    """A tool step's value as Pydantic AI's ``CallToolResult``: what Pydantic AI recorded (its return
+    value or a control-flow signal, as data), or a *plain* return value, which only an answer from
+    outside the call gives (a reconcile's, an operator's ``runledger effects resolve KEY --committed
+    --result JSON``): handed to the model as the tool's return, as if the tool had returned it."""
+    try:
+        return load(payload)
+    except ValidationError:
+        return load({"kind": "tool_return", "result": payload})
 
 
 def _model_name(params: Any) -> str:
@@ -373,20 +379,12 @@ async def _tool_step(
 
 
 def _reconciler(reconcile: Callable[[str], Any]) -> Callable[[str], Awaitable[Any]]:
-    """``reconcile`` answering as the tool call's step records: the found value as Pydantic AI's
-    recorded tool return (``CallToolResult``), ``NOT_FOUND`` as it is."""
+    """``reconcile`` sync or async. Its found value is recorded as it is, a plain return value, which the
+    step hands Pydantic AI as the tool's return (``_tool_result``); ``NOT_FOUND`` as it is."""
 
     async def reconciled(key: str) -> Any:
         found = reconcile(key)
-        if inspect.isawaitable(found):
-            found = await found
-        if found is NOT_FOUND:
-            return NOT_FOUND
-
-        async def value() -> Any:
-            return found
-
-        return JSON_CODEC.dump(CallToolResult, await wrap_tool_call_result(value()))
+        return await found if inspect.isawaitable(found) else found
 
     return reconciled
 

@@ -73,7 +73,9 @@ def charged(key: str) -> Any:
 
 
 def build(model: Any) -> Agent[None, str]:
-    charge_effect = Effect(key=lambda a: f"charge:{a['order']}", effect_class="irreversible", reconcile=charged)
+    # ``$PYAI_COUNTER_NO_RECONCILE``: the charge has no reconcile, so a kill after it acted leaves it in doubt.
+    reconcile = None if os.environ.get("PYAI_COUNTER_NO_RECONCILE") else charged
+    charge_effect = Effect(key=lambda a: f"charge:{a['order']}", effect_class="irreversible", reconcile=reconcile)
     agent = Agent(model, name="counter", capabilities=[RunledgerDurability(effects={"charge": charge_effect})])
 
     @agent.tool_plain

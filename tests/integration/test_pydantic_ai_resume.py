@@ -92,3 +92,39 @@ async def test_the_shipped_example_killed_at_each_step_resumes(
     assert cp.committed_keys == ["refund:order-8891"]
     assert [cp.steps[s].kind for s in sorted(cp.steps)] == ["model", "tool", "model", "effect", "model"]
     assert sum(1 for r in log.records if r.event.type == "effect.intended") == 1, "the refund was claimed again"
+
+
+async def test_an_effect_in_doubt_is_settled_with_the_tools_plain_return_value(
+    nats_url: str, client: LedgerClient, tmp_path: Path
+) -> None:
+    """Killed after the charge acted, with no reconcile: the resume stops on the effect in doubt; an
+    operator settles it with the tool's plain return value (what the charge returned, as JSON), and the
+    resumed agent hands it to the model as the tool's return (before, the model got a validation error
+    as the tool's result and the run "completed" with it)."""
+    log = tmp_path / "witness"
+    log.mkdir()
+    env = {"PYAI_COUNTER_LOG": str(log), "PYAI_COUNTER_NO_RECONCILE": "1"}
+    agent, run_id = AGENTS["function"], "pyai-resolve"
+    crashed = await asyncio.to_thread(
+        runledger, nats_url, "run", "--agent", agent, "--run-id", run_id, "--input", json.dumps("charge"),
+        env={**env, "RUNLEDGER_CRASH_AT": "effect:charge:o-1:acted"},
+    )  # fmt: skip
+    assert crashed.returncode == -9, crashed.stdout + crashed.stderr
+    waiting = await asyncio.to_thread(runledger, nats_url, "resume", run_id, "--agent", agent, env=env)
+    assert fold((await load_run(client, run_id)).records).status == "suspended", waiting.stdout + waiting.stderr
+
+    result = json.dumps({"order": "o-1", "charged": 30, "currency": "EUR"})
+    settled = await asyncio.to_thread(
+        runledger, nats_url, "effects", "resolve", "charge:o-1", "--committed", "--by", "alice", "--result", result
+    )
+    assert settled.returncode == 0, settled.stdout + settled.stderr
+    resumed = await asyncio.to_thread(runledger, nats_url, "resume", run_id, "--agent", agent, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log_of_run = await load_run(client, run_id)
+    cp = fold(log_of_run.records)
+    assert cp.status == "completed"
+    # The model's next request carries the charge's return as the tool's return, not an error.
+    requests = [r.event.payload.get("request") for r in log_of_run.records if r.event.type == "model.called"]
+    returned = [m for m in requests[2]["messages"] if m.get("role") == "tool"][-1]
+    assert json.loads(returned["content"]) == {"order": "o-1", "charged": 30, "currency": "EUR"}, returned
+    assert [t.split(" ")[0] for t in lines(log / "tools.log")].count("charge") == 1

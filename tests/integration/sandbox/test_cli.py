@@ -67,7 +67,7 @@ def test_rerun_replay_local_and_diff(
 
     code = main(["rerun", "cli-parent", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
                  "--set", "model=x:y", "--set", "prompt=p", "--local"])  # fmt: skip
-    assert code == 1 and "exactly one" in capsys.readouterr().err
+    assert code == 6 and "exactly one" in capsys.readouterr().err
 
 
 def test_rerun_plan_refuses_a_model_outside_the_allow_list_before_calling_it(

@@ -8,7 +8,7 @@ code  name             meaning
 0     ``OK``           the run (or branch) completed; the gate is open; any other command did
                        what it was asked
 1     ``FAILED``       the run (or branch) failed; the gate is closed (a run regressed or failed
-                       its check); ``verify`` found a broken chain
+                       its check); ``verify`` found a broken chain; ``status`` found no server
 2     ``USAGE``        the command line does not parse (argparse's usage error, or no command)
 3     ``NOT_RERUN``    a sweep or matrix: open, but some runs could not be re-run
 4     ``ERROR``        the command could not do its work: no server, no Docker engine, a missing
@@ -20,8 +20,8 @@ code  name             meaning
                        ``budget grant`` reopens it); the output names what it waits for
 6     ``REFUSED``      nothing was run: a rule of the ledger refuses the request as the run is
                        recorded (another version tuple, code that no longer replays its record, a
-                       branch on the host, credentials that may not write the decision, code
-                       outside the allow-list, a re-run its plan refuses); the message says what
+                       branch on the host, credentials the server refuses, code outside the
+                       allow-list, a re-run its plan refuses); the message says what
                        is wrong and what to do. An option the run cannot take (``--retry`` of a
                        run that did not fail retryably) is an ``ERROR``, as any unusable option
 130   ``INTERRUPTED``  Ctrl-C
@@ -29,7 +29,7 @@ code  name             meaning
 
 A ``resume`` of a run that has already finished runs nothing and exits with the run's status: 0
 for a completed run, 1 for a failed one (also when it failed on a retryable error: the message
-gives the ``--retry`` command), 5 for one still waiting for an approval.
+gives the ``--retry`` command), 5 for one still waiting (an approval, its budget).
 
 Rejected: one code per error class (scripts would chase a growing list; the message names the
 error), and keeping 1 for every error (a script could not tell "the run failed" from "the server

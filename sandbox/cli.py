@@ -13,9 +13,10 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runledger.cli.connect import nats_url, run_async, with_client
+from runledger.cli.exits import Exit, of_status
 from runledger.errors import ConfigurationError, LedgerError, RunNotFoundError
 from runledger.extras import require_extra
 from runledger.log.client import LedgerClient, connect
@@ -29,6 +30,10 @@ from runledger.sandbox.image_extras import build_sandbox_image
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 from runledger.sandbox.resume import branch_to_resume
 from runledger.sandbox.worker import run_worker, submit
+
+if TYPE_CHECKING:
+    from runledger.sandbox.gate import GateReport
+    from runledger.sandbox.matrix import MatrixReport
 
 DEAD_LETTERED = " dead-lettered after "  # in the message of a RerunDeadLetteredError, as its branch records it
 
@@ -72,7 +77,7 @@ def _print(result: Any) -> int:
     if result.error:
         print(result.error)
     print(f"compare with: runledger diff {result.parent_run_id} {result.run_id}")
-    return 0 if result.status == "completed" else 1
+    return of_status(result.status, result.reason)
 
 
 async def _wait_for(client: LedgerClient, run_id: str, timeout: float) -> Any:
@@ -99,12 +104,34 @@ def _progress_bar(done: int, total: int) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``rerun --where``: the CI gate (runledger.sandbox.gate: verdicts, exit codes, JSON, JUnit XML, cost), or
-    with two or more ``--set`` the counterfactual matrix (runledger.sandbox.matrix: one sweep per candidate)."""
+    with two or more ``--set`` the counterfactual matrix (runledger.sandbox.matrix: one sweep per candidate).
+
+    Whatever stops the sweep itself (no server, no Docker, a bad ``--where`` or ``--expect``) exits
+    ``Exit.ERROR``, never ``FAILED``: a CI job must not read a broken sweep as a regression."""
+    from runledger.sandbox.gate import GateReport
+
+    try:
+        report = _sweep(args)
+    except LedgerError as exc:  # the sweep itself could not run: its own exit code, for CI
+        print(f"runledger: error: {exc}", file=sys.stderr)
+        return Exit.ERROR
+    if args.junit and isinstance(report, GateReport):
+        with open(args.junit, "w", encoding="utf-8") as f:
+            f.write(report.junit())
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True, ensure_ascii=False, default=str))
+    else:
+        print(report.render())
+    return report.exit_code
+
+
+def _sweep(args: argparse.Namespace) -> GateReport | MatrixReport:
+    """Select the runs, re-drive them (one sweep, or one per candidate) and return the report."""
     require_extra("sandbox", "`runledger rerun --where`")
     from runledger.ops.prices import PriceTable
     from runledger.projections.projector import default_db_path
-    from runledger.sandbox.gate import EXIT_SWEEP_FAILED, GateReport, load_check
-    from runledger.sandbox.matrix import MatrixReport, matrix, parse_candidates
+    from runledger.sandbox.gate import GateReport, load_check
+    from runledger.sandbox.matrix import matrix, parse_candidates
     from runledger.sandbox.sweep import projection_prices, select_runs, sweep
 
     candidates = parse_candidates(args.set or [])
@@ -145,19 +172,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(summary.render())
         return summary.gate
 
-    try:
-        report = run_async(go())
-    except LedgerError as exc:  # the sweep itself could not run: its own exit code, for CI
-        print(f"runledger: error: {exc}", file=sys.stderr)
-        return EXIT_SWEEP_FAILED
-    if args.junit and isinstance(report, GateReport):
-        with open(args.junit, "w", encoding="utf-8") as f:
-            f.write(report.junit())
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2, sort_keys=True, ensure_ascii=False, default=str))
-    else:
-        print(report.render())
-    return report.exit_code
+    return run_async(go())
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -174,7 +189,7 @@ def _plan(args: argparse.Namespace) -> int:
             print(json.dumps(plan.to_dict(), indent=2, sort_keys=True, ensure_ascii=False))
         else:
             print(render_plan(plan))
-        return 0 if plan.ok else 1
+        return Exit.OK if plan.ok else Exit.REFUSED
 
     return with_client(args, show)
 
@@ -244,7 +259,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
             return 0
         cp = await _wait_for(client, request.branch_run_id, args.timeout * 3)
         print(f"branch {cp.run_id}: {cp.status}" + (f" ({cp.failure_reason})" if cp.failure_reason else ""))
-        return 0 if cp.status == "completed" else 1
+        return of_status(cp.status, cp.failure_reason)
 
     return with_client(args, queued)
 
@@ -267,7 +282,7 @@ def cmd_resume_branch(args: argparse.Namespace) -> int:
             if done is not None:
                 print(f"branch {done.run_id} is {done.status}: nothing to do"
                       + (f" (pending approvals: {', '.join(done.pending)})" if done.pending else ""))  # fmt: skip
-                return 0
+                return of_status(done.status, done.reason)
             print(f"branch {args.run} is re-driven in a sandbox ({request.mode}"
                   + (", effects allowed by its re-run" if request.allow_effects else ", effects stubbed") + ")",
                   file=sys.stderr, flush=True)  # fmt: skip

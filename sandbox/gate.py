@@ -20,10 +20,11 @@ check (``--expect MODULE:FN``) judges the decision at the fork instead: ``FN(for
 ``"fail"`` or ``"improved"``, optionally with a message (a ``CheckResult``, a ``(verdict, message)``
 pair, or the verdict alone). A check that raises is a ``fail`` with its error as the message.
 
-Exit codes (``EXIT_*``): 0, the gate is open (no case regressed or failed its check); 1, a case
-regressed or failed its check; 3, the gate is open but some runs could not be re-run; 4, the sweep
-itself could not run (the server, Docker, a bad ``--where``: the message says which); 2, the command
-line is wrong.
+Exit codes (``runledger.cli.exits.Exit``, the one table of every command): 0 (``OK``), the gate is
+open (no case regressed or failed its check); 1 (``FAILED``), a case regressed or failed its check; 3
+(``NOT_RERUN``), the gate is open but some runs could not be re-run; 4 (``ERROR``), the sweep itself
+could not run (the server, Docker, a bad ``--where`` or ``--expect``: the message says which); 2
+(``USAGE``), the command line does not parse.
 
 JUnit XML: one ``testsuite`` (the sweep) with one ``testcase`` per recorded run (``classname`` the
 agent, ``name`` the run id, ``time`` the re-run's seconds); ``regressed`` and ``fail`` are
@@ -41,6 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
+from runledger.cli.exits import Exit
 from runledger.errors import ConfigurationError
 from runledger.ops.prices import PriceTable
 from runledger.record.fold import Checkpoint, StepRecord
@@ -49,11 +51,6 @@ from runledger.sdk.agent import CodeAllowList, load_named
 Verdict = Literal["pass", "improved", "still_failing", "regressed", "fail", "error"]
 CheckVerdict = Literal["pass", "fail", "improved"]
 CLOSES_THE_GATE: frozenset[str] = frozenset({"regressed", "fail"})
-
-EXIT_OPEN = 0
-EXIT_CLOSED = 1
-EXIT_NOT_RERUN = 3
-EXIT_SWEEP_FAILED = 4
 
 
 @dataclass(frozen=True)
@@ -215,12 +212,12 @@ class GateReport:
         return sum(1 for c in self.cases if c.verdict == verdict)
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> Exit:
         if any(c.verdict in CLOSES_THE_GATE for c in self.cases):
-            return EXIT_CLOSED
+            return Exit.FAILED
         if any(c.verdict == "error" for c in self.cases):
-            return EXIT_NOT_RERUN
-        return EXIT_OPEN
+            return Exit.NOT_RERUN
+        return Exit.OK
 
     def cost(self, which: Literal["parent", "branch"]) -> Cost:
         costs = [c.parent_cost if which == "parent" else c.branch_cost for c in self.cases]
@@ -235,7 +232,7 @@ class GateReport:
         verdicts: dict[str, int] = {v: self.count(v) for v in get_args(Verdict)}
         return {
             "where": self.where, "mode": self.mode, "change": self.change,
-            "exit_code": self.exit_code, "gate": "closed" if self.exit_code == EXIT_CLOSED else "open",
+            "exit_code": int(self.exit_code), "gate": "closed" if self.exit_code == Exit.FAILED else "open",
             "verdicts": verdicts,
             "cost": {"recorded": asdict(self.cost("parent")), "branches": asdict(self.cost("branch"))},
             "cases": [c.to_dict() for c in self.cases],
@@ -255,7 +252,7 @@ class GateReport:
         if spent.usd is not None and not spent.priced:
             total += " (some models have no price)"
         counts = ", ".join(f"{self.count(v)} {v}" for v in get_args(Verdict) if self.count(v))
-        gate = {EXIT_OPEN: "open", EXIT_CLOSED: "CLOSED", EXIT_NOT_RERUN: "open, but some runs were not re-run"}
+        gate = {Exit.OK: "open", Exit.FAILED: "CLOSED", Exit.NOT_RERUN: "open, but some runs were not re-run"}
         lines.append(f"gate: {gate[self.exit_code]} ({counts or 'no runs'}); branches cost {total}")
         return "\n".join(lines)
 

@@ -18,11 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runledger.cli.exits import Exit
 from runledger.errors import ConfigurationError
 from runledger.log.client import LedgerClient
 from runledger.ops.prices import PriceTable
 from runledger.sandbox.containers import SandboxPool
-from runledger.sandbox.gate import EXIT_NOT_RERUN, EXIT_OPEN, Case, Check, GateReport
+from runledger.sandbox.gate import Case, Check, GateReport
 from runledger.sandbox.rerun import RerunRequest
 from runledger.sandbox.sweep import sweep
 
@@ -67,12 +68,12 @@ class MatrixReport:
         return next((c for c in self.reports[candidate].cases if c.parent_run_id == run_id), None)
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> Exit:
         """0 when every run was re-run under every candidate, 3 when some were not: a matrix explores, it
         does not gate (a candidate's own gate is ``runledger rerun --where ... --set`` with one ``--set``)."""
         if any(c.verdict == "error" for r in self.reports for c in r.cases):
-            return EXIT_NOT_RERUN
-        return EXIT_OPEN
+            return Exit.NOT_RERUN
+        return Exit.OK
 
     def tally(self, candidate: int) -> dict[str, Any]:
         report = self.reports[candidate]
@@ -83,7 +84,7 @@ class MatrixReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "runs": self.runs,
-            "exit_code": self.exit_code,
+            "exit_code": int(self.exit_code),
             "candidates": [
                 {"change": cand, "label": candidate_label(cand), **self.tally(n),
                  "cells": {c.parent_run_id: {"result": CELL[c.verdict], **c.to_dict()} for c in report.cases}}

@@ -3,7 +3,8 @@
 Packages register through the ``runledger.commands`` entry-point group (see pyproject.toml),
 each with ``register(subparsers, common)``, so the core never imports ``runledger.projections``
 or ``runledger.sandbox``. A sub-command sets ``func(args) -> int``. A package whose extra is not
-installed is listed with the one line that installs it, not a traceback.
+installed is listed with the one line that installs it, not a traceback. Every exit code is one of
+``runledger.cli.exits.Exit`` (the table is there and in the README).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import contextlib
 import logging
 import os
 import sys
+import traceback
 from importlib.metadata import entry_points
 from typing import Any
 
 from runledger.cli import commands
 from runledger.cli.connect import common_parser
+from runledger.cli.exits import Exit, of_error
 from runledger.errors import LedgerError, MissingExtraError
 from runledger.extras import COMMANDS_OF_EXTRA, require_extra
 
@@ -73,6 +76,8 @@ def configure_logging(verbosity: int = 0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command and return its exit code (``Exit``): what the command returned; for an error,
+    ``REFUSED`` or ``ERROR`` (``exits.of_error``) after one line on stderr. argparse exits 2 itself."""
     configure_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -80,18 +85,21 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return Exit.USAGE
     try:
         return int(args.func(args) or 0)
     except LedgerError as exc:
         print(f"runledger: error: {exc}", file=sys.stderr)
-        return 1
+        return of_error(exc)
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     except BrokenPipeError:  # `runledger runs --json | head`: the reader is gone, nothing more to say
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (closing stdout again at exit would raise)
-        return 0
+        return Exit.OK
+    except Exception:  # a bug, not a verdict: Python's own exit code (1) would read as a failed run
+        traceback.print_exc()
+        return Exit.ERROR
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runledger.cli.connect import with_client
+from runledger.cli.exits import Exit, of_status
 from runledger.cli.up import add_down, add_status, add_up
 from runledger.errors import BranchOnHostError, ConfigurationError, LedgerError
 from runledger.log.client import LedgerClient
@@ -167,7 +168,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             if len(r.quarantined) > 5:
                 print(f"       ... {len(r.quarantined) - 5} more quarantined (--json lists all)")
         print(f"{len(results) - len(bad)} of {len(results)} runs verified")
-    return 1 if bad else 0
+    return Exit.FAILED if bad else Exit.OK
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -192,18 +193,20 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _print_result(result: Any) -> int:
+    """Print how the drive ended; its exit code is the run's status (``exits.of_status``), also when
+    there was nothing to do (a finished run resumed again, a run still waiting for an approval)."""
     if result.nothing_to_do:
         print(
             f"run {result.run_id} is {result.status}: nothing to do"
             + (f" (pending approvals: {', '.join(result.pending)})" if result.pending else "")
         )
-        return 0
+        return of_status(result.status, result.reason)
     print(f"run {result.run_id}: {result.status}" + (f" ({result.reason})" if result.reason else ""))
     if result.error:
         print(result.error)
     if result.output is not None:
         print(json.dumps(result.output, ensure_ascii=False, sort_keys=True))
-    return 0 if result.status in ("completed", "suspended") else 1
+    return of_status(result.status, result.reason)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -268,7 +271,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return int(resume_branch(args))
     if result.nothing_to_do and result.status == "failed" and result.retryable:
         print(_retry_hint(result, args.agent))
-        return 0
+        return Exit.FAILED  # still failed: going on is an operator's decision (--retry), not a plain resume
     return _print_result(result)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runledger.cli.connect import run_async, with_client
+from runledger.cli.exits import Exit
 from runledger.errors import ConfigurationError
 from runledger.log.client import ENV_URL, LedgerClient, connect
 from runledger.log.cluster import LocalCluster
@@ -135,7 +136,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     cluster = LocalCluster().state()
     if state is None and cluster is None and not (args.nats or os.environ.get(ENV_URL)):
         print("embedded nats-server: not running (start it with `runledger up`)")
-        return 1
+        return Exit.FAILED
     if state is not None:
         print(f"embedded nats-server: running at {state.url} (pid {state.pid}, data {state.data_dir})")
     if cluster is not None:

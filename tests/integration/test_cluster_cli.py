@@ -43,7 +43,7 @@ def test_up_cluster_status_and_down(
                 await client.close()
 
         assert asyncio.run(replicas_after_a_plain_connect()) == 3
-        assert main(["up"]) == 1  # a one-node server beside the cluster is refused, with a reason
+        assert main(["up"]) == 4  # a one-node server beside the cluster is refused, with a reason
         assert "local cluster is running" in capsys.readouterr().err
     finally:
         main(["down"])

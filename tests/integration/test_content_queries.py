@@ -125,13 +125,13 @@ async def test_without_the_grant_content_stays_sealed_and_the_error_says_what_to
     assert [sorted(r["args"]) for r in json.loads(args.stdout)] == [["$enc", "ct", "kid"]] * 3
 
     refused = runledger(client.url, "sql", "--content", "--no-sync", "--db", db, OVER_100, env=env)
-    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.returncode == 4 and refused.stdout == ""
     assert "content stays sealed for this caller: no master key" in refused.stderr, refused.stderr
     assert "RUNLEDGER_MASTER_KEY" in refused.stderr and "Without --content" in refused.stderr
 
     lake = tmp_path / "lake"
     refused = runledger(client.url, "export", "--parquet", str(lake), "--content", "--no-sync", "--db", db, env=env)
-    assert refused.returncode == 1 and "no master key" in refused.stderr and not lake.exists()
+    assert refused.returncode == 4 and "no master key" in refused.stderr and not lake.exists()
     exported = runledger(client.url, "export", "--parquet", str(lake), "--no-sync", "--db", db, env=env)
     assert exported.returncode == 0, exported.stderr
     intents = parquet_rows(lake, "events", "SELECT payload->'args' FROM {t} WHERE type = 'effect.intended'")
@@ -164,10 +164,10 @@ async def test_in_secure_mode_content_is_for_the_roles_an_operator_grants(
     def ask(user: str) -> Any:
         return run_as(secure_server, user, "sql", "--content", "--no-sync", "--db", db, "--format", "json", OVER_100)
 
-    # Not granted: refused before anything is opened, quickly, naming the grant.
+    # Not granted: refused before anything is opened, quickly, naming the grant (exit 6: the server refused the read).
     started = time.monotonic()
     refused = ask("analyst")
-    assert refused.returncode == 1 and refused.stdout == "", refused.stderr
+    assert refused.returncode == 6 and refused.stdout == "", refused.stderr
     assert "content stays sealed for the analyst login: the login may not read run keys" in refused.stderr
     assert "runledger up --secure --grant-content analyst" in refused.stderr
     assert time.monotonic() - started < 20  # a denial is seen at once, not after the key store's retries
@@ -180,7 +180,7 @@ async def test_in_secure_mode_content_is_for_the_roles_an_operator_grants(
 
     # Another agent's login is the wrong role for alpha's content.
     wrong = ask("agent-beta")
-    assert wrong.returncode == 1 and "the login may not read run keys" in wrong.stderr, wrong.stderr
+    assert wrong.returncode == 6 and "the login may not read run keys" in wrong.stderr, wrong.stderr
 
     # The operator grants content to analysts on the running server; the analyst now gets the answer.
     granted = runledger(secure_server.url, "up", "--secure", "--grant-content", "analyst", env=home)
@@ -198,5 +198,5 @@ async def test_in_secure_mode_content_is_for_the_roles_an_operator_grants(
     # Revoked: sealed again, and the grant is gone from the server's permissions.
     revoked = runledger(secure_server.url, "up", "--secure", "--revoke-content", "analyst", env=home)
     assert revoked.returncode == 0 and "grants them content with --grant-content" in revoked.stdout
-    again = await eventually(lambda: (r := ask("analyst")).returncode == 1 and r.stderr, timeout=60)
+    again = await eventually(lambda: (r := ask("analyst")).returncode == 6 and r.stderr, timeout=60)
     assert "the login may not read run keys" in again

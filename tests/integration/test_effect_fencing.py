@@ -185,8 +185,8 @@ def _one_round(
     assert len(refunds) == 1, refunds
     assert refunds[0]["idempotency_key"] == KEY
     assert cp.status == "completed" and cp.output["refund"]["refund_id"] == refunds[0]["refund_id"]
-    # The holder stopped on a fence, exit 1, recording nothing after it.
-    assert holder.returncode == 1, (out, err)
+    # The holder stopped on a fence, exit 4 (Exit.ERROR), recording nothing after it.
+    assert holder.returncode == 4, (out, err)
     claim = events[0]
     assert claim.type == "effect.intended" and claim.payload["lease_s"] == lease
     if wake == "during":

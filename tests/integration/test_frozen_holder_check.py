@@ -119,7 +119,7 @@ def test_a_frozen_holder_that_checks_its_claim_pays_once_at_a_service_that_ignor
         assert t["resume_s"] >= LEASE * 0.3, where
         assert t["events"] == ["effect.intended", "effect.resolved", "effect.intended", "effect.committed"], where
         # The woken holder's check refused to act; recording its failed attempt was fenced out.
-        assert t["returncode"] == 1, (where, t["out"], t["err"])
+        assert t["returncode"] == 4, (where, t["out"], t["err"])
         assert t["refused"] == ["refused-LeaseExpiredError"], (where, t["refused"], t["err"])
         assert "lost its claim" in t["err"] and "another writer owns ledger.effect." in t["err"], (where, t["err"])
         trials.append(t)
@@ -136,6 +136,6 @@ def test_without_the_check_the_woken_holder_pays_a_second_time(
     for i in range(2):
         t = _trial(nats_url, tmp_path / f"trial-{i}", monkeypatch, rng, i, "none")
         assert len(t["paid"]) == 2, t["paid"]  # the resume's payment, then the woken holder's
-        assert t["refused"] == [] and t["returncode"] == 1 and "another writer owns ledger.effect." in t["err"], t[
+        assert t["refused"] == [] and t["returncode"] == 4 and "another writer owns ledger.effect." in t["err"], t[
             "err"
         ]

@@ -132,7 +132,7 @@ def test_a_command_of_a_missing_extra_says_in_one_line_what_to_install(
         done = core.run("runledger", *argv, RUNLEDGER_HOME=str(home))
     finally:
         started = kill_servers_of(home)
-    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert done.returncode == 4, (done.returncode, done.stdout, done.stderr)  # Exit.ERROR
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got:\n{done.stderr}"
     assert f"pip install 'runledger[{extra}]'" in lines[0]

@@ -191,9 +191,9 @@ def test_garbage_on_a_runs_own_subject_marks_it_broken_for_every_reader(
 
 def test_unknown_run_id_says_so(nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = cli(capsys, nats_url, "show", "NOSUCHRUN")
-    assert code == 1 and "no run 'NOSUCHRUN'" in err and "runledger runs" in err
+    assert code == 4 and "no run 'NOSUCHRUN'" in err and "runledger runs" in err
     code, _, err = cli(capsys, nats_url, "show", "bad.id*")
-    assert code == 1 and "not valid" in err
+    assert code == 4 and "not valid" in err
 
 
 def test_unreachable_server_names_the_url(capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,7 +202,7 @@ def test_unreachable_server_names_the_url(capsys: pytest.CaptureFixture[str]) ->
         port = s.getsockname()[1]
     url = f"nats://127.0.0.1:{port}"
     code, _, err = cli(capsys, url, "runs")
-    assert code == 1 and f"no NATS server reachable at {url}" in err and "runledger up" in err
+    assert code == 4 and f"no NATS server reachable at {url}" in err and "runledger up" in err
 
 
 def test_up_rejects_a_data_dir_that_is_not_writable_and_a_port_in_use(
@@ -211,19 +211,19 @@ def test_up_rejects_a_data_dir_that_is_not_writable_and_a_port_in_use(
     monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert main(["up", "--data-dir", str(blocker / "data")]) == 1
+    assert main(["up", "--data-dir", str(blocker / "data")]) == 4
     assert "is not usable" in capsys.readouterr().err
     if os.geteuid() != 0:
         readonly = tmp_path / "ro"
         readonly.mkdir()
         readonly.chmod(0o500)
-        assert main(["up", "--data-dir", str(readonly)]) == 1
+        assert main(["up", "--data-dir", str(readonly)]) == 4
         assert "cannot write there" in capsys.readouterr().err
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert main(["up", "--port", str(port), "--data-dir", str(tmp_path / "d")]) == 1
+        assert main(["up", "--port", str(port), "--data-dir", str(tmp_path / "d")]) == 4
         assert f"port {port} is already in use" in capsys.readouterr().err
 
 
@@ -284,7 +284,7 @@ def test_up_refuses_a_read_only_data_dir_for_an_unprivileged_user(owner: str) ->
 
         up = cli("up", "--data-dir", str(readonly))
         try:
-            assert up.returncode == 1, (up.stdout, up.stderr)
+            assert up.returncode == 4, (up.stdout, up.stderr)
             assert f"data dir '{readonly}' is not usable" in up.stderr, up.stderr
             assert not (home / "server.json").exists(), "a server was started on a read-only data dir"
             assert list(readonly.iterdir()) == [] and readonly.stat().st_mode == mode

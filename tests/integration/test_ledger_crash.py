@@ -151,8 +151,8 @@ def test_two_resumes_at_once_exactly_one_proceeds(nats_url: str, payments: tuple
     ]
     outcomes = [(p.wait(timeout=60), *p.communicate()) for p in procs]
     codes = sorted(code for code, _, _ in outcomes)
-    assert codes == [0, 1], outcomes
-    loser = next(err for code, _, err in outcomes if code == 1)
+    assert codes == [0, 4], outcomes  # the loser: Exit.ERROR, fenced out
+    loser = next(err for code, _, err in outcomes if code == 4)
     assert "another writer owns" in loser
     assert len(calls(payments[1])) == 1
     assert len(emails(tmp_path)) == 1
@@ -181,7 +181,7 @@ def test_a_pending_approval_survives_a_crash_and_a_resume(
     assert cp["pending_approvals"][request]["args"] == {"order": "order-7777", "amount": 950.0}
 
     waiting = runledger(nats_url, "resume", "appr", "--agent", AGENT, env=env)
-    assert waiting.returncode == 0 and "nothing to do" in waiting.stdout and request in waiting.stdout
+    assert waiting.returncode == 5 and "nothing to do" in waiting.stdout and request in waiting.stdout
     listed = runledger(nats_url, "runs")
     assert "awaiting approval " + request in listed.stdout
     assert calls(payments[1]) == []

@@ -172,7 +172,7 @@ async def test_a_plain_resume_of_a_retryable_failure_names_the_retry_command(
     assert first.status == "failed"
     capsys.readouterr()
     args = ["resume", "retry-hint", "--agent", "tests.agents:rate_limited_spec", "--nats", nats_url]
-    assert await asyncio.to_thread(main, args) == 0
+    assert await asyncio.to_thread(main, args) == 1  # Exit.FAILED: still failed, nothing was run
     assert capsys.readouterr().out == (
         "run retry-hint failed on a retryable error (model 'limited' (step 0) raised ModelError: 429: rate limited): "
         "nothing was run. To run its failed step again: `runledger resume retry-hint "

@@ -48,7 +48,7 @@ async def test_an_analysts_approve_is_refused_at_once_naming_role_subject_and_wh
                "--creds", f"{folder}/analyst.json"],
     )  # fmt: skip
     took = time.monotonic() - started
-    assert code == 1
+    assert code == 6  # Exit.REFUSED
     assert capsys.readouterr().err == (
         "runledger: error: permission denied: the analyst credentials may not publish to ledger.run.alpha.ship-1.o, "
         "and nothing was recorded; approvals, budget grants, accepted versions and retries are an operator's "

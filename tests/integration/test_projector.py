@@ -315,7 +315,7 @@ async def test_a_file_of_another_stream_is_refused(client: LedgerClient, tmp_pat
             with pytest.raises(StreamMismatchError, match="different history"):
                 await project(second, db)
             cli = runledger(state.url, "project", "--db", str(db))
-            assert cli.returncode == 1 and "--rebuild" in cli.stderr
+            assert cli.returncode == 4 and "--rebuild" in cli.stderr  # Exit.ERROR
             rebuilt = runledger(state.url, "project", "--db", str(db), "--rebuild", "--quiet")
             assert rebuilt.returncode == 0, rebuilt.stderr
             assert (await project(second, db)).position == await stream_messages(second)

@@ -8,14 +8,12 @@ from typing import Any
 
 import pytest
 
+from runledger.cli.exits import Exit
 from runledger.errors import CodeNotAllowedError
 from runledger.examples.refund_agent.checks import no_refund_without_a_photo
 from runledger.ops.prices import Price, PriceTable
 from runledger.record.fold import Checkpoint, StepRecord
 from runledger.sandbox.gate import (
-    EXIT_CLOSED,
-    EXIT_NOT_RERUN,
-    EXIT_OPEN,
     Case,
     CheckResult,
     Cost,
@@ -107,8 +105,8 @@ def _case(verdict: str, run_id: str = "r", usd: float | None = None) -> Case:
 
 @pytest.mark.parametrize(
     ("verdicts", "code"),
-    [([], EXIT_OPEN), (["pass", "improved", "still_failing"], EXIT_OPEN), (["pass", "regressed"], EXIT_CLOSED),
-     (["fail"], EXIT_CLOSED), (["pass", "error"], EXIT_NOT_RERUN), (["error", "regressed"], EXIT_CLOSED)],
+    [([], Exit.OK), (["pass", "improved", "still_failing"], Exit.OK), (["pass", "regressed"], Exit.FAILED),
+     (["fail"], Exit.FAILED), (["pass", "error"], Exit.NOT_RERUN), (["error", "regressed"], Exit.FAILED)],
 )  # fmt: skip
 def test_exit_codes(verdicts: list[str], code: int) -> None:
     assert GateReport([_case(v, str(n)) for n, v in enumerate(verdicts)]).exit_code == code

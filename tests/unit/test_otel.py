@@ -52,7 +52,7 @@ def test_without_the_otel_extra_export_otlp_says_what_to_install(
     )
     runledger.extras._missing.cache_clear()
     try:
-        assert main(["export", "otlp", "--endpoint", "http://127.0.0.1:9", "some-run"]) == 1
+        assert main(["export", "otlp", "--endpoint", "http://127.0.0.1:9", "some-run"]) == 4  # Exit.ERROR
     finally:
         runledger.extras._missing.cache_clear()
     err = capsys.readouterr().err.strip()

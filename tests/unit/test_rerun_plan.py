@@ -110,5 +110,5 @@ def test_rerun_refuses_plan_flags_it_would_otherwise_ignore(
     from runledger.cli.app import main
 
     code = main(["rerun", "--nats", "nats://127.0.0.1:1", "--agent", AGENT, "--mode", "live", *flags])
-    assert code == 1
+    assert code == 4  # Exit.ERROR: options that cannot go together
     assert message in capsys.readouterr().err

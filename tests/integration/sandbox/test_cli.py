@@ -67,7 +67,7 @@ def test_rerun_replay_local_and_diff(
 
     code = main(["rerun", "cli-parent", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
                  "--set", "model=x:y", "--set", "prompt=p", "--local"])  # fmt: skip
-    assert code == 1 and "exactly one" in capsys.readouterr().err
+    assert code == 6 and "exactly one" in capsys.readouterr().err
 
 
 def test_rerun_plan_refuses_a_model_outside_the_allow_list_before_calling_it(
@@ -79,8 +79,8 @@ def test_rerun_plan_refuses_a_model_outside_the_allow_list_before_calling_it(
     code = main(["rerun", "cli-abort", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
                  "--set", "model=os:abort", "--plan"])  # fmt: skip
     out = capsys.readouterr().out
-    assert (code, calls) == (1, [])
+    assert (code, calls) == (6, [])  # Exit.REFUSED
     assert "a worker would refuse it" in out and "model 'os:abort' is not on this host's allow-list" in out
     code = main(["rerun", "cli-abort", "--nats", nats_url, "--agent", AGENT, "--mode", "counterfactual",
                  "--set", "model=os:abort"])  # fmt: skip
-    assert (code, calls) == (1, []) and "$RUNLEDGER_ALLOW_CODE=" in capsys.readouterr().err  # nothing queued
+    assert (code, calls) == (6, []) and "$RUNLEDGER_ALLOW_CODE=" in capsys.readouterr().err  # nothing queued

@@ -77,7 +77,7 @@ def test_resume_of_a_branch_re_drives_it_in_a_sandbox_and_pays_nothing(
                  "--local"])  # fmt: skip
     out = capsys.readouterr().out
     branch = out.split()[1]
-    assert code == 1 and "suspended (approval)" in out, out
+    assert code == 5 and "suspended (approval)" in out, out
     assert f"runledger approve {branch}" in out and "then resume" in out  # what the operator is told to do
 
     async def pending() -> str:

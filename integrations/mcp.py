@@ -2,8 +2,8 @@
 
 An agent reaches an MCP server (the ``mcp`` package, 2.x) through an ``McpServer`` (how to connect:
 ``McpServer.stdio(command, args)`` spawns the server, ``McpServer.http(url)`` speaks streamable
-HTTP to a running one). ``server.tools()`` lists the server's tools once, where the agent's spec is
-built, and declares each as a runledger ``Tool``, the way its annotations say:
+HTTP to a running one). ``server.tools()`` declares the server's tools, each as a runledger ``Tool``,
+the way its annotations say, from one listing made when the spec first needs them (``McpTools``):
 
 - ``readOnlyHint`` true: a ``read`` tool (``tool.called``; run again live by a live re-run that
   names it with ``--live-tool``);
@@ -20,11 +20,16 @@ built, and declares each as a runledger ``Tool``, the way its annotations say:
 the run's ``tool_schema_hashes``, so a server whose tools changed (a new schema, a tool that became
 destructive) is a version change, and ``resume`` refuses it (``VersionMismatchError``).
 
+When the server is needed: a run's start lists it (its version tuple is recorded), and so does a
+resume that drives the agent, at its version check, before anything is replayed or called (so a
+changed server is refused before any step). A resume with nothing to drive (a completed run, a
+failed one not retried) never lists it and never connects: the spec's tools are not needed.
+
 In the agent, ``async with server.session(run) as session`` gives a ``RecordedSession``:
 ``await session.call_tool(name, arguments)`` is ``run.tool`` of the declared tool and returns the
 SDK's ``CallToolResult``; ``await session.list_tools()`` returns the listing the spec was built
 from (the one the version tuple pins). Live, the call goes to the server over a connection the
-session opens on its first live call (a replay never connects); on resume, a recorded call is
+session opens on its first live call (a replayed call never connects); on resume, a recorded call is
 answered from the record and a committed effect is served from its key; in a sandboxed re-run
 the agent's calls go to the host, which calls the server in ``live`` mode for a read tool named
 live, serves effects from the record in ``redrive`` and stubs them (``{"simulated": true, ...}``
@@ -39,8 +44,10 @@ connection error is the step's failure.
 Rejected: recording the session's JSON-RPC messages (the record would hold transport framing, not
 steps that the fold, ``show`` and the projection read) and recording ``list_tools`` as a step (a
 replayed listing would hide a changed server from the version check; pinned by the version tuple,
-it cannot differ). Not covered: resources, prompts, sampling and elicitation callbacks, the
-blocking ``SyncRun``.
+it cannot differ); listing where the spec is built (every resume then needed the server, even of a
+run with nothing left to do). Not covered: resources, prompts, sampling and elicitation callbacks, the
+blocking ``SyncRun``; a resume whose remaining calls are all recorded still lists the server (the
+listing is not in the record: the version check and ``list_tools`` need it).
 """
 
 from __future__ import annotations
@@ -63,8 +70,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from runledger import ConfigurationError, EffectClass, EffectContext, Run, SyncRun, Tool  # noqa: E402
+from runledger.sdk.tools import DeferredTools  # noqa: E402
 
-__all__ = ["KEY_META", "McpServer", "RecordedSession", "effect_class_of"]
+__all__ = ["KEY_META", "McpServer", "McpTools", "RecordedSession", "effect_class_of"]
 
 # The name under which an effect's idempotency key travels in a call's ``_meta``.
 KEY_META = "io.runledger/idempotency-key"
@@ -96,6 +104,8 @@ class McpServer:
     read_timeout_s: float | None = 60.0
     listing: mcp.types.ListToolsResult | None = field(default=None, init=False)
     declared: dict[str, Tool] = field(default_factory=dict, init=False)
+    # The tools of the last ``tools()`` call, until something needs them (McpTools).
+    pending: McpTools | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def stdio(
@@ -152,13 +162,20 @@ class McpServer:
         effects: Mapping[str, EffectClass] | None = None,
         reconcile: Mapping[str, Callable[[str], Any]] | None = None,
         lease_s: float | None = None,
-    ) -> list[Tool]:
-        """List the server's tools now (blocking: a thread of its own runs the listing, so this
-        works inside a running event loop too) and declare each as a runledger ``Tool``:
-        ``effect_class_of`` its annotations unless ``effects`` names its class, ``keys`` its key
-        function, ``reconcile`` its reconcile function (an effect's), its input schema as given.
-        Put them on the agent's spec. Raises ConfigurationError naming the server when it cannot
-        be listed, and for a key, class or reconcile function naming a tool it does not have."""
+    ) -> McpTools:
+        """The server's tools, to put on the agent's spec: listed when the spec first needs them
+        (a run's start, a resume that drives the agent: ``McpTools``), never here, so a resume with
+        nothing to drive (a completed run) never reaches the server. Each is declared as a runledger
+        ``Tool``: ``effect_class_of`` its annotations unless ``effects`` names its class, ``keys`` its
+        key function, ``reconcile`` its reconcile function (an effect's), its input schema as given.
+        Where they are first needed, ConfigurationError names the server when it cannot be listed,
+        and a key, class or reconcile function naming a tool it does not have."""
+        return McpTools(self, keys=keys, effects=effects, reconcile=reconcile, lease_s=lease_s)
+
+    def list_now(self) -> mcp.types.ListToolsResult:
+        """The server's listing, asked of it now (blocking: a thread of its own runs the listing,
+        so this works inside a running event loop too). Raises ConfigurationError naming the
+        server when it cannot be listed."""
         outcome: dict[str, Any] = {}
 
         def list_in_thread() -> None:
@@ -173,7 +190,8 @@ class McpServer:
         if "error" in outcome:
             error = outcome["error"]
             raise ConfigurationError(f"cannot list the tools of the MCP server {self.where}: {_leaf(error)}") from error
-        return self.declare(outcome["listing"], keys=keys, effects=effects, reconcile=reconcile, lease_s=lease_s)
+        listing: mcp.types.ListToolsResult = outcome["listing"]
+        return listing
 
     def declare(
         self,
@@ -202,6 +220,12 @@ class McpServer:
         self.listing = listing
         self.declared = {t.name: t for t in declared}
         return declared
+
+    def ensure_declared(self) -> None:
+        """Declare the tools of the last ``tools()`` now if nothing needed them yet (a session
+        used by code that never asked its spec for its tools)."""
+        if self.listing is None and self.pending is not None:
+            self.pending.declare_once()
 
     def _declared_tool(
         self,
@@ -246,6 +270,35 @@ class McpServer:
     def session(self, run: Run) -> RecordedSession:
         """The recorded session of ``run`` with this server (``async with server.session(run) as s``)."""
         return RecordedSession(run, self)
+
+
+class McpTools(DeferredTools):
+    """The tools of an ``McpServer`` as its ``tools()`` call asked for them, listed and declared
+    on first use (``DeferredTools``): on the spec, that is a run's start or a resume that drives
+    the agent, never a resume with nothing to drive. Reads as the list of declared ``Tool``s."""
+
+    def __init__(
+        self,
+        server: McpServer,
+        *,
+        keys: Mapping[str, KeyFn] | None = None,
+        effects: Mapping[str, EffectClass] | None = None,
+        reconcile: Mapping[str, Callable[[str], Any]] | None = None,
+        lease_s: float | None = None,
+    ) -> None:
+        self.server = server
+        self._options: dict[str, Any] = {"keys": keys, "effects": effects, "reconcile": reconcile, "lease_s": lease_s}
+        server.pending = self
+
+    def declare(self) -> list[Tool]:
+        return self.server.declare(self.server.list_now(), **self._options)
+
+    def declare_once(self) -> None:
+        self._tools()
+
+    def __repr__(self) -> str:
+        state = ", ".join(self.server.declared) if self.is_declared else "not listed yet"
+        return f"<McpTools of {self.server.where}: {state}>"
 
 
 def _leaf(exc: BaseException) -> str:
@@ -339,6 +392,7 @@ class RecordedSession:
     async def list_tools(self) -> mcp.types.ListToolsResult:
         """The listing the run's tools were declared from (``McpServer.tools``): the one the run's
         version tuple pins, so no step and no connection."""
+        self.server.ensure_declared()
         if self.server.listing is None:
             raise ConfigurationError(
                 f"the tools of the MCP server {self.server.where} were never declared: build the agent's spec "
@@ -360,6 +414,7 @@ class RecordedSession:
 
         Raises ConfigurationError for a tool the spec does not declare, or a ``key`` for a read
         tool; ToolFailedError when the call failed (recorded), and what ``run.tool`` raises."""
+        self.server.ensure_declared()
         declared = self.server.declared.get(name)
         if declared is None:
             raise ConfigurationError(

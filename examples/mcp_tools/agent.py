@@ -59,6 +59,6 @@ async def handle(run: Run) -> str:
 
 
 def spec() -> AgentSpec:
-    """The agent, its tools listed from the server now (a factory: runledger calls it)."""
+    """The agent; its tools are listed from the server when a run first needs them (a factory: runledger calls it)."""
     tools = SERVER.tools(keys={"close_ticket": lambda a: f"close:{a['ticket']}"})
     return AgentSpec("mcp-desk", handle, desk_model(), tools=tools, agent_version="v1")

@@ -20,7 +20,7 @@ from runledger.record.budgets import Budgets
 from runledger.record.versions import VersionTuple
 from runledger.sdk.code_identity import code_hash, legacy_code_hash
 from runledger.sdk.models import ModelAdapter
-from runledger.sdk.tools import Tool
+from runledger.sdk.tools import DeferredTools, Tool
 
 if TYPE_CHECKING:
     from runledger.sdk.protocol import Run
@@ -76,10 +76,21 @@ class AgentSpec:
                 f"agent {self.name}: an output window holds 1 to 1000 events for a positive number of "
                 f"milliseconds, not window_events={self.window_events}, window_ms={self.window_ms}"
             )
+        # Tools declared from an outside listing (DeferredTools) are checked when first needed.
+        self._tool_map = None if isinstance(self.tools, DeferredTools) else self._checked_tools()
+
+    def _checked_tools(self) -> dict[str, Tool]:
         names = [t.name for t in self.tools]
         if len(names) != len(set(names)):
             raise ConfigurationError(f"agent {self.name}: duplicate tool names in {names}")
-        self.tool_map = {t.name: t for t in self.tools}
+        return {t.name: t for t in self.tools}
+
+    @property
+    def tool_map(self) -> dict[str, Tool]:
+        """The tools by name (declaring DeferredTools, on the first call)."""
+        if self._tool_map is None:
+            self._tool_map = self._checked_tools()
+        return self._tool_map
 
     def version(self) -> VersionTuple:
         """The version tuple a run of this agent records (``code_hash`` computed once per process)."""
@@ -88,7 +99,7 @@ class AgentSpec:
             agent_version=self.agent_version or hashed,
             model=self.model.name,
             prompt_hash=hashlib.sha256(self.prompt.encode()).hexdigest(),
-            tool_schema_hashes={t.name: t.schema_hash for t in self.tools},
+            tool_schema_hashes={t.name: t.schema_hash for t in self.tool_map.values()},
             code_hash=hashed,
         )
 

@@ -52,11 +52,12 @@ class Shop:
         self.witness = tmp_path / "witness.jsonl"
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
+        self.down = False
 
     def start(self, schema: str = "v1", delay_s: float = 0.0) -> None:
         """(Re)start the server (HTTP), or set what the agents' next spawn gets (stdio)."""
         self.stop()
-        self.schema, self.delay_s = schema, delay_s
+        self.schema, self.delay_s, self.down = schema, delay_s, False
         if self.transport != "http":
             return
         port = free_port()
@@ -75,8 +76,15 @@ class Shop:
                     raise AssertionError(f"the MCP server did not listen on {port}") from None
                 time.sleep(0.05)
 
+    def take_down(self) -> None:
+        """Stop the server (HTTP: the agents' URL then refuses connections; stdio: a spawned server
+        exits before it serves anything)."""
+        self.stop()
+        self.down = True
+
     def _server_env(self) -> dict[str, str]:
-        return {"MCP_WITNESS": str(self.witness), "MCP_SCHEMA": self.schema, "MCP_REFUND_DELAY_S": str(self.delay_s)}
+        env = {"MCP_WITNESS": str(self.witness), "MCP_SCHEMA": self.schema, "MCP_REFUND_DELAY_S": str(self.delay_s)}
+        return {**env, "MCP_SERVER_DOWN": "1"} if self.down else env
 
     def agent_env(self, **extra: str) -> dict[str, str]:
         """The environment of an agent process reaching this server."""
@@ -220,6 +228,41 @@ def test_a_server_whose_tools_changed_is_refused_at_resume_as_a_version_change(
     assert resumed.returncode == 0, resumed.stderr
     assert len(executed(shop.witness, "refund")) == 1
     assert len(executed(shop.witness, "lookup_order")) == 1
+
+
+def test_a_resume_needs_the_server_only_when_a_tool_call_is_left_to_make(
+    nats_url: str, shop: Shop, tmp_path: Path
+) -> None:
+    # Held after the lookup was recorded, before the refund, and killed: a run with live calls left.
+    mark = tmp_path / "looked-up"
+    agent = start_agent(nats_url, AGENT, "mcp-down", json.dumps({"order": "A1"}),
+                        shop.agent_env(MCP_AGENT_MARK=str(mark)))  # fmt: skip
+    try:
+        wait_for(mark, 60)
+    finally:
+        kill(agent)
+
+    shop.take_down()
+    refused = resume(nats_url, "mcp-down", shop)  # the refund must go to the server: it is needed
+    assert refused.returncode != 0
+    assert "cannot list the tools of the MCP server" in refused.stderr, refused.stderr
+    assert checkpoint(nats_url, "mcp-down")["status"] == "running"  # refused before anything was written
+    assert not executed(shop.witness, "refund")
+
+    shop.start()
+    resumed = resume(nats_url, "mcp-down", shop)
+    assert resumed.returncode == 0, resumed.stderr
+    calls = executed(shop.witness)
+    assert [c["tool"] for c in calls] == ["lookup_order", "refund", "add_note"]
+
+    # Completed: nothing is left to call, so nothing is listed either, with the server stopped.
+    shop.take_down()
+    again = resume(nats_url, "mcp-down", shop)
+    assert again.returncode == 0, again.stderr
+    assert "run mcp-down is completed: nothing to do" in again.stdout, again.stdout
+    assert executed(shop.witness) == calls
+    cp = checkpoint(nats_url, "mcp-down")
+    assert cp["status"] == "completed" and cp["output"]["paid"]["refunded"] == 5
 
 
 async def test_the_example_closes_its_ticket_once_and_a_resume_reads_it_from_the_record(

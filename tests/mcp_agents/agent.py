@@ -4,11 +4,13 @@ reconcile asks the server's ``find_refund``), a note (a non-destructive write ke
 
 The server is reached as ``$MCP_TEST_URL`` says (streamable HTTP) or, without it, spawned over
 stdio with ``$MCP_WITNESS`` and ``$MCP_SCHEMA`` handed on. ``$MCP_AGENT_MARK`` names a file the agent
-writes after the lookup and before the refund (a moment to kill it at); ``$MCP_NO_RECONCILE`` declares
+writes after the lookup and before the refund, then waits there to be killed (a moment to kill it at,
+held: the kill cannot land after the refund); ``$MCP_NO_RECONCILE`` declares
 the refund without its reconcile function."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -25,8 +27,8 @@ def connect_from_env() -> McpServer:
     url = os.environ.get("MCP_TEST_URL")
     if url:
         return McpServer.http(url)
-    env = {k: os.environ[k] for k in ("MCP_WITNESS", "MCP_SCHEMA", "MCP_REFUND_DELAY_S", "PYTHONPATH")
-           if k in os.environ}  # fmt: skip
+    handed = ("MCP_WITNESS", "MCP_SCHEMA", "MCP_REFUND_DELAY_S", "MCP_SERVER_DOWN", "PYTHONPATH")
+    env = {k: os.environ[k] for k in handed if k in os.environ}
     return McpServer.stdio(sys.executable, [str(SERVER_SCRIPT)], env=env)
 
 
@@ -49,6 +51,7 @@ async def shop(run: Run) -> dict[str, Any]:
         mark = os.environ.get("MCP_AGENT_MARK")
         if mark:
             Path(mark).write_text("looked up")
+            await asyncio.Event().wait()  # held here until killed
         paid = await mcp.call_tool("refund", {"order": order, "amount": 5})
         noted = await mcp.call_tool("add_note", {"order": order, "text": "refunded"}, key=f"note:{order}")
     return {"listed": listed, "found": found.structured_content, "paid": paid.structured_content,
@@ -56,7 +59,8 @@ async def shop(run: Run) -> dict[str, Any]:
 
 
 def spec() -> AgentSpec:
-    """The agent, its tools listed from the server now (so its version tuple holds their schemas)."""
+    """The agent; its tools are listed from the server when a run first needs them (its version
+    tuple holds their schemas)."""
     global SERVER
     SERVER = connect_from_env()
     # add_note's key comes from the call; its key function (the same key) is what a re-run's host derives

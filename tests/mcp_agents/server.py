@@ -6,7 +6,8 @@ tool really ran. ``refund`` honours that key (a key it executed before answers t
 again, without executing or logging); ``find_refund`` answers what a key's refund was (a reconcile
 function asks it). ``$MCP_REFUND_DELAY_S`` makes ``refund`` wait after it executed and before it
 answers (a window to kill the agent in). ``$MCP_SCHEMA=v2`` serves another ``refund`` schema (an
-extra required parameter): a changed server.
+extra required parameter): a changed server. ``$MCP_SERVER_DOWN`` set: the process exits before it
+serves anything (a server that is down, as a client spawning it over stdio sees one).
 
 ``python server.py`` serves over stdio; ``python server.py http PORT`` serves streamable HTTP on
 127.0.0.1:PORT at ``/mcp``.
@@ -102,6 +103,8 @@ def add_note(order: str, text: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    if os.environ.get("MCP_SERVER_DOWN"):
+        sys.exit(1)
     if len(sys.argv) > 2 and sys.argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

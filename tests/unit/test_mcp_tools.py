@@ -7,8 +7,13 @@ from typing import Any
 import pytest
 from mcp.types import ListToolsResult, Tool, ToolAnnotations
 
-from runledger import ConfigurationError
+from runledger import AgentSpec, ConfigurationError, Run, ScriptedModel
 from runledger.integrations.mcp import McpServer, effect_class_of
+
+
+async def agent(run: Run) -> None:
+    return None
+
 
 SCHEMA = {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}
 
@@ -62,6 +67,9 @@ def test_an_effect_without_a_key_is_refused_with_the_fix_and_unknown_names_are_r
         McpServer()
 
 
-def test_an_unreachable_server_is_named() -> None:
+def test_an_unreachable_server_is_named_where_its_tools_are_first_needed() -> None:
+    tools = McpServer.http("http://127.0.0.1:1/mcp").tools(keys={"refund": lambda a: "k"})  # no connection yet
+    assert not tools.is_declared
+    spec = AgentSpec("shop", agent, ScriptedModel(["unused"]), tools=tools)  # nor here
     with pytest.raises(ConfigurationError, match=r"cannot list the tools of the MCP server http://127\.0\.0\.1:1/mcp"):
-        McpServer.http("http://127.0.0.1:1/mcp").tools()
+        spec.version()

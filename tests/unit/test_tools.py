@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from runledger import AgentSpec, ScriptedModel, Tool, tool
 from runledger.errors import ConfigurationError, ToolArgumentsError
 from runledger.sdk.context import EffectContext, bound
+from runledger.sdk.tools import DeferredTools
 
 
 class Item(BaseModel):
@@ -283,3 +284,35 @@ async def test_a_context_parameter_is_no_argument_and_receives_the_effect_contex
 
 async def _agent(run: Any) -> None:
     return None
+
+
+class Listed(DeferredTools):
+    """Tools listed from outside the code, counting how often they were listed."""
+
+    def __init__(self, *names: str) -> None:
+        self.names, self.listings = names, 0
+
+    def declare(self) -> list[Tool]:
+        self.listings += 1
+        return [Tool(name, lambda args: args) for name in self.names]
+
+
+async def nothing(run: Any) -> None:
+    return None
+
+
+def test_deferred_tools_are_listed_once_when_the_spec_first_needs_them() -> None:
+    listed = Listed("lookup", "note")
+    spec = AgentSpec("deferred", nothing, ScriptedModel(["unused"]), tools=listed)
+    assert listed.listings == 0 and not listed.is_declared  # building the spec lists nothing
+    assert sorted(spec.version().tool_schema_hashes) == ["lookup", "note"]
+    assert list(spec.tool_map) == ["lookup", "note"] and listed.listings == 1
+    # ``server.tools(...) + [tool]`` concatenates as the list it used to be.
+    assert [t.name for t in Listed("a") + [lookup_order]] == ["a", "lookup_order"]  # noqa: RUF005
+    assert [t.name for t in [lookup_order] + Listed("a")] == ["lookup_order", "a"]  # noqa: RUF005
+
+
+def test_duplicate_deferred_tool_names_are_refused_where_the_tools_are_first_needed() -> None:
+    spec = AgentSpec("deferred", nothing, ScriptedModel(["unused"]), tools=Listed("a", "a"))
+    with pytest.raises(ConfigurationError, match="duplicate tool names"):
+        spec.version()

@@ -69,8 +69,15 @@ import mcp  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from runledger import ConfigurationError, EffectClass, EffectContext, Run, SyncRun, Tool  # noqa: E402
-from runledger.sdk.tools import DeferredTools  # noqa: E402
+from runledger import (  # noqa: E402
+    ConfigurationError,
+    DeferredTools,
+    EffectClass,
+    EffectContext,
+    Run,
+    SyncRun,
+    Tool,
+)
 
 __all__ = ["KEY_META", "McpServer", "McpTools", "RecordedSession", "effect_class_of"]
 

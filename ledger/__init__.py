@@ -111,7 +111,7 @@ if TYPE_CHECKING:
     from runledger.sdk.retry import Retry
     from runledger.sdk.run import RecordedRun
     from runledger.sdk.sync import SyncRun, resume_sync, run_sync, sync_agent
-    from runledger.sdk.tools import NOT_FOUND, EffectClass, Tool, tool
+    from runledger.sdk.tools import NOT_FOUND, DeferredTools, EffectClass, Tool, tool
 
 _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(
@@ -154,7 +154,7 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["EffectContext"], "runledger.sdk.context"),
     **dict.fromkeys(["Retry"], "runledger.sdk.retry"),
     **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),
-    **dict.fromkeys(["NOT_FOUND", "Tool", "tool"], "runledger.sdk.tools"),
+    **dict.fromkeys(["NOT_FOUND", "DeferredTools", "Tool", "tool"], "runledger.sdk.tools"),
     **dict.fromkeys(["ModelError", "RunNotFoundError"], "runledger.errors"),
     **dict.fromkeys(["require_extra"], "runledger.extras"),
     **dict.fromkeys(["list_runs"], "runledger.ops.trace"),
@@ -196,6 +196,7 @@ __all__ = [
     "ClaimTakenOverError",
     "ConfigurationError",
     "DataPolicy",
+    "DeferredTools",
     "EffectClass",
     "EffectContext",
     "EffectFailedError",

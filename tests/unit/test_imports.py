@@ -32,7 +32,7 @@ PUBLIC = [
     "ToolFailedError", "VersionMismatchError", "VersionTuple", "connect", "fold", "load_agent", "resume_run",
     "resume_sync", "run_sync", "start_run", "sync_agent", "tool",
     # What the integrations use (tests/unit/test_imports.py keeps them to these):
-    "DEFAULT_RETRY", "RETRYABLE_STATUS", "EffectClass", "GraphCheckpointed", "GraphCheckpointsDeleted",
+    "DEFAULT_RETRY", "RETRYABLE_STATUS", "DeferredTools", "EffectClass", "GraphCheckpointed", "GraphCheckpointsDeleted",
     "GraphWritesSaved", "ModelError",
     "RecordedRun", "RunCompleted", "RunFailed", "RunNotFoundError", "RunSuspended", "erase_run", "error_info",
     "is_subject_token", "list_runs", "load_run",

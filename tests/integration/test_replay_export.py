@@ -72,7 +72,9 @@ async def test_export_jsonl_selects_runs_with_where_through_the_export_command(
     argv = ["export", "jsonl", *common, "--where", "agent = 'nobody'", "--out", str(tmp_path / "none.jsonl")]
     assert await asyncio.to_thread(main, argv) == 0
     assert "no recorded run matches: agent = 'nobody'" in capsys.readouterr().out
-    assert await asyncio.to_thread(main, ["export", "jsonl", *common, shops[0], "--where", "true", "--out", "x"]) == 1
+    assert (
+        await asyncio.to_thread(main, ["export", "jsonl", *common, shops[0], "--where", "true", "--out", "x"]) == 4
+    )  # Exit.ERROR
     assert "give RUN ids or --where, not both" in capsys.readouterr().err
 
 

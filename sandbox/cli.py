@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from runledger.cli.connect import nats_url, run_async, with_client
-from runledger.cli.exits import Exit, of_status
+from runledger.cli.exits import Exit, of_error, of_status
 from runledger.errors import ConfigurationError, LedgerError, RunNotFoundError
 from runledger.extras import require_extra
 from runledger.log.client import LedgerClient, connect
@@ -107,14 +107,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with two or more ``--set`` the counterfactual matrix (runledger.sandbox.matrix: one sweep per candidate).
 
     Whatever stops the sweep itself (no server, no Docker, a bad ``--where`` or ``--expect``) exits
-    ``Exit.ERROR``, never ``FAILED``: a CI job must not read a broken sweep as a regression."""
+    ``Exit.ERROR`` (``Exit.REFUSED`` when a rule refused it: a check outside the allow-list), never
+    ``FAILED``: a CI job must not read a broken sweep as a regression."""
     from runledger.sandbox.gate import GateReport
 
     try:
         report = _sweep(args)
     except LedgerError as exc:  # the sweep itself could not run: its own exit code, for CI
         print(f"runledger: error: {exc}", file=sys.stderr)
-        return Exit.ERROR
+        return of_error(exc)
     if args.junit and isinstance(report, GateReport):
         with open(args.junit, "w", encoding="utf-8") as f:
             f.write(report.junit())

@@ -58,18 +58,18 @@ def test_an_unreachable_server_is_a_failed_sweep_not_a_regression(
 
 
 @pytest.mark.parametrize(
-    ("flags", "message"),
+    ("flags", "message", "code"),
     [
-        (["--expect", "runledger.examples.refund_agent.checks:no_such_check"], "no_such_check"),
-        (["--expect", "os:abort"], "os:abort"),  # outside the allow-list of code
-        (["--prices", "/nonexistent/prices.json"], "prices.json"),
+        (["--expect", "runledger.examples.refund_agent.checks:no_such_check"], "no_such_check", Exit.ERROR),
+        (["--expect", "os:abort"], "os:abort", Exit.REFUSED),  # outside the allow-list of code: a rule refused it
+        (["--prices", "/nonexistent/prices.json"], "prices.json", Exit.ERROR),
     ],
 )
-def test_a_sweep_that_cannot_start_exits_4(
-    flags: list[str], message: str, no_docker: None, capsys: pytest.CaptureFixture[str]
+def test_a_sweep_that_cannot_start_exits_4_or_6(
+    flags: list[str], message: str, code: Exit, no_docker: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Before: these were raised before the sweep's handler and exited 1, as a closed gate does.
-    assert main([*SWEEP, *flags, "--nats", _free_url()]) == Exit.ERROR
+    assert main([*SWEEP, *flags, "--nats", _free_url()]) == code
     assert message in capsys.readouterr().err
 
 

@@ -136,5 +136,5 @@ def test_a_check_outside_the_allow_list_is_refused_before_anything_runs(
     monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
     code = main(["rerun", "--nats", nats_url, "--agent", AGENT, "--where", "true", "--mode", "redrive",
                  "--expect", "os:abort"])  # fmt: skip
-    assert code == 1
+    assert code == 6  # Exit.REFUSED: nothing ran
     assert "os:abort" in capsys.readouterr().err

@@ -121,7 +121,7 @@ def outcome_event(outcome: Outcome, checkpoint_id: str, last_step: int) -> RunCo
         return RunCompleted(output={"checkpoint_id": checkpoint_id})
     if outcome.status == "failed":
         exc = outcome.value if isinstance(outcome.value, BaseException) else RuntimeError(str(outcome.value))
-        return RunFailed(reason="exception", error=error_info(exc), step=None)
+        return RunFailed.of("exception", error_info(exc))
     ids = interrupt_ids(outcome.value) or [checkpoint_id]
     return RunSuspended(step=last_step, request_id=",".join(ids), reason="interrupt")
 

@@ -531,8 +531,8 @@ class Rerunner:
         if cause is not None:
             trace = safe_text("".join(traceback.format_exception(cause)), 20_000)
         await writer.append(
-            RunFailed(reason="exception", step=cp.last_step if cp.last_step >= 0 else None,
-                      error=ErrorInfo(type=type(error).__name__, message=str(error), traceback=trace))
+            RunFailed.of("exception", ErrorInfo(type=type(error).__name__, message=str(error), traceback=trace),
+                         cp.last_step if cp.last_step >= 0 else None)
         )  # fmt: skip
         fork_step = (cp.parent or {}).get("fork_step", 0)
         return RerunResult(branch_id, "failed", reason="exception", error=str(error), fork_step=fork_step, **common)

@@ -85,6 +85,7 @@ class Checkpoint:
     failure_reason: str | None = None
     failure_retryable: bool = False  # failed on a retryable kind of error: `runledger resume RUN --retry`
     failed_step: int | None = None
+    failure_shape: str | None = None  # run.failed's message_shape (runledger.record.failures)
     # A branch's run.forked payload at its current schema version: ``forked_from`` (the run it was
     # forked from, its fork parent), fork_step, mode, changed... (version 1, which named the fork
     # parent ``parent_run_id``, is upcast here and in ``from_dict``). A child's parent: child_of_run_id.
@@ -401,7 +402,11 @@ def _run_completed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
 
 def _run_failed(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.status, cp.error, cp.failure_reason, cp.ended_at = "failed", p["error"], p["reason"], ev.ts
-    cp.failure_retryable, cp.failed_step = bool(p.get("retryable")), p.get("step")
+    cp.failure_retryable, cp.failed_step, cp.failure_shape = (
+        bool(p.get("retryable")),
+        p.get("step"),
+        p.get("message_shape"),
+    )
     _close_segment(cp, ev.ts)
 
 
@@ -409,6 +414,7 @@ def _run_retried(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     """An operator's retry (only from the operator's subject, ``OPERATOR_TYPES``): the run goes on from
     its failed step, and a failed call there is run again, live, on resume."""
     cp.status, cp.error, cp.failure_reason, cp.failure_retryable, cp.ended_at = "running", None, None, False, None
+    cp.failure_shape = None
     rec = cp.steps.get(p["step"]) if p.get("step") is not None else None
     if rec is not None and rec.kind in ("model", "tool") and rec.status == "error":
         rec.status = "retrying"

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from runledger.errors import EventDecodeError
 from runledger.record.budgets import Budgets as Budgets
+from runledger.record.failures import message_shape
 from runledger.record.versions import VersionTuple as VersionTuple
 
 # VersionTuple and Budgets, which RunStarted embeds, are defined in runledger.record.versions and
@@ -140,6 +141,12 @@ class RunCompleted(Payload):
 
 
 class RunFailed(Payload):
+    """``message_shape``: sha256 hex of the error message with its numbers, ids, hex digests and quoted
+    values masked (runledger.record.failures: the message's part of the run's class of failure), computed
+    from the plain message before it is sealed; structure, like an ``args_digest``. Absent from the
+    payload of runs recorded before it existed (and of writers that do not compute it), which therefore
+    record exactly what they recorded then. ``RunFailed.of`` computes it."""
+
     TYPE = "run.failed"
     reason: Literal[
         "exception", "budget_exhausted", "approval_denied", "nondeterminism", "effect_in_doubt", "diverged", "sandbox"
@@ -147,6 +154,20 @@ class RunFailed(Payload):
     error: ErrorInfo
     step: int | None = None
     retryable: bool = False  # the failure was of a retryable kind: `runledger resume RUN --retry` continues it
+    message_shape: str | None = None
+
+    @classmethod
+    def of(cls, reason: Any, error: ErrorInfo, step: int | None = None, *, retryable: bool = False) -> RunFailed:
+        """The ``run.failed`` of ``error``, its ``message_shape`` computed from the plain message."""
+        return cls(reason=reason, error=error, step=step, retryable=retryable,
+                   message_shape=message_shape(error.message))  # fmt: skip
+
+    @model_serializer(mode="wrap")
+    def _without_absent_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("message_shape", 0) is None:
+            del data["message_shape"]
+        return data
 
 
 class RunRetried(Payload):

@@ -555,6 +555,7 @@ _ARGS_OF: dict[str, Callable[[dict[str, Any]], Any]] = {
     "model.called": lambda p: p.get("request"),
     "tool.called": lambda p: p.get("args"),
     "effect.intended": lambda p: p.get("args"),
+    "effect.simulated": lambda p: p.get("args"),
 }
 _DIFF_LINES = 40
 
@@ -667,12 +668,7 @@ async def _fail(run: RecordedRun, reason: str, exc: Exception, *, with_traceback
     retryable = bool(getattr(exc, "retryable", False))
     failed_step = exc.step if isinstance(exc, ToolFailedError) else run.checkpoint.last_step
     await run._append(
-        RunFailed(
-            reason=reason,  # type: ignore[arg-type]
-            error=error_info(exc, with_traceback, retryable=retryable),
-            step=failed_step,
-            retryable=retryable,
-        )
+        RunFailed.of(reason, error_info(exc, with_traceback, retryable=retryable), failed_step, retryable=retryable)
     )
     message = str(exc) if reason != "exception" else f"{type(exc).__name__}: {exc}"
     return RunResult(run.run_id, "failed", error=message, reason=reason)

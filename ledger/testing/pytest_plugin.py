@@ -14,6 +14,10 @@ the agent in this process (``Replayer``) and fails with the first divergence: th
 record has, what the code did. A run recorded by another agent is skipped. Not a sandbox: replay only
 recordings you trust (docs/testing.md).
 
+``--runledger-replay-live-model[=STEP]`` makes each test the deterministic re-drive of a fix: the
+agent's model answers live from STEP (by default the run's decision), every other call comes from the
+record, and the test passes when the run completes (a recorded failure the fix cures).
+
 Loaded by pytest through the ``pytest11`` entry point; it imports nothing of the replayer until a
 recording is collected.
 """
@@ -35,6 +39,7 @@ _PATHS = pytest.StashKey[list[Path]]()
 _AGENT = pytest.StashKey[str]()
 _REPLAYER = pytest.StashKey["Replayer"]()
 _LOOP = pytest.StashKey[asyncio.AbstractEventLoop]()
+_LIVE = pytest.StashKey[str]()
 
 
 # A name for pytest's ini type: mypy (1.20) reads a bare "paths" argument as a possible type expression.
@@ -48,10 +53,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="a recording file, or a directory of *.jsonl recordings (`runledger export jsonl`): one test per run",
     )  # fmt: skip
     group.addoption("--runledger-agent", metavar="MODULE:ATTR", help="the agent the recorded runs are replayed against")
+    group.addoption(
+        "--runledger-replay-live-model", nargs="?", const="decision", default=None, metavar="STEP",
+        help="re-drive each run with the agent's model live from STEP (default: the run's decision, the last model "
+        "call at or before its failing step), every other call from the record: a test passes when the run completes",
+    )  # fmt: skip
     parser.addini(
         "runledger_replay", type=_INI_PATHS, default=[], help="recordings replayed as tests (--runledger-replay)"
     )
     parser.addini("runledger_agent", default="", help="the agent recordings are replayed against (--runledger-agent)")
+    parser.addini(
+        "runledger_replay_live_model", default="",
+        help="the model live from this step, or 'decision' (--runledger-replay-live-model)",
+    )  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,6 +73,9 @@ def pytest_configure(config: pytest.Config) -> None:
     paths = [p.resolve() for p in given + list(config.getini("runledger_replay"))]
     config.stash[_PATHS] = paths
     config.stash[_AGENT] = config.getoption("runledger_agent") or config.getini("runledger_agent") or ""
+    config.stash[_LIVE] = config.getoption("runledger_replay_live_model") or config.getini(
+        "runledger_replay_live_model"
+    )
     if not paths:
         return
     if not config.stash[_AGENT]:
@@ -112,7 +129,8 @@ class ReplayItem(pytest.Item):
         if _REPLAYER not in config.stash:
             from runledger.testing.replayer import Replayer
 
-            config.stash[_REPLAYER] = Replayer(config.stash[_AGENT])
+            live = config.stash.get(_LIVE, "") or None
+            config.stash[_REPLAYER] = Replayer(config.stash[_AGENT], live_model_from=live)
         return config.stash[_REPLAYER]
 
     def runtest(self) -> None:

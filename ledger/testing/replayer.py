@@ -35,21 +35,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from runledger.errors import ConfigurationError, NondeterminismError, PayloadUnavailableError
+from runledger.errors import (
+    ConfigurationError,
+    NondeterminismError,
+    PayloadUnavailableError,
+    ToolFailedError,
+)
 from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.protect.capture import PayloadOpener
-from runledger.record.canonical import canonical_json
-from runledger.record.events import Event, Payload
+from runledger.record.canonical import canonical_json, digest, jsonable
+from runledger.record.events import Event, Payload, Usage
+from runledger.record.failures import decision_step
 from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.sdk.agent import AgentSpec, load_agent
+from runledger.sdk.errorinfo import error_info
 from runledger.sdk.lifecycle import RunResult, drive, side_by_side
-from runledger.sdk.models import ModelResponse
-from runledger.sdk.run import RecordedRun
+from runledger.sdk.models import ModelAdapter, ModelResponse
+from runledger.sdk.run import RecordedRun, response_from_record
 from runledger.sdk.tools import Tool, ToolFn
 from runledger.testing.recording import Recording, read_recordings, recording_files
 
@@ -61,7 +70,9 @@ if TYPE_CHECKING:
 
 # A step recorded without an outcome: live, a resume would act (retry the call, settle the effect,
 # resume the child). A replay cannot: the record ends inside that step.
-_UNANSWERED = frozenset({"retrying", "intended", "simulated", "started"})
+# (An effect a branch simulated is answered: its result is what the branch's code was handed, and
+# a replay of the branch hands it again, ``ReplayRun._native_effect``.)
+_UNANSWERED = frozenset({"retrying", "intended", "started"})
 # What a replay may record (in memory): the outcome of the run. Anything else would be a new step.
 _OUTCOMES = frozenset({"run.completed", "run.failed"})
 # Failures the agent's code decides (so a replay must reproduce them); other reasons stop a run from
@@ -108,15 +119,25 @@ class ReplayResult:
     steps: int
     version_changes: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     source: str = ""
+    live_from: int | None = None
+    live_calls: int = 0
+    output: Any = None
 
     @property
     def ok(self) -> bool:
         return self.divergence is None
 
     def __str__(self) -> str:
+        live = "" if self.live_from is None else f" with the model live from step {self.live_from}"
         if self.divergence is None:
+            if self.live_from is not None:
+                return f"run {self.run_id} re-driven{live}: {self.replayed} ({self.live_calls} live model calls)"
             return f"run {self.run_id} replayed: {self.steps} steps, {self.replayed} as recorded"
-        text = f"run {self.run_id} ({self.agent}) diverged at {self.divergence}"
+        text = (
+            f"run {self.run_id} ({self.agent}) re-driven{live}: {self.divergence}"
+            if live
+            else (f"run {self.run_id} ({self.agent}) diverged at {self.divergence}")
+        )
         if self.version_changes:
             changed = ", ".join(f"{k} {v[0]!r} -> {v[1]!r}" for k, v in sorted(self.version_changes.items()))
             text += f"\n(version tuple changed since the recording: {changed})"
@@ -147,25 +168,53 @@ def _describe(rec: StepRecord | None) -> str:
     return f"{rec.kind} {rec.name!r} (args {rec.args_digest[:12] or '-'})"
 
 
+@dataclass(frozen=True)
+class LiveModel:
+    """A replay's live model: ``adapter`` answers every model call from step ``from_step`` on."""
+
+    adapter: ModelAdapter
+    from_step: int
+
+
 class ReplayRun(RecordedRun):
     """``RecordedRun`` over a recording: every call is answered by the record or stops the replay.
 
     Each Run call is checked first against the record at the step it is about to take (calls made
     together take their steps in call order, as in a live run, and nothing awaits before a step is
     taken): a step the record does not have, or has without an outcome, raises NondeterminismError
-    before anything runs. The first divergence is kept in ``first`` even when agent code catches it."""
+    before anything runs. The first divergence is kept in ``first`` even when agent code catches it.
 
-    def __init__(self, spec: AgentSpec, cp: Checkpoint, writer: MemoryWriter) -> None:
+    ``simulated``: the args digest of each effect step a branch simulated (``effect.simulated`` records
+    the arguments, not their digest), so that step is judged like any other. Model calls before
+    ``by_position`` (a counterfactual branch's fork, or the live model's first step) are answered by
+    their position, as the branch answered them: the change shapes their request. ``live``: the model
+    called live from its step on (the deterministic re-drive); ``needs_live`` keeps the first call past
+    it that the record cannot answer."""
+
+    def __init__(
+        self, spec: AgentSpec, cp: Checkpoint, writer: MemoryWriter, *,
+        simulated: Mapping[int, str] | None = None, live: LiveModel | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(cast("LedgerClient", None), spec, writer, cp, policy=RetryPolicy())
         self._input = cp.input
         self.first: NondeterminismError | None = None
         self.record_ends_at: int | None = None  # the step the code asked for beyond the record
+        self._simulated = dict(simulated or {})
+        fork = cp.parent or {}
+        self._by_position = int(fork.get("fork_step") or 0) if fork.get("changed") else 0
+        self._live = live
+        if live is not None:
+            self._by_position = max(self._by_position, live.from_step)
+        self.live_calls = 0
+        self.needs_live: NondeterminismError | None = None
 
     # -- what stops a replay -------------------------------------------------------------------------
 
     def _diverged(self, exc: NondeterminismError) -> NondeterminismError:
         if self.first is None:
             self.first = exc
+            if self._live is not None and exc.step >= self._live.from_step:
+                self.needs_live = exc  # past the live model's first step only a model call may be new
         return exc
 
     @contextlib.contextmanager
@@ -223,9 +272,50 @@ class ReplayRun(RecordedRun):
     # -- the Run API, guarded ------------------------------------------------------------------------
 
     async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
+        step = self._next_step
+        if self._live is not None and step >= self._live.from_step:
+            return await self._live_model(self._live.adapter, messages, params)
+        if step < self._by_position:
+            return await self._model_by_position(messages)
         self._guard("model", self._spec.model.name)
         with self._kept():
             return await super().model(messages, **params)
+
+    async def _model_by_position(self, messages: list[dict[str, Any]]) -> ModelResponse:
+        """The recorded model step at this position, whatever the request (the prefix is the record)."""
+        step = self._next_step
+        rec = self._cp.steps.get(step)
+        attempted = f"model {self._spec.model.name!r}"
+        if rec is None or (rec.kind == "model" and rec.status in _UNANSWERED):
+            raise self._ends(step, rec, attempted)
+        if rec.kind != "model":
+            raise self._diverged(NondeterminismError(self.run_id, step, _describe(rec), attempted))
+        self._next_step += 1
+        if rec.error:
+            raise await self._recorded_failure(rec.name, step, rec.error, "model")
+        response_type = getattr(self._spec.model, "response_type", ModelResponse)
+        return response_from_record(await self._open_model_output(rec.output), response_type)
+
+    async def _live_model(
+        self, adapter: ModelAdapter, messages: list[dict[str, Any]], params: dict[str, Any]
+    ) -> ModelResponse:
+        """A live model call at the next step, recorded nowhere: the response handed to the agent as a
+        live run hands it (the record's round trip: runledger.sdk.run.RecordedRun.model)."""
+        step = self._next_step
+        self._next_step += 1
+        request = jsonable({"messages": messages, "params": params})
+        self.live_calls += 1
+        try:
+            response = await adapter.complete(request["messages"], **request["params"])
+        except Exception as exc:  # what a live run raises for a model that failed (after its retries)
+            info = error_info(exc, False)
+            raise ToolFailedError(str(getattr(adapter, "name", "model")), step, info.type, info.message,
+                                  kind="model") from exc  # fmt: skip
+        recorded = jsonable(response.model_dump(exclude={"input_tokens", "output_tokens"}))
+        usage = Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens)
+        as_recorded = json.loads(canonical_json(recorded, self._cp.chain_format))
+        response_type = getattr(adapter, "response_type", getattr(self._spec.model, "response_type", ModelResponse))
+        return response_from_record({**as_recorded, "usage": usage.model_dump()}, response_type)
 
     async def tool(
         self, tool: str | Tool, args: Any = None, *, fn: ToolFn | None = None, tool_call_id: str | None = None
@@ -238,6 +328,22 @@ class ReplayRun(RecordedRun):
         self._guard("effect", name)
         with self._kept():
             return await super().effect(name, args, key=key, fn=fn, **options)
+
+    async def _native_effect(self, name: str, args: Any, *, key: str, fn: ToolFn, **options: Any) -> Any:
+        """An effect a branch simulated is answered with the result the branch handed its code (a replay
+        of the branch hands it again); any other effect step is answered as a resume answers it."""
+        step = self._next_step
+        rec = self._cp.steps.get(step)
+        if rec is None or rec.kind != "effect" or rec.status != "simulated":
+            return await super()._native_effect(name, args, key=key, fn=fn, **options)
+        self._next_step += 1
+        args_digest = digest(args, self._cp.chain_format)
+        with self._kept():
+            recorded = dataclasses.replace(rec, args_digest=self._simulated.get(step, ""))
+            self._check(step, recorded, "effect", name, args_digest, args)
+            if rec.key != key:
+                raise NondeterminismError(self.run_id, step, f"effect key {rec.key!r}", f"effect key {key!r}")
+        return await self._open(rec.output)
 
     async def approval(self, action: str, args: Any = None) -> dict[str, Any]:
         self._guard("approval", action)
@@ -292,11 +398,43 @@ class Replayer:
     """Replays recordings against one agent (an ``AgentSpec``, or ``"module:attribute"`` naming one).
 
     A replay never acts and never reads the log: see the module's docstring, and docs/testing.md.
-    Not a sandbox: the agent's code runs in this process."""
+    Not a sandbox: the agent's code runs in this process.
 
-    def __init__(self, agent: AgentSpec | str) -> None:
+    With ``live_model_from`` (a step, or ``"decision"``: the run's decision, the last model call at or
+    before its failing step, runledger.record.failures.decision_step) or ``model``, each replay is the
+    deterministic re-drive of a fix: every call before that step and every tool, effect, approval,
+    clock and random call after it come from the record, and the model (``model``, else the agent's
+    own) answers live from that step on. Such a replay is ``ok`` when the run completes; a call the
+    record cannot answer past that step is refused (the candidate needs a live tool: a sandbox's
+    ``runledger rerun`` runs it), never made."""
+
+    def __init__(
+        self, agent: AgentSpec | str, *, model: ModelAdapter | None = None, live_model_from: int | str | None = None
+    ) -> None:
         self.spec = load_agent(agent) if isinstance(agent, str) else agent
         self._version: dict[str, Any] | None = None
+        if model is not None and live_model_from is None:
+            live_model_from = "decision"
+        if live_model_from is not None and live_model_from != "decision":
+            if not (isinstance(live_model_from, int) or str(live_model_from).isdigit()) or int(live_model_from) < 0:
+                raise ConfigurationError(
+                    f"live_model_from={live_model_from!r}: give a step number (0, 1, ...) or 'decision'"
+                )
+            live_model_from = int(live_model_from)
+        self.live_model_from = live_model_from
+        self.model = model
+
+    def _live(self, cp: Checkpoint) -> LiveModel | None:
+        """The live model of a replay of ``cp`` (None: a plain replay)."""
+        if self.live_model_from is None:
+            return None
+        step = decision_step(cp) if self.live_model_from == "decision" else int(self.live_model_from)
+        if step is None:
+            raise ConfigurationError(
+                f"run {cp.run_id} has no model call to take live from (its decision: the last model call at or "
+                "before its failing step): replay it without a live model, or give live_model_from=STEP"
+            )
+        return LiveModel(self.model or self.spec.model, step)
 
     def _current_version(self) -> dict[str, Any]:
         if self._version is None:
@@ -328,18 +466,26 @@ class Replayer:
         current = self._current_version()
         changes = {k: (v, current.get(k)) for k, v in (cp.version or {}).items() if current.get(k) != v}
 
-        run = ReplayRun(spec, cp, MemoryWriter(recording.run_id, recording.agent, cp))
+        live = self._live(cp)
+        simulated = {
+            int(r.event.payload["step"]): digest(r.event.payload.get("args"), cp.chain_format)
+            for r in records
+            if r.event.type == "effect.simulated" and isinstance(r.event.payload.get("step"), int)
+        }
+        run = ReplayRun(spec, cp, MemoryWriter(recording.run_id, recording.agent, cp), simulated=simulated, live=live)
 
-        def result(divergence: Divergence | None, replayed: str) -> ReplayResult:
+        def result(divergence: Divergence | None, replayed: str, output: Any = None) -> ReplayResult:
             return ReplayResult(
                 recording.run_id, recording.agent, divergence, recorded, replayed, min(run._next_step, len(cp.steps)),
-                changes, recording.source,
+                changes, recording.source, None if live is None else live.from_step, run.live_calls, output,
             )  # fmt: skip
 
         try:
             ended: RunResult | None = await drive(run, spec)
         except NondeterminismError:
             ended = None
+        if live is not None:
+            return await _redriven(run, live, ended, records, result)
         first = run.first
         if first is not None:
             at_end = run.record_ends_at == first.step
@@ -360,9 +506,9 @@ class Replayer:
             got = f"the end of the run ({replayed}" + (f": {ended.error})" if ended.error else ")")
             return result(Divergence(rec.step, _describe(rec), got), replayed)
         if not final:
-            return result(None, replayed)
+            return result(None, replayed, ended.output)
         divergence = _outcome_divergence(recorded_status, recorded, outcome, ended, replayed, cp.chain_format)
-        return result(divergence, replayed)
+        return result(divergence, replayed, ended.output)
 
     async def replay_all(self, recordings: Iterable[Recording]) -> list[ReplayResult]:
         """Replay each recording in turn (one result each, in order)."""
@@ -373,6 +519,34 @@ class Replayer:
         event loop (call ``replay_all`` from async code)."""
         recordings = [r for p in paths for f in recording_files(Path(p)) for r in read_recordings(f)]
         return asyncio.run(self.replay_all(recordings))
+
+
+async def _redriven(
+    run: ReplayRun, live: LiveModel, ended: RunResult | None, records: list[Any],
+    result: Callable[..., ReplayResult],
+) -> ReplayResult:  # fmt: skip
+    """The result of a replay with a live model: ok when the run completed with nothing past the live
+    model's first step that the record could not answer."""
+    first = run.first
+    if first is not None:
+        detail = ""
+        if first.attempted_args is not None:
+            detail = await side_by_side(records, first, PayloadOpener(None))
+        if run.needs_live is first:
+            kind = first.attempted.split(" ", 1)[0]
+            got = (
+                f"{first.attempted}, which the record cannot answer: from step {live.from_step} only the model is "
+                f"live and every other call comes from the record, so this candidate needs a live {kind}; re-run it "
+                "in a sandbox instead (`runledger rerun RUN --mode counterfactual --base-mode live`)"
+            )
+            return result(Divergence(first.step, first.recorded, got, detail), "refused: needs a live call")
+        return result(Divergence(first.step, first.recorded, first.attempted, detail), "diverged")
+    assert ended is not None
+    replayed = _ending(ended.status, ended.reason)
+    if ended.status == "completed":
+        return result(None, replayed, ended.output)
+    got = f"the run {replayed}" + (f" ({ended.error})" if ended.error else "")
+    return result(Divergence(None, "the run to complete", got), replayed, ended.output)
 
 
 def _outcome_divergence(

@@ -28,7 +28,7 @@ MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
 # The sub-commands of a package that cannot even be imported without its extra, so that calling
 # one names the extra (tests/unit/test_extras.py checks this against what the packages register).
 COMMANDS_OF_EXTRA: dict[str, tuple[str, ...]] = {
-    "projections": ("export", "project", "quarantine", "sql"),
+    "projections": ("export", "failures", "project", "quarantine", "sql"),
     "ui": ("ui",),
 }
 

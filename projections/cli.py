@@ -1,4 +1,4 @@
-"""The ``projections`` package's sub-commands of ``runledger``: project, sql, export, quarantine.
+"""The ``projections`` package's sub-commands of ``runledger``: project, sql, export, failures, quarantine.
 
 Registered through the ``runledger.commands`` entry point (``register(sub, common)``).
 Every command takes ``--db PATH`` (default ``$RUNLEDGER_HOME/ledger.duckdb``); the reading
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -21,6 +22,7 @@ from runledger.errors import ConfigurationError
 from runledger.log.client import LedgerClient
 from runledger.projections.content import content_session
 from runledger.projections.errors import StreamReadError
+from runledger.projections.failures import failure_classes, render_classes
 from runledger.projections.progress import ProgressLine
 from runledger.projections.projector import ProjectResult, default_db_path, project, rebuild
 from runledger.projections.queries import FORMATS, export_parquet, format_result, quarantined, run_sql
@@ -142,6 +144,16 @@ def _selecting(mode: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
     return run
 
 
+def cmd_failures(args: argparse.Namespace) -> int:
+    """The classes of failure of recorded runs (runledger.projections.failures), the most frequent first."""
+    classes = _reading(args, lambda con: failure_classes(con, agent=args.agent))
+    if args.json:
+        print(json.dumps([c.to_dict() for c in classes], indent=2, ensure_ascii=False))
+    else:
+        print(render_classes(classes))
+    return 0
+
+
 def cmd_quarantine(args: argparse.Namespace) -> int:
     with _open_for_reading(args) as store:
         result = quarantined(store.con, args.limit)
@@ -217,6 +229,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             ep.load()(targets, [common, db, reading, selection])
             mode = targets.choices[ep.name]
             mode.set_defaults(func=_selecting(mode.get_default("func")))
+
+    p = sub.add_parser(
+        "failures", parents=[common, db, reading, content],
+        help="group failed runs into classes (error type, failing step, message with values masked): counts, "
+        "first and last seen, example runs (docs/tables.md, 'failure_classes')",
+    )  # fmt: skip
+    p.add_argument("--agent", metavar="NAME", help="only this agent's runs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_failures)
 
     p = sub.add_parser("quarantine", parents=[common, db, reading], help="list messages that are not valid events")
     p.add_argument("--limit", type=_positive)

@@ -393,12 +393,38 @@ LEFT JOIN steps s ON s.run_id = r.child_of_run_id AND s.step = r.child_of_step A
 WHERE r.child_of_run_id IS NOT NULL;
 """
 
+# Classes of failure (runledger.record.failures): each failed run's class id and the parts it is made of,
+# computed by the projector from the fold with ``failure_signature`` (the same function `runledger
+# failures` and the page read it through); the classes of recorded runs (branches are re-runs of them, not
+# failures of their own) with their counts, when they were first and last seen, and example runs. Rows
+# projected before it have NULL classes until `runledger project --rebuild`.
+_FAILURE_CLASSES = """
+ALTER TABLE runs ADD COLUMN failure_class VARCHAR;
+ALTER TABLE runs ADD COLUMN failure_step BIGINT;
+ALTER TABLE runs ADD COLUMN failure_step_kind VARCHAR;
+ALTER TABLE runs ADD COLUMN failure_step_name VARCHAR;
+ALTER TABLE runs ADD COLUMN failure_shape VARCHAR;
+
+CREATE VIEW failure_classes AS
+SELECT
+    failure_class AS class_id, agent, any_value(error_type) AS error_type,
+    any_value(failure_step_kind) AS step_kind, any_value(failure_step_name) AS step_name,
+    count(*) AS runs, min(ended_at) AS first_seen, max(ended_at) AS last_seen,
+    list(run_id ORDER BY ended_at DESC, run_id)[1:3] AS example_runs,
+    arg_max(error_message, ended_at) AS last_message,
+    any_value(failure_shape) AS shape
+FROM runs
+WHERE status = 'failed' AND failure_class IS NOT NULL AND parent_run_id IS NULL
+GROUP BY failure_class, agent;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration("tables", _TABLES),
     Migration("views", _VIEWS),
     Migration("child runs", _CHILD_RUNS),
     Migration("key writer", _KEY_WRITER),
     Migration("step", _STEP),
+    Migration("failure classes", _FAILURE_CLASSES),
 ]
 LATEST = len(MIGRATIONS)
 

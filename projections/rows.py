@@ -19,7 +19,9 @@ from typing import Any
 import pyarrow as pa
 from pydantic_core import to_json
 
+from runledger.protect.capture import is_placeholder
 from runledger.record.events import Event
+from runledger.record.failures import failure_signature
 from runledger.record.fold import BROKEN, Checkpoint, StepRecord
 from runledger.record.records import RawRecord
 from runledger.sdk.effects import KeyState
@@ -50,7 +52,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("events", _I64), ("pending_approvals", _LIST), ("committed_keys", _LIST),
         ("in_doubt_keys", _LIST), ("simulated_keys", _LIST), ("capture", _S), ("input", _S),
         ("output", _S), ("first_stream_seq", _I64), ("last_stream_seq", _I64), ("fold_error", _S),
-        ("child_of_run_id", _S), ("child_of_step", _I64),
+        ("child_of_run_id", _S), ("child_of_step", _I64), ("failure_class", _S), ("failure_step", _I64),
+        ("failure_step_kind", _S), ("failure_step_name", _S), ("failure_shape", _S),
     ]),
     "steps": pa.schema([
         ("run_id", _S), ("step", _I64), ("kind", _S), ("name", _S), ("status", _S), ("input_hash", _S),
@@ -177,6 +180,8 @@ def add_run(buf: TableBuffer, run_id: str, rf: RunFold) -> None:
         i, o = _usage(rec)
         input_tokens += i
         output_tokens += o
+    message = error.get("message")
+    failure = failure_signature(cp, message if isinstance(message, str) and not is_placeholder(message) else None)
     buf.append(
         run_id, cp.agent or None, rf.subject, run_status(rf), cp.failure_reason, error.get("type"),
         error.get("message"), version.get("agent_version"), version.get("model"), version.get("prompt_hash"),
@@ -189,7 +194,12 @@ def add_run(buf: TableBuffer, run_id: str, rf: RunFold) -> None:
         sorted(cp.pending_approvals), list(cp.committed_keys), list(cp.in_doubt_keys),
         list(cp.simulated_keys), cp.capture, json_text(cp.input), json_text(cp.output), rf.first_stream_seq,
         cp.last_stream_seq, rf.fold_error, cp.child_of_run_id, i64(cp.child_of_step),
+        *(_NO_FAILURE if failure is None else (failure.class_id, i64(failure.step), failure.step_kind or None,
+                                                failure.step_name or None, failure.shape or None)),
     )  # fmt: skip
+
+
+_NO_FAILURE = (None, None, None, None, None)
 
 
 def add_steps(buf: TableBuffer, run_id: str, cp: Checkpoint, step_nos: list[int]) -> None:

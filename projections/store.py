@@ -54,6 +54,7 @@ from runledger.projections.errors import (
 )
 from runledger.projections.migrations import migrate
 from runledger.projections.rows import RunFold, checkpoint_from_json, key_state_from_row
+from runledger.record import failures as ledger_failures
 from runledger.record import fold as ledger_fold
 from runledger.sdk import effects as ledger_effects
 from runledger.sdk.effects import KeyState
@@ -110,7 +111,7 @@ def fold_fingerprint() -> str:
     h = hashlib.sha256()
     from runledger.projections import erasure, partition, rows
 
-    for module in (ledger_fold, ledger_effects, rows, partition, erasure):
+    for module in (ledger_fold, ledger_failures, ledger_effects, rows, partition, erasure):
         h.update(inspect.getsource(module).encode())
     return h.hexdigest()[:16]
 

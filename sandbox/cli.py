@@ -215,6 +215,11 @@ async def _candidate_in_image(plan: Any, request: RerunRequest, timeout: float) 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger rerun`")
+    if args.failure_class:  # a sweep over the failed runs of one class of failure (`runledger failures`)
+        from runledger.projections.failures import class_condition
+
+        condition = class_condition(args.failure_class)
+        args.where = f"{condition} AND ({args.where})" if args.where else condition
     if args.plan and args.where:  # a sweep has no plan: it would queue the re-runs --plan promises not to
         raise ConfigurationError("--plan shows the plan of one run's re-run: name a RUN instead of --where")
     if args.json and not (args.plan or args.where):
@@ -448,6 +453,8 @@ def _add_rerun(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("rerun", parents=[common], help="re-run a recorded run in a sandbox")
     p.add_argument("run", nargs="?")
     p.add_argument("--where", metavar="SQL", help="sweep: re-run every recorded run matching this condition on runs")
+    p.add_argument("--class", dest="failure_class", metavar="ID", help="sweep: the failed runs of this class of "
+                   "failure (`runledger failures`); with --where, those of them that match it too")  # fmt: skip
     p.add_argument("--concurrency", type=int, default=2, help="sweep: re-runs in flight")
     p.add_argument("--pool", type=int, default=2, help="sweep: warm sandboxes kept ready")
     p.add_argument("--expect", metavar="MODULE:FN", help="sweep: judge each branch's decision at the fork with "

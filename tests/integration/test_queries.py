@@ -19,6 +19,8 @@ from runledger.projections.projector import project
 from runledger.projections.queries import run_sql
 from runledger.projections.store import ProjectionStore
 from runledger.protect.capture import client_opener
+from runledger.protect.loading import load_run
+from runledger.record.failures import failure_signature
 from runledger.record.fold import fold
 from tests.integration.test_projector import build_ledger, runledger
 
@@ -85,7 +87,7 @@ async def test_every_documented_query_returns_the_expected_rows(client: LedgerCl
     con.executemany("INSERT INTO model_prices VALUES (?, ?, ?)", [[m, *p] for m, p in PRICES.items()])
     con.close()
     queries = doc_queries()
-    assert sorted(queries, key=lambda q: int(q[1:])) == [f"Q{i}" for i in range(1, 13)]
+    assert sorted(queries, key=lambda q: int(q[1:])) == [f"Q{i}" for i in range(1, 14)]
     steps = await model_steps(client)
     with ProjectionStore(db, writer=False) as store:
         result = {number: run_sql(store.con, sql) for number, sql in queries.items()}
@@ -134,6 +136,21 @@ async def test_every_documented_query_returns_the_expected_rows(client: LedgerCl
     with ProjectionStore(db, writer=False) as store:
         opened = await content_session(client, store.con, lambda con: run_sql(con, queries["Q12"]))
     assert opened.rows == await refunds_over_100(client) and len(opened.rows) > 1
+
+    # Q13: one class a failed run here (each failed its own way), as the signature of its record says.
+    signatures = []
+    for name in ("T-1003", "T-3004", "spender"):
+        sig = failure_signature(fold((await load_run(client, runs[name])).records))
+        assert sig is not None
+        signatures.append((sig.class_id, sig.error_type, sig.step_kind or None, sig.step_name or None, 1))
+    assert sorted(columns(result["Q13"], "class_id", "error_type", "step_kind", "step_name", "runs")) == sorted(
+        signatures
+    )
+    assert [r[1:5] for r in sorted(signatures, key=lambda r: r[1])] == [
+        ("ApprovalDeniedError", "approval", "refund", 1),
+        ("BudgetExhaustedError", "model", "fixed-40", 1),
+        ("ToolFailedError", "tool", "lookup_order", 1),
+    ]
 
     # The same through the command, as an analyst runs it.
     cli = runledger(client.url, "sql", queries["Q4"], "--db", str(db), "--format", "json")

@@ -28,7 +28,8 @@ def test_every_table_and_view_exists_and_is_queryable(tmp_path: Path) -> None:
     names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     for name in ("events", "runs", "steps", "effect_keys", "checkpoints", "quarantine", "projector_state",
                  "model_prices", "effects", "approvals", "effects_in_doubt", "pending_approvals", "failed_runs",
-                 "token_usage_daily", "step_latency", "run_costs", "forks", "child_runs"):  # fmt: skip
+                 "token_usage_daily", "step_latency", "run_costs", "forks", "child_runs",
+                 "failure_classes"):  # fmt: skip
         assert name in names
         con.execute(f"SELECT * FROM {name}").fetchall()
 

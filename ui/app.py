@@ -14,6 +14,8 @@ route                                      what
                                            in the stream change
 ``GET /runs/{run}/steps/{step}``           one step in full, its model messages as a conversation
 ``GET /diff/{parent}/{branch}``            a fork against its parent, from the fork
+``GET /matrix``                            the counterfactual matrix (``?class=ID``: one class's runs)
+``GET /failures``                          the classes of failure, each opening its matrix
 ``POST /runs/{run}/approvals/{request}``   approve or deny, then resume (``actions``)
 ``POST /effects/resolve``                  settle an in-doubt effect, then resume (``actions``)
 ``POST /runs/{run}/rerun/plan``            the plan of a re-run; ``POST /runs/{run}/rerun`` queues it
@@ -52,8 +54,10 @@ from runledger.errors import ConfigurationError, LedgerError, RunNotFoundError
 from runledger.log.client import LedgerClient, connect
 from runledger.log.reader import subject_counts
 from runledger.log.subjects import any_agent_run_subject, run_filter
+from runledger.projections.failures import check_class_id
 from runledger.sandbox.plan import ACTION_TEXT
 from runledger.ui import actions, render
+from runledger.ui.failures import failures_view
 from runledger.ui.inbox import inbox
 from runledger.ui.listing import SORTS, STATUSES, RunFilter, run_page
 from runledger.ui.matrix import matrix_view
@@ -320,8 +324,17 @@ class Page:
 
     async def matrix(self, ctx: Context) -> Response:
         q = ctx.request.query_params
-        view = await matrix_view(self.projection, ctx.viewer, q.get("agent", "").strip(), q.get("status", ""))
+        failure_class = q.get("class", "").strip()
+        if failure_class:  # the matrix of one class of failure's runs (the Failures page links it)
+            check_class_id(failure_class)
+        view = await matrix_view(self.projection, ctx.viewer, q.get("agent", "").strip(), q.get("status", ""),
+                                 failure_class=failure_class)  # fmt: skip
         return self.html("matrix.html", ctx, view=view)
+
+    async def failures(self, ctx: Context) -> Response:
+        agent = ctx.request.query_params.get("agent", "").strip()
+        classes = await failures_view(self.projection, ctx.viewer, agent)
+        return self.html("failures.html", ctx, classes=classes, agent=agent)
 
     async def diff(self, ctx: Context) -> Response:
         params = ctx.request.path_params
@@ -442,6 +455,7 @@ def create_app(config: UIConfig) -> Starlette:
         Route("/runs/{run}/steps/{step:int}", r(page.step), methods=["GET"]),
         Route("/diff/{parent}/{branch}", r(page.diff), methods=["GET"]),
         Route("/matrix", r(page.matrix), methods=["GET"]),
+        Route("/failures", r(page.failures), methods=["GET"]),
         Route("/runs/{run}/approvals/{request}", r(page.decide, acting=True), methods=["POST"]),
         Route("/effects/resolve", r(page.resolve, acting=True), methods=["POST"]),
         Route("/runs/{run}/rerun/plan", r(page.rerun_plan, acting=True), methods=["POST"]),

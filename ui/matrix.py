@@ -49,6 +49,7 @@ class MatrixView:
     cells: dict[tuple[str, str], MatrixCell] = field(default_factory=dict)  # (run id, candidate) -> its branch
     agent: str = ""
     parent_status: str = ""
+    failure_class: str = ""  # the recorded runs of one class of failure only (runledger.projections.failures)
 
     def tally(self, candidate: str) -> dict[str, Any]:
         cells = [c for (_, cand), c in self.cells.items() if cand == candidate]
@@ -68,10 +69,10 @@ def _label(change: Any) -> str:
 
 
 async def matrix_view(
-    follower: ProjectionFollower, viewer: Viewer, agent: str = "", parent_status: str = ""
+    follower: ProjectionFollower, viewer: Viewer, agent: str = "", parent_status: str = "", *, failure_class: str = ""
 ) -> MatrixView:
-    """Every counterfactual branch the viewer may see, as the matrix (filtered by the recorded runs' agent
-    and status when given)."""
+    """Every counterfactual branch the viewer may see, as the matrix (filtered by the recorded runs' agent,
+    status and class of failure when given)."""
     scope, params = "", list[Any]()
     if viewer.agent is not None:
         scope, params = scope + " AND p.agent = ?", [*params, viewer.agent]
@@ -79,8 +80,10 @@ async def matrix_view(
         scope, params = scope + " AND p.agent = ?", [*params, agent]
     if parent_status:
         scope, params = scope + " AND p.status = ?", [*params, parent_status]
+    if failure_class:
+        scope, params = scope + " AND p.failure_class = ?", [*params, failure_class]
     rows = (await follower.query(_BRANCHES.format(scope=scope), params)).rows
-    view = MatrixView(agent=agent, parent_status=parent_status)
+    view = MatrixView(agent=agent, parent_status=parent_status, failure_class=failure_class)
     runs: dict[str, str] = {}
     candidates: dict[str, None] = {}
     for parent, branch, status, recorded, _agent, fork_step, change, tokens, cost, priced in rows:

@@ -1,6 +1,7 @@
 """A class of failure through the loop: tests/tripbot.py's failures grouped by `runledger failures`, the gate
-and the matrix sweeping one class with `--class` in real sandboxes (and nothing of the other classes), and
-the page (a headless Chromium) listing the classes and opening the matrix of one."""
+and the matrix sweeping one class with `--class` in real sandboxes (and nothing of the other classes), the
+fix's branch exported (`runledger export jsonl BRANCH`) and replayed clean in-process, and the page (a
+headless Chromium) listing the classes and opening the matrix of one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from runledger.cli import main
 from runledger.log.client import connect
 from runledger.sdk.lifecycle import start_run
+from runledger.testing import Replayer
 from tests import tripbot
 from tests.integration.test_ui import browser, css, shot, ui_server, wait_for
 
@@ -58,6 +60,12 @@ def test_the_gate_and_the_matrix_take_a_class_and_the_page_opens_its_matrix(
     assert sorted(c["parent_run_id"] for c in gate["cases"]) == runs_of["currency"]
     assert {c["verdict"] for c in gate["cases"]} == {"improved"} and gate["gate"] == "open"
     assert currency in gate["where"]
+    # The fix's branch, exported, replays clean in-process against the fixed code, its simulated booking included.
+    branch = gate["cases"][0]["branch_run_id"]
+    assert main(["export", "jsonl", branch, "--nats", nats_url, "--out", str(tmp_path / "fix.jsonl")]) == 0
+    capsys.readouterr()
+    (replayed,) = Replayer(tripbot.fixed_spec()).replay_paths(tmp_path / "fix.jsonl")
+    assert replayed.ok and replayed.replayed == "completed" and replayed.steps == 5, str(replayed)
 
     # The matrix over another class, narrowed by --where: two runs x two candidates; the fix is the winner.
     keep = runs_of["long stay"][:2]

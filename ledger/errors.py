@@ -11,10 +11,12 @@
     ├── ConnectionFailedError         no NATS server answered at a URL
     ├── PublishError                  an event was not acknowledged within the retry bound
     │   ├── FencedError               another writer owns the run (server-side fencing)
+    │   │   └── RunIdTakenError       a run's start on a run id another run (any agent's) holds: nothing was done
     │   └── PermissionDeniedError     the server refused a publish: these credentials may not write there
     ├── EventDecodeError              bytes that are not a valid event (quarantined by readers)
     │   └── UnknownSchemaVersionError
     ├── RunNotFoundError
+    │   └── RunOfAnotherAgentError    an agent's credentials asked for another agent's run (they read their own only)
     ├── LedgerReadError               a subject or the stream could not be read completely and in order
     │   └── StreamGapError            a stream sequence went missing between two messages
     ├── ReaderUnavailableError        the fast readers cannot speak to this server (nats-py reads instead)
@@ -200,6 +202,30 @@ class FencedError(PublishError):
         return (type(self), (self.subject, self.msg_id, self.expected, self.actual), self.__dict__)
 
 
+class RunIdTakenError(FencedError):
+    """A run's start refused: its first message claims the run id (fenced on every agent's subjects
+    of it, runledger.log.subjects.fence_for), and some run already holds messages under that id.
+    ``holders``: the agents with messages under it (as stream info names them). Nothing of the run
+    was done."""
+
+    def __init__(self, run_id: str, agent: str, holders: list[str]) -> None:
+        self.run_id, self.agent, self.holders = run_id, agent, list(holders)
+        others = ", ".join(repr(h) for h in self.holders if h != agent)
+        if not others:
+            what = f"run id {run_id!r} is taken: agent {agent!r} already has a run under it (resume it instead)"
+        else:
+            first = "claimed it first" if agent not in self.holders else f"wrote under it, as did agent {agent!r}"
+            what = (
+                f"run id {run_id!r} is taken: agent {others} {first} (a run id is owned by the first agent to "
+                f"start a run under it), so agent {agent!r} may not start one under it"
+            )
+        LedgerError.__init__(self, f"{what}; nothing was recorded or done. Start with another run id, or none")
+        self.subject, self.msg_id, self.expected, self.actual = f"ledger.run.*.{run_id}.*", f"{run_id}:0", 0, None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.agent, self.holders), self.__dict__)
+
+
 class PermissionDeniedError(PublishError):
     """The server refused a publish for the connection's permissions (runledger.log.permissions):
     raised as soon as the denial arrives, not after the publish's retry bound. ``who``: the
@@ -254,6 +280,22 @@ class RunNotFoundError(LedgerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.run_id,), self.__dict__)
+
+
+class RunOfAnotherAgentError(RunNotFoundError):
+    """Agent credentials asked for a run they may not read: its id is another agent's (``owners``,
+    as stream info names them), and an agent reads only its own runs."""
+
+    def __init__(self, run_id: str, agent: str, owners: list[str]) -> None:
+        self.run_id, self.agent, self.owners = run_id, agent, list(owners)
+        LedgerError.__init__(
+            self,
+            f"run {run_id!r} is agent {', '.join(map(repr, self.owners))}'s, and the agent {agent!r} credentials read "
+            f"only agent {agent!r}'s runs: read it with an operator's or analyst's credentials (--creds)",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.agent, self.owners), self.__dict__)
 
 
 class LedgerReadError(LedgerError):

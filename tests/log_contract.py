@@ -4,7 +4,8 @@ so ``runledger.log.memory`` answers what the server answers.
 
 - an append is fenced on the last sequence of its subject (or of the run's subjects, by the
   ``-Subject`` header): a stale fence is ``BadRequestError`` 10071 "wrong last sequence: N" and
-  ``publish_fenced`` turns it into FencedError; nothing is stored;
+  ``publish_fenced`` turns it into FencedError; nothing is stored; a run's first message is fenced
+  on every agent's subjects of its id (the claim of the id), its later ones on the run's own;
 - the fence is checked before the msg id; a msg id stored already, under a fence that holds, is
   acknowledged as a duplicate with the first sequence, and stored once;
 - a subject is read back in stream order, from a sequence; its last message by a direct get;
@@ -56,6 +57,18 @@ class LogContract:
         wildcard = {FENCE_HEADER: str(seq), FENCE_SUBJECT_HEADER: "ledger.run.a.r1.*", "Nats-Msg-Id": "r1:2"}
         with pytest.raises(BadRequestError):
             await js.publish(AGENT_SUBJECT, b"stale", headers=wildcard)
+
+    async def test_a_runs_first_message_claims_its_id_over_every_agent(self) -> None:
+        js = self.client.js
+        bob, alice = run_subject("bob", "r9"), run_subject("alice", "r9")
+        seq = await publish_fenced(js, bob, b"bob", "r9:0", 0)
+        with pytest.raises(FencedError):  # alice's subject of r9 is empty, but the run id is bob's
+            await publish_fenced(js, alice, b"alice", "r9:0", 0, QUICK)
+        assert [r.data for r in await read_raw(self.client, "ledger.run.*.r9.*")] == [b"bob"]
+        # Once claimed, the run's appends are fenced on its own subjects: what another agent writes
+        # under the id (unfenced) never fences the owner out.
+        await js.publish(alice, b"squat")
+        assert await publish_fenced(js, bob, b"bob2", "r9:1", seq) > seq
 
     async def test_a_msg_id_is_stored_once_and_the_fence_is_checked_first(self) -> None:
         js = self.client.js

@@ -145,7 +145,7 @@ func checkRuns(dir string, r *VectorReport) error {
 		if m.Headers[MsgIDHeader] != msgID {
 			problems = append(problems, "msg id "+msgID)
 		}
-		if m.Headers[FenceHeader] != fmt.Sprint(c.last) || m.Headers[FenceSubject] != fence {
+		if m.Headers[FenceHeader] != fmt.Sprint(c.last) || m.Headers[FenceSubject] != FenceFor(m.Subject, c.last) {
 			problems = append(problems, "fence")
 		}
 		if args, has := payload["args"]; has && payload["args_digest"] != nil && Digest(args) != payload["args_digest"] {

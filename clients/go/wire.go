@@ -54,6 +54,17 @@ func KeySubject(agent, key, writer string) string {
 // FenceFilter is what an append to subject is fenced on: the whole run or key (its writer token a wildcard).
 func FenceFilter(subject string) string { return subject[:strings.LastIndex(subject, ".")] + ".*" }
 
+// FenceFor is what an append expecting lastStreamSeq is fenced on: a run's first message claims its
+// run id over every agent's subjects of it (ledger.run.*.<run_id>.*: a 10071 means another run holds
+// the id, and nothing of the run may be done); every other append is fenced on FenceFilter's run or key.
+func FenceFor(subject string, lastStreamSeq uint64) string {
+	parts := strings.Split(subject, ".")
+	if lastStreamSeq == 0 && len(parts) == 5 && parts[0] == "ledger" && parts[1] == "run" {
+		return "ledger.run.*." + parts[3] + ".*"
+	}
+	return FenceFilter(subject)
+}
+
 func RunMsgID(runID string, seq int) string { return runID + ":" + strconv.Itoa(seq) }
 
 // KeyMsgID is a key's own msg id: never <run_id>:<seq>, which the stream would take for the run's event.
@@ -155,7 +166,7 @@ func apiCode(err error) int {
 	return 0
 }
 
-// Publish stores data on subject once, fenced on lastStreamSeq over the subject's wildcard, and
+// Publish stores data on subject once, fenced on lastStreamSeq over FenceFor's subjects, and
 // returns the stream sequence. Transient failures are retried with the same msg id and headers;
 // a 10071 or a duplicate ack is believed only after the stored message was compared with ours.
 func (p *Publisher) Publish(subject string, data []byte, msgID string, lastStreamSeq uint64) (uint64, error) {
@@ -166,7 +177,7 @@ func (p *Publisher) Publish(subject string, data []byte, msgID string, lastStrea
 		msg.Data = data
 		msg.Header.Set(MsgIDHeader, msgID)
 		msg.Header.Set(FenceHeader, strconv.FormatUint(lastStreamSeq, 10))
-		msg.Header.Set(FenceSubject, FenceFilter(subject))
+		msg.Header.Set(FenceSubject, FenceFor(subject, lastStreamSeq))
 		ack, err := p.js.PublishMsg(msg, nats.AckWait(5*time.Second))
 		if err == nil {
 			if !ack.Duplicate {
@@ -264,7 +275,7 @@ func (c *Chain) AppendBatch(events []BatchEvent) (uint64, error) {
 		msg.Header.Set(MsgIDHeader, c.MsgID(c.Seq+i))
 		if i == 0 {
 			msg.Header.Set(FenceHeader, strconv.FormatUint(c.LastStreamSeq, 10))
-			msg.Header.Set(FenceSubject, FenceFilter(c.Subject))
+			msg.Header.Set(FenceSubject, FenceFor(c.Subject, c.LastStreamSeq))
 		}
 		if i < len(built)-1 {
 			if err := c.pub.nc.PublishMsg(msg); err != nil {

@@ -46,6 +46,13 @@ function token(what, value) {
 export const runSubject = (agent, runId, writer = "a") => `ledger.run.${token("agent", agent)}.${token("run id", runId)}.${writer}`;
 export const keySubject = (agent, key, writer = "a") => `ledger.effect.${token("agent", agent)}.${keyToken(key)}.${writer}`;
 export const fenceFilter = (subject) => subject.slice(0, subject.lastIndexOf(".")) + ".*";
+/** What an append expecting lastStreamSeq is fenced on: a run's first message claims its run id over
+ * every agent's subjects of it (ledger.run.*.<run_id>.*); every other append, the run or key. */
+export function fenceFor(subject, lastStreamSeq) {
+  const parts = subject.split(".");
+  if (lastStreamSeq === 0 && parts.length === 5 && parts[0] === "ledger" && parts[1] === "run") return `ledger.run.*.${parts[3]}.*`;
+  return fenceFilter(subject);
+}
 export const runMsgId = (runId, seq) => `${runId}:${seq}`;
 export const keyMsgId = (agent, key, seq) => `effect:${agent}:${keyToken(key)}:${seq}`;
 export const FENCE = "Nats-Expected-Last-Subject-Sequence";
@@ -87,7 +94,7 @@ export class ChainWriter {
     const h = headers();
     h.set("Nats-Msg-Id", this.msgId(this.seq));
     h.set(FENCE, String(this.lastStreamSeq));
-    h.set(FENCE_SUBJECT, fenceFilter(this.subject));
+    h.set(FENCE_SUBJECT, fenceFor(this.subject, this.lastStreamSeq));
     let ack;
     try {
       ack = await this.js.publish(this.subject, data, { headers: h, timeout: 5000 });
@@ -204,7 +211,7 @@ function checkVectors(dir) {
     if (ours.event.hash !== hash || hash !== m.hash || unhashed.prev_hash !== prev) problems.push("hash chain");
     if (subject !== m.subject) problems.push(`subject ${subject}`);
     if (m.headers["Nats-Msg-Id"] !== msgId) problems.push(`msg id ${msgId}`);
-    if (m.headers[FENCE] !== String(last.get(fence) ?? 0) || m.headers[FENCE_SUBJECT] !== fence) problems.push("fence");
+    if (m.headers[FENCE] !== String(last.get(fence) ?? 0) || m.headers[FENCE_SUBJECT] !== fenceFor(m.subject, last.get(fence) ?? 0)) problems.push("fence");
     if ("args_digest" in event.payload && "args" in event.payload && digest(event.payload.args) !== event.payload.args_digest) problems.push("args_digest");
     if (problems.length) failures.push(`message ${m.stream_seq}: ${problems.join(", ")}`);
     chains.set(fence, [seq + 1, hash]);

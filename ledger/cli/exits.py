@@ -21,9 +21,17 @@ code  name             meaning
 6     ``REFUSED``      nothing was run: a rule of the ledger refuses the request as the run is
                        recorded (another version tuple, code that no longer replays its record, a
                        branch on the host, credentials the server refuses, code outside the
-                       allow-list, a re-run its plan refuses); the message says what
-                       is wrong and what to do. An option the run cannot take (``--retry`` of a
-                       run that did not fail retryably) is an ``ERROR``, as any unusable option
+                       allow-list, a re-run its plan refuses, a start on a run id another
+                       agent holds, agent credentials asking for another agent's run); the message
+                       says what is wrong and what to do. An option the run cannot take
+                       (``--retry`` of a run that did not fail retryably) is an ``ERROR``, as any
+                       unusable option
+7     ``FORGED``       ``verify``: every chain is intact, but messages its writers may not write
+                       were found under a run's id and quarantined (forgeries: another agent under
+                       a taken id, a worker on an agent's run, a decision off the operator's
+                       subject, bytes that are no event off the run's own subject); ``--json``
+                       lists each by subject, writer and reason. An alarm, not a footnote: a broken
+                       chain (1) is reported before it
 130   ``INTERRUPTED``  Ctrl-C
 ====  ===============  ===========================================================================
 
@@ -47,6 +55,8 @@ from runledger.errors import (
     EffectWriteRefusedError,
     NondeterminismError,
     PermissionDeniedError,
+    RunIdTakenError,
+    RunOfAnotherAgentError,
     VersionMismatchError,
 )
 
@@ -61,6 +71,7 @@ class Exit(enum.IntEnum):
     ERROR = 4
     SUSPENDED = 5
     REFUSED = 6
+    FORGED = 7
     INTERRUPTED = 130
 
 
@@ -72,6 +83,8 @@ REFUSALS: tuple[type[Exception], ...] = (
     PermissionDeniedError,
     CodeNotAllowedError,
     EffectWriteRefusedError,
+    RunIdTakenError,
+    RunOfAnotherAgentError,
 )
 
 _OF_STATUS = {"completed": Exit.OK, "failed": Exit.FAILED, "suspended": Exit.SUSPENDED}

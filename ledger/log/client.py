@@ -33,6 +33,10 @@ class LedgerClient:
     url: str
     clustered: bool = False  # the server is a node of a JetStream cluster (new streams get 3 replicas)
     slow_consumer_errors: int = 0
+    # The role of the credentials file this client logged in with (runledger.protect.roles), and the
+    # agent of an agent's login: readers read such a client's own runs only (runledger.log.reader).
+    role: str | None = None
+    agent: str | None = None
 
     async def close(self) -> None:
         if self.nc.is_closed:
@@ -115,7 +119,10 @@ async def connect(
         )
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         raise ConnectionFailedError(url, _reason(exc)) from exc
-    client = LedgerClient(nc=nc, js=nc.jetstream(timeout=5.0), url=url, clustered=bool(nc._server_info.get("cluster")))
+    client = LedgerClient(
+        nc=nc, js=nc.jetstream(timeout=5.0), url=url, clustered=bool(nc._server_info.get("cluster")), role=role,
+        agent=agent if role == "agent" else None,
+    )  # fmt: skip
     holder["c"] = client
     watch(nc, role, agent, where)
     if ensure:

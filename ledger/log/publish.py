@@ -4,7 +4,8 @@ Every publish carries ``Nats-Msg-Id`` (a retry inside the duplicate window is a
 no-op) and ``Nats-Expected-Last-Subject-Sequence`` (the server rejects a writer
 whose view of the subject is stale: the fencing that makes a zombie stop). On a run's or a
 key's subject the fence covers every writer's subject of it
-(``Nats-Expected-Last-Subject-Sequence-Subject``, runledger.log.subjects).
+(``Nats-Expected-Last-Subject-Sequence-Subject``, runledger.log.subjects); a run's first message on
+every agent's subjects of its id (the claim of the run id, ``fence_for``).
 
 The request itself goes through runledger.log.fastpublish (one muxed ack inbox per connection,
 acks handed over in nats-py's read loop, a plain ack read by one regular expression): what
@@ -46,7 +47,7 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 from runledger.errors import FencedError, PublishError
 from runledger.log.fastpublish import inbox_for
 from runledger.log.permissions import refused_at_once
-from runledger.log.subjects import FENCE_HEADER, FENCE_SUBJECT_HEADER, LEDGER_STREAM, fence_filter
+from runledger.log.subjects import FENCE_HEADER, FENCE_SUBJECT_HEADER, LEDGER_STREAM, fence_for
 from runledger.record.canonical import CONTENT_FORMAT, LEGACY_CHAIN_FORMAT
 from runledger.record.events import GENESIS, Event, Payload, RunStarted, make_event
 
@@ -104,7 +105,8 @@ async def publish_fenced(
     policy: RetryPolicy = RetryPolicy(),
 ) -> int:
     """Append ``data`` to ``subject`` iff the last stream sequence of the run or key it belongs to
-    (``fence_filter``: every writer's subject of it; else ``subject`` alone) is ``expected_last_seq``.
+    (``fence_for``: every writer's subject of it, and for a run's first message every agent's subject
+    of its id; else ``subject`` alone) is ``expected_last_seq``.
 
     Returns the stream sequence of the stored message, whether this call or an
     earlier attempt with the same msg id stored it. Raises FencedError when another
@@ -112,7 +114,7 @@ async def publish_fenced(
     policy's deadline or rejects the message for another reason.
     """
     headers = {"Nats-Msg-Id": msg_id, FENCE_HEADER: str(expected_last_seq)}
-    fence = fence_filter(subject)
+    fence = fence_for(subject, expected_last_seq)
     if fence is not None:
         headers[FENCE_SUBJECT_HEADER] = fence
     deadline = time.monotonic() + policy.deadline_s

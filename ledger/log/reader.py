@@ -22,7 +22,13 @@ import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from runledger.errors import EventDecodeError, LedgerError, ReaderUnavailableError, RunNotFoundError
+from runledger.errors import (
+    EventDecodeError,
+    LedgerError,
+    ReaderUnavailableError,
+    RunNotFoundError,
+    RunOfAnotherAgentError,
+)
 from runledger.log.client import LedgerClient
 from runledger.log.fastread import read_subject
 from runledger.log.subjects import LEDGER_STREAM, RUN_PREFIX, any_agent_run_subject, parse_run_subject, run_filter
@@ -43,6 +49,10 @@ class RunLog:
     subject: str  # where the run's own writer appends (the subject of its run.started)
     records: list[Recorded] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
+    # Read with an agent's credentials (which read only its own subjects): the other agents' subjects
+    # under the same run id, with their message counts (stream info names them), left unread. Under
+    # one id only one agent's run is genuine (the first to start it): a reader of every run tells which.
+    unread: dict[str, int] = field(default_factory=dict)
 
     @property
     def events(self) -> list[Event]:
@@ -63,6 +73,38 @@ async def subject_counts(client: LedgerClient, subject_filter: str) -> dict[str,
     except NotFoundError as exc:
         raise LedgerError(f"stream {LEDGER_STREAM} does not exist: run `runledger up`") from exc
     return dict(info.state.subjects or {})
+
+
+async def run_id_holders(client: LedgerClient, run_id: str) -> dict[str, int]:
+    """Every subject that holds messages under ``run_id`` (any agent's, any writer's), with its count:
+    from the stream's state, which every role may ask (no message is read)."""
+    return await subject_counts(client, any_agent_run_subject(run_id))
+
+
+def agents_of(subjects: dict[str, int]) -> list[str]:
+    """The agents of run subjects, sorted."""
+    return sorted({parsed[0] for subject in subjects if (parsed := parse_run_subject(subject))})
+
+
+async def own_run_filter(client: LedgerClient, run_id: str, agent: str | None) -> tuple[str, dict[str, int]]:
+    """What a client reads of run ``run_id``: every agent's subjects of it, or, logged in as an agent
+    (``client.agent``: an agent reads its own runs only), its own, with the other agents' subjects under
+    the id that it leaves unread. ``agent``: the agent whose run is asked for, when the caller knows it.
+
+    Raises RunOfAnotherAgentError when an agent asks for another agent's run: named by ``agent``, or
+    an id under which only other agents hold messages."""
+    own = getattr(client, "agent", None)
+    if own is None:
+        return (run_filter(agent, run_id) if agent else any_agent_run_subject(run_id)), {}
+    if agent is not None:
+        if agent != own:
+            raise RunOfAnotherAgentError(run_id, own, [agent])
+        return run_filter(own, run_id), {}  # the caller knows whose run it reads (a resume): one read
+    holders = await run_id_holders(client, run_id)
+    others = {s: n for s, n in holders.items() if (parse_run_subject(s) or ("", ""))[0] != own}
+    if others and len(others) == len(holders):
+        raise RunOfAnotherAgentError(run_id, own, agents_of(others))
+    return run_filter(own, run_id), others
 
 
 async def read_raw(
@@ -149,10 +191,13 @@ async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = Non
     leaves out and reports the same messages.
 
     Raises RunNotFoundError. Knowing the ``agent`` reads the run's own subject, which an agent
-    role may read; the default finds the run under any agent (roles that may read every run).
-    ``runledger.protect.loading.load_run`` reads a run with its content opened.
+    role may read; the default finds the run under any agent (roles that may read every run), and
+    logged in as an agent (``client.agent``) that agent's own run, raising RunOfAnotherAgentError for
+    another agent's (``own_run_filter``). ``runledger.protect.loading.load_run`` reads a run with its
+    content opened.
     """
-    raws = await read_raw(client, run_filter(agent, run_id) if agent else any_agent_run_subject(run_id))
+    subjects, unread = await own_run_filter(client, run_id, agent)
+    raws = await read_raw(client, subjects)
     if not raws:
         raise RunNotFoundError(run_id)
     good, bad = decode_records(raws)
@@ -163,7 +208,8 @@ async def read_run(client: LedgerClient, run_id: str, *, agent: str | None = Non
                      key=lambda q: q.stream_seq)  # fmt: skip
     subject = good[0].subject if good else raws[0].subject
     parsed = parse_run_subject(subject)
-    return RunLog(run_id=run_id, agent=parsed[0] if parsed else "", subject=subject, records=good, quarantined=bad)
+    return RunLog(run_id=run_id, agent=parsed[0] if parsed else "", subject=subject, records=good, quarantined=bad,
+                  unread=unread)  # fmt: skip
 
 
 @contextlib.asynccontextmanager

@@ -9,6 +9,19 @@ from the writer that started the run. One chain spans the writers: every append 
 whole run (``Nats-Expected-Last-Subject-Sequence`` with ``Nats-Expected-Last-Subject-Sequence-Subject``
 set to the run's wildcard, ``fence_filter``), so an operator's decision and the agent's next step
 can never interleave.
+
+**A run id is claimed once.** A run's first message (its ``run.started``) is fenced on every agent's
+subjects of the id (``claim_filter``: ``ledger.run.*.<run_id>.*`` must be empty, ``fence_for``), so
+the server stores it only if no agent has written anything under that run id: the first agent to
+start a run under an id owns it, before anything of the run is acted on, and a second agent's start
+is refused at once (runledger.errors.RunIdTakenError). The claim is the agent's own by its
+subject, which NATS lets only that agent write, so nobody claims in another agent's name. Readers
+take the agent of a run id's first ``run.started`` as its owner (runledger.record.fold.refusal) and
+quarantine what another agent writes under it; the claim makes that first ``run.started`` the
+claimer's. Rejected: a separate claim subject or KV key per run id (a key-value entry cannot bind
+its value to its writer; a claim subject needs a new subject, its permissions, and leaves a claimed
+id without a run when the agent dies between the two writes) and keying runs by agent and id in
+every reader (every command, table and page names runs by id alone).
 """
 
 from __future__ import annotations
@@ -76,6 +89,11 @@ def any_agent_run_subject(run_id: str) -> str:
     return f"{RUN_PREFIX}.*.{run_id}.*"
 
 
+def claim_filter(run_id: str) -> str:
+    """What a run's first message is fenced on: every agent's subjects of ``run_id`` (the claim of the id)."""
+    return any_agent_run_subject(run_id)
+
+
 def effect_subject(agent: str, key: str, writer: Writer = AGENT_WRITER) -> str:
     """``ledger.effect.<agent>.<digest(key)>.<writer>``: where ``writer`` appends to one idempotency
     key of an agent (a claim is a first write on the key). The agent in it keeps every agent off
@@ -103,6 +121,17 @@ def fence_filter(subject: str) -> str | None:
     if writer in WRITERS and (parse_run_subject(subject) or parse_effect_subject(subject)):
         return head + ".*"
     return None
+
+
+def fence_for(subject: str, expected_last_seq: int) -> str | None:
+    """The ``Nats-Expected-Last-Subject-Sequence-Subject`` of an append to ``subject`` that expects
+    ``expected_last_seq``: for a run's first message (0 on a run subject) the claim of its id over
+    every agent (``claim_filter``), else ``fence_filter``'s run or key."""
+    if expected_last_seq == 0:
+        parsed = parse_run_subject(subject)
+        if parsed is not None:
+            return claim_filter(parsed[1])
+    return fence_filter(subject)
 
 
 def run_msg_id(run_id: str, seq: int) -> str:

@@ -66,7 +66,7 @@ from runledger.log.publish import (
     publish_fenced,
     stored_as,
 )
-from runledger.log.subjects import FENCE_HEADER, FENCE_SUBJECT_HEADER, fence_filter
+from runledger.log.subjects import FENCE_HEADER, FENCE_SUBJECT_HEADER, fence_filter, fence_for
 from runledger.record.canonical import LEGACY_CHAIN_FORMAT
 from runledger.record.events import GENESIS, Event, Payload
 
@@ -324,7 +324,7 @@ class WindowedWriter(SubjectWriter):
 
     async def _send_batch(self, window: list[_Pending]) -> int:
         batch_id = uuid.uuid4().hex
-        fence = fence_filter(self.subject)
+        fence = fence_for(self.subject, self.last_stream_seq)  # a run's first window claims its id
         count = len(window)
         for i, pending in enumerate(window[:-1], 1):
             headers = {BATCH_ID_HEADER: batch_id, BATCH_SEQUENCE_HEADER: str(i), "Nats-Msg-Id": pending.msg_id}

@@ -30,8 +30,11 @@ from runledger.errors import (
     ConfigurationError,
     EffectClaimedElsewhereError,
     EffectInDoubtError,
+    FencedError,
+    LedgerError,
     NondeterminismError,
     PublishError,
+    RunIdTakenError,
     RunNotFoundError,
     SuspendedForApprovalError,
     ToolFailedError,
@@ -40,7 +43,7 @@ from runledger.errors import (
 from runledger.log.append import append_to_run
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
-from runledger.log.reader import RunLog
+from runledger.log.reader import RunLog, agents_of, run_id_holders
 from runledger.log.subjects import AGENT_WRITER, WORKER_WRITER, Writer, parse_run_subject, run_subject, writer_of
 from runledger.log.window import Window, WindowedWriter
 from runledger.protect.capture import (
@@ -55,6 +58,7 @@ from runledger.protect.loading import load_run
 from runledger.record.canonical import CHAIN_FORMAT, as_recorded, jsonable, recorded_chain_format
 from runledger.record.events import (
     Budgets,
+    Payload,
     RunCompleted,
     RunFailed,
     RunForked,
@@ -156,25 +160,43 @@ async def start_run(
     run._child_driver = _drive_child
     run._snapshots = JournalSnapshotter()
     run._input = as_recorded(jsonable(input), cp.chain_format)  # the agent sees the input as a resume will
-    await run._append(
-        RunStarted(
-            agent=spec.name,
-            version=spec.version(),
-            budgets=budgets or spec.budgets,
-            input=run._input,
-            capture=data.capture,
-            labels=labels or {},
-            parent_run_id=parent_run_id,
-            parent_step=parent_step,
-            chain_format=recorded_chain_format(cp.chain_format),
-            holder=this_holder() or None,
-        )
+    started = RunStarted(
+        agent=spec.name,
+        version=spec.version(),
+        budgets=budgets or spec.budgets,
+        input=run._input,
+        capture=data.capture,
+        labels=labels or {},
+        parent_run_id=parent_run_id,
+        parent_step=parent_step,
+        chain_format=recorded_chain_format(cp.chain_format),
+        holder=this_holder() or None,
     )
-    if fork is not None:
-        await run._append(fork)
-    await run.commit()  # the run id is this process's before any work (a no-op in step durability)
+    # The run id is this process's (its agent's claim, acknowledged) before any work.
+    await claim_run(client, run, spec.name, run_id, [started] if fork is None else [started, fork])
     crash_point("run:started")
     return await drive(run, spec)
+
+
+async def claim_run(client: LedgerClient, run: RecordedRun, agent: str, run_id: str, first: list[Payload]) -> None:
+    """Append a new run's first events and wait until they are acknowledged. The first claims the
+    run id for ``agent`` (it is fenced on every agent's subjects of the id: runledger.log.subjects.fence_for),
+    so nothing of the run is done before the id is its own.
+
+    Raises RunIdTakenError, naming the agents that hold messages under the id, when the id is taken
+    (by another agent, or by a run of this agent's: resume that one); nothing was recorded."""
+    try:
+        for body in first:
+            await run._append(body)
+        await run.commit()  # a no-op in step durability
+    except FencedError as exc:
+        if exc.expected != 0 or isinstance(exc, RunIdTakenError):
+            raise  # not the claim: something was written to the run after its first message
+        try:
+            holders = agents_of(await run_id_holders(client, run_id))
+        except (TimeoutError, LedgerError):  # the refusal stands; only its naming of the holders is lost
+            holders = []
+        raise RunIdTakenError(run_id, agent, holders) from exc
 
 
 @dataclass(frozen=True)
@@ -479,8 +501,7 @@ async def open_run(
             capture=spec.data_policy.capture, labels=labels or {}, chain_format=recorded_chain_format(cp.chain_format),
             holder=this_holder() or None,
         )  # fmt: skip
-        await run._append(started)
-        await run.commit()
+        await claim_run(client, run, spec.name, run_id, [started])
         return run
     cp = fold(log.records)
     refuse_branch(run_id, log, cp)  # a branch goes on only in a sandbox

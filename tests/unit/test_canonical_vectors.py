@@ -15,6 +15,7 @@ from runledger.log.subjects import (
     FENCE_SUBJECT_HEADER,
     effect_msg_id,
     fence_filter,
+    fence_for,
     parse_effect_subject,
     parse_run_subject,
     run_msg_id,
@@ -62,7 +63,8 @@ def test_run_vectors_verify_and_fold() -> None:
         assert event.hash == message["hash"]
         subject, headers = message["subject"], message["headers"]
         fence = fence_filter(subject)
-        assert fence is not None and headers[FENCE_SUBJECT_HEADER] == fence
+        # A run's first message claims its id (every agent's subjects of it); the rest are fenced on the run.
+        assert fence is not None and headers[FENCE_SUBJECT_HEADER] == fence_for(subject, last_of.get(fence, 0))
         assert headers[FENCE_HEADER] == str(last_of.get(fence, 0))
         last_of[fence] = message["stream_seq"]
         seq, prev = chains.get(fence, (0, GENESIS))

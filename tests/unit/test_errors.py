@@ -204,6 +204,7 @@ def _sample(annotation: Any, index: int) -> Any:
         bool: True,
         bytes: b"raw-%d" % index,
         dict: {"model": f"m-{index}", "prompt_hash": index},
+        list: [f"item-{index}"],
     }
     if origin not in samples:
         raise AssertionError(f"no sample for {annotation!r}: add one to _sample or to SAMPLES")

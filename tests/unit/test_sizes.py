@@ -20,7 +20,12 @@ MAX_MODULE_LINES = 800
 # Each entry says why; a piece genuinely better whole stays here with its reason. Both are fnmatch
 # patterns (on the path from the repository root and on the qualified name), so a piece that moves
 # within its folder or into a renamed class keeps its entry.
-ALLOWED: set[tuple[str, str]] = set()  # none today: every piece is within its limit
+ALLOWED: set[tuple[str, str]] = {
+    # The core's one error tree: STYLE.md keeps one errors module a package, and tests/unit/test_errors.py
+    # requires every exception class of the core to be defined (and drawn) there. Split by concern it
+    # would be two trees to read; each class is short.
+    ("ledger/errors.py", ""),
+}
 
 
 def _functions(tree: ast.Module) -> list[tuple[str, int]]:

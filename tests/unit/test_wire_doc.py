@@ -109,6 +109,11 @@ def test_subject_patterns_are_the_codes() -> None:
     assert subjects.effect_subject("ag", "refund:order-8891", "o") == f"ledger.effect.ag.{digest}.o"
     assert "`ledger.effect.<agent>.<digest>.*`" in text
     assert subjects.fence_filter(subjects.run_subject("ag", "r1", "w")) == "ledger.run.ag.r1.*"
+    # The claim of a run id: a run's first message is fenced on every agent's subjects of the id.
+    assert subjects.fence_for(subjects.run_subject("ag", "r1"), 0) == "ledger.run.*.r1.*"
+    assert subjects.fence_for(subjects.run_subject("ag", "r1"), 5) == "ledger.run.ag.r1.*"
+    assert subjects.fence_for(subjects.effect_subject("ag", "k"), 0) == subjects.effect_filter("ag", "k")
+    assert "`ledger.run.*.<run_id>.*` on the run's first message" in text
     assert f"`{subjects.CMD_PREFIX}.rerun`" in text
     for writer in subjects.WRITERS:
         assert f"`{writer}`" in text

@@ -27,6 +27,7 @@ from runledger.log.subjects import (
     effect_msg_id,
     effect_subject,
     fence_filter,
+    fence_for,
     run_msg_id,
     run_subject,
 )
@@ -182,8 +183,9 @@ class _Stream:
         assert fence is not None
         seq, prev = self.chains.get(fence, (0, GENESIS))
         event, data = make_event(body, run_id=run_id, agent=AGENT, seq=seq, prev_hash=prev, chain_format=chain_format)
-        headers = {"Nats-Msg-Id": msg_id_of(seq), FENCE_HEADER: str(self.last.get(fence, 0)),
-                   FENCE_SUBJECT_HEADER: fence}  # fmt: skip
+        last = self.last.get(fence, 0)  # a run's first message claims its id: fenced on every agent's subjects
+        headers = {"Nats-Msg-Id": msg_id_of(seq), FENCE_HEADER: str(last),
+                   FENCE_SUBJECT_HEADER: fence_for(subject, last)}  # fmt: skip
         self.seq += 1
         self.last[fence] = self.seq
         self.chains[fence] = (seq + 1, event.hash)

@@ -418,6 +418,15 @@ WHERE status = 'failed' AND failure_class IS NOT NULL AND parent_run_id IS NULL
 GROUP BY failure_class, agent;
 """
 
+# Forgeries under a run's id (``runs.forgeries``): messages its fold refused from their writers (another
+# agent under a taken run id, a worker on an agent's run, a forged decision) and bytes that are no event
+# off its own subject, each quarantined; counted from the checkpoint's ``refused`` for rows projected before.
+_FORGERIES = """
+ALTER TABLE runs ADD COLUMN forgeries BIGINT;
+UPDATE runs SET forgeries = coalesce(
+    (SELECT json_array_length(c.checkpoint, '$.refused') FROM checkpoints c WHERE c.run_id = runs.run_id), 0);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration("tables", _TABLES),
     Migration("views", _VIEWS),
@@ -425,6 +434,7 @@ MIGRATIONS: list[Migration] = [
     Migration("key writer", _KEY_WRITER),
     Migration("step", _STEP),
     Migration("failure classes", _FAILURE_CLASSES),
+    Migration("forgeries", _FORGERIES),
 ]
 LATEST = len(MIGRATIONS)
 

@@ -232,21 +232,23 @@ class PartitionProjector:
     def _break_run(self, rec: RawRecord, before: dict[str, dict[int, tuple[object, ...]]]) -> None:
         """Bytes that are not a valid event on a run's own subject break the run from there
         (``runledger.record.fold.quarantine_error``; ``runledger runs`` and ``show`` say the same):
-        its rows say ``broken`` and later events are not folded. On another writer's subject of the
-        run they are a stray: quarantined, and the run as it was."""
+        its rows say ``broken`` and later events are not folded. On another writer's (or agent's)
+        subject under the run's id they are a stray: quarantined, the run as it was, and counted among
+        its forgeries (``runs.forgeries``, as ``verify`` names them)."""
         route = self._route(rec.subject)
         if route is None or not route.startswith("run:"):
             return
         run_id = route[4:]
         rf = self.runs.get(run_id)
-        if rf is None or rf.fold_error is not None:
-            return  # nothing of the run folded yet (it has no own subject to judge by), or broken already
+        if rf is None:
+            return  # nothing of the run folded yet: it has no own subject to judge by
         error = quarantine_error(run_id, rf.subject, rec.subject, rec.stream_seq)
-        if error is None:
-            return
-        if run_id not in before:
-            before[run_id] = _snapshot(rf.checkpoint)
-        rf.fold_error = error
+        if error is None or rf.fold_error is None:  # the run's row changes
+            before.setdefault(run_id, _snapshot(rf.checkpoint))
+        if error is None:  # a stray: no break, but a forgery under the run's id all the same (runs.forgeries)
+            rf.checkpoint.refused.append(f"stream seq {rec.stream_seq}: not a valid event on {rec.subject}")
+        elif rf.fold_error is None:
+            rf.fold_error = error
 
     @staticmethod
     def _fold_run(rf: RunFold, rec: RawRecord, ev: Event) -> str | None:

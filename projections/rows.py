@@ -53,7 +53,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("in_doubt_keys", _LIST), ("simulated_keys", _LIST), ("capture", _S), ("input", _S),
         ("output", _S), ("first_stream_seq", _I64), ("last_stream_seq", _I64), ("fold_error", _S),
         ("child_of_run_id", _S), ("child_of_step", _I64), ("failure_class", _S), ("failure_step", _I64),
-        ("failure_step_kind", _S), ("failure_step_name", _S), ("failure_shape", _S),
+        ("failure_step_kind", _S), ("failure_step_name", _S), ("failure_shape", _S), ("forgeries", _I64),
     ]),
     "steps": pa.schema([
         ("run_id", _S), ("step", _I64), ("kind", _S), ("name", _S), ("status", _S), ("input_hash", _S),
@@ -196,6 +196,7 @@ def add_run(buf: TableBuffer, run_id: str, rf: RunFold) -> None:
         cp.last_stream_seq, rf.fold_error, cp.child_of_run_id, i64(cp.child_of_step),
         *(_NO_FAILURE if failure is None else (failure.class_id, i64(failure.step), failure.step_kind or None,
                                                 failure.step_name or None, failure.shape or None)),
+        len(cp.refused),
     )  # fmt: skip
 
 

@@ -70,7 +70,7 @@ IN_DOUBT_KEYS = (
 _COLUMNS = (
     "r.run_id, r.status, r.agent, r.agent_version, r.model, r.started_at, r.ended_at, r.duration_s, r.steps, "
     f"r.tokens, c.cost_usd, coalesce(c.priced, true), r.pending_approvals, {IN_DOUBT_KEYS}, r.parent_run_id, "
-    "r.fork_step, r.fork_mode, r.child_of_run_id, r.failure_reason"
+    "r.fork_step, r.fork_mode, r.child_of_run_id, r.failure_reason, coalesce(r.forgeries, 0)"
 )
 
 
@@ -139,6 +139,7 @@ class RunRow:
     fork_mode: str | None
     child_of: str | None
     failure_reason: str | None
+    forgeries: int = 0  # messages under the run's id that are not its own (``runs.forgeries``): an alarm
 
 
 @dataclass

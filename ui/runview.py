@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runledger.log.reader import RunLog
-from runledger.ops.trace import record_status
+from runledger.ops.trace import forgeries, record_status
 from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, StepRecord, fold
-from runledger.record.records import Recorded
+from runledger.record.records import Quarantined, Recorded
 from runledger.sandbox.diff import RunDiff, diff_runs
 from runledger.ui.prices import PriceTable, usage
 from runledger.ui.projection import ProjectionFollower
@@ -75,6 +75,11 @@ class RunView:
     cost: float
     priced: bool
     messages: int  # messages of the run in the stream (events and quarantined): what live updates watch
+
+    @property
+    def forgeries(self) -> list[Quarantined]:
+        """Messages under the run's id that are not its own (runledger.ops.trace.forgeries): an alarm."""
+        return forgeries(self.log)
 
     @property
     def live(self) -> bool:

@@ -80,6 +80,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             note = f"fork of {r.parent} " + note
         if r.child_of:
             note = f"child of {r.child_of} step {r.child_of_step} " + note
+        if r.forgeries:
+            note = f"FORGED: {r.forgeries} messages under its id are not its own (`runledger verify {r.run_id}`) {note}"
         print(
             f"{r.run_id:<27} {r.agent:<14} {r.status:<10} {r.steps:>5} {r.tokens:>6}  {r.started_at or '':<27} {note}"
         )
@@ -120,9 +122,15 @@ def cmd_show(args: argparse.Namespace) -> int:
                     "limits": cp.limits,
                     "events": events,
                     "quarantined": [
-                        {"stream_seq": q.stream_seq, "reason": q.reason, "raw": q.raw.decode("utf-8", "replace")}
+                        {
+                            "stream_seq": q.stream_seq,
+                            "subject": q.subject,
+                            "reason": q.reason,
+                            "raw": q.raw.decode("utf-8", "replace"),
+                        }
                         for q in log.quarantined
                     ],
+                    "unread": log.unread,
                 }
             )
         else:
@@ -146,29 +154,33 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from runledger.ops.verify import verify_runs
 
     results = with_client(args, lambda c: verify_runs(c, args.run, deep=args.deep))
-    if args.run and not results:
-        raise LedgerError(f"no run {args.run!r} in the ledger: list runs with `runledger runs`")
     bad = [r for r in results if not r.ok]
+    forged = [r for r in results if r.forged]
     if args.json:
-        _print_json([r.__dict__ for r in results])
+        _print_json([r.to_dict() for r in results])
     else:
         for r in results:
+            who = f"agent {r.agent}" if r.agent else "no agent"
             if r.ok:
-                print(f"ok   {r.run_id}  {r.events} events, chain intact ({r.format_name})")
+                print(f"ok   {r.run_id}  {who}  {r.events} events, chain intact ({r.format_name})")
             else:
                 print(
-                    f"BAD  {r.run_id}  first bad event at stream seq {r.first_bad_stream_seq} "
+                    f"BAD  {r.run_id}  {who}  first bad event at stream seq {r.first_bad_stream_seq} "
                     f"(event seq {r.first_bad_seq}, {r.format_name}): {r.reason}"
                 )
                 for p in r.problems[1:5]:
                     print(f"       also {p}")
-            # Refused from their writers (forged or stray): not the run's, left out by every reader.
-            for q in r.quarantined[:5]:
-                print(f"       quarantined {q}")
-            if len(r.quarantined) > 5:
-                print(f"       ... {len(r.quarantined) - 5} more quarantined (--json lists all)")
-        print(f"{len(results) - len(bad)} of {len(results)} runs verified")
-    return Exit.FAILED if bad else Exit.OK
+            # Not the run's (every reader leaves them out) but an alarm: someone wrote under its id.
+            for f in r.forgeries[:5]:
+                print(f"       FORGED stream seq {f.stream_seq} by {f.writer} on {f.subject}: {f.reason}")
+            if len(r.forgeries) > 5:
+                print(f"       ... {len(r.forgeries) - 5} more forgeries (--json lists all)")
+            for subject, count in sorted(r.unread.items()):
+                print(f"       FORGED? {count} messages on {subject}, another agent's subject under this run id, which "
+                      "these credentials may not read: verify with an operator's or analyst's credentials")  # fmt: skip
+        print(f"{len(results) - len(bad)} of {len(results)} runs verified"
+              + (f"; FORGERIES under {len(forged)} of their ids" if forged else ""))  # fmt: skip
+    return Exit.FAILED if bad else Exit.FORGED if forged else Exit.OK
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:

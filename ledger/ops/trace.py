@@ -13,14 +13,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from runledger.errors import ConfigurationError, EventDecodeError, LedgerError, RunNotFoundError
+from runledger.errors import (
+    ConfigurationError,
+    EventDecodeError,
+    LedgerError,
+    RunNotFoundError,
+    RunOfAnotherAgentError,
+)
 from runledger.log.client import LedgerClient
 from runledger.log.reader import RunLog, decode_records, read_raw
 from runledger.log.subjects import parse_run_subject
 from runledger.protect.capture import client_opener
 from runledger.protect.loading import load_run
 from runledger.record.events import decode_fast
-from runledger.record.fold import BROKEN, Checkpoint, fold_until_refused, quarantine_error
+from runledger.record.fold import BROKEN, Checkpoint, fold_until_refused, quarantine_error, split_refused
 from runledger.record.records import Quarantined, Recorded
 from runledger.sdk.holder import is_gone
 
@@ -49,6 +55,10 @@ class RunSummary:
     settled: list[str] = field(default_factory=list)
     # The run's name as its framework's user wrote it (a LangGraph thread id): ``thread_label``.
     thread: str | None = None
+    # Messages under the run's id that are not the run's: refused from their writers (another agent
+    # under the id, a worker on the run, a forged decision) or bytes that are no event off its own
+    # subject. Left out of the run, and an alarm (`runledger verify RUN` names each and exits 7).
+    forgeries: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -79,6 +89,10 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
     Reads the whole run part of the log: fine for an operator's terminal; analysts
     query the DuckDB projection instead.
     """
+    own = getattr(client, "agent", None)  # an agent's login reads its own runs only
+    if own is not None and agent not in (None, own):
+        raise ConfigurationError(f"the agent {own!r} credentials list only agent {own!r}'s runs, not {agent!r}'s")
+    agent = agent or own
     subject_filter = f"ledger.run.{agent}.>" if agent else "ledger.run.>"
     good, bad = decode_records(await read_raw(client, subject_filter))
     by_run: dict[str, list[Recorded]] = defaultdict(list)
@@ -95,8 +109,12 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
     opener = client_opener(client)
     for run_id, records in by_run.items():
         cp, error = fold_until_refused(records)
-        error = first_break(run_id, _own_subject(records), records, garbage.get(run_id, []), cp, error)
+        # The run's own subject: its first accepted event's (``read_run``'s ``RunLog.subject``).
+        accepted, refused = split_refused(records)
+        own_subject = (accepted or records)[0].subject
+        error = first_break(run_id, own_subject, records, garbage.get(run_id, []), cp, error)
         summary = summarize(cp)
+        summary.forgeries = len(refused) + sum(q.subject != own_subject for q in garbage.get(run_id, []))
         summary.run_id = summary.run_id or run_id  # no run.started folded: the run is named by its subject
         summary.agent = summary.agent or records[0].event.agent
         first = records[0].event
@@ -273,6 +291,9 @@ async def child_tree(client: LedgerClient, cp: Checkpoint, *, depth: int = 8) ->
     for step, run_id, agent, recorded in child_steps(cp):
         try:
             log = await load_run(client, run_id, open_content=False)
+        except RunOfAnotherAgentError:
+            nodes.append(ChildNode(step, run_id, agent, "another agent's: not readable with these credentials", []))
+            continue
         except RunNotFoundError:
             nodes.append(ChildNode(step, run_id, agent, "not started" if recorded == "started" else recorded, []))
             continue
@@ -329,10 +350,21 @@ def first_break(
     return fold_error
 
 
-def _own_subject(records: list[Recorded]) -> str:
-    """The subject the run's own writer appends to: its ``run.started``'s (else its first event's)."""
-    started = next((r for r in records if r.event.type == "run.started"), records[0])
-    return started.subject
+def forgeries(log: RunLog) -> list[Quarantined]:
+    """The messages under ``log``'s run id that are not the run's (what ``verify`` calls forgeries and
+    exits 7 for): valid events refused from their writers, and bytes that are no event off the run's own
+    subject. Bytes that are no event on its own subject are a break of the run, not a forgery."""
+    found = []
+    for q in log.quarantined:
+        if q.subject != log.subject:
+            found.append(q)
+            continue
+        try:
+            decode_fast(q.raw)
+        except EventDecodeError:
+            continue
+        found.append(q)
+    return found
 
 
 def live_status(status: str, holder: str | None) -> str:
@@ -385,7 +417,10 @@ def render_run(
     if cp.in_doubt_keys:
         lines.append("effects in doubt  " + ", ".join(cp.in_doubt_keys))
     for q in log.quarantined:
-        lines.append(f"QUARANTINED stream seq {q.stream_seq}: {q.reason}")
+        lines.append(f"QUARANTINED stream seq {q.stream_seq} on {q.subject}: {q.reason}")
+    for subject, count in sorted(log.unread.items()):
+        lines.append(f"UNREAD {count} messages on {subject}: another agent's under this run id, which these "
+                     "credentials may not read (only one agent's run under an id is genuine: its first)")  # fmt: skip
     if step is not None:
         events = [r.event for r in log.records if r.event.step == step]
         if not events:

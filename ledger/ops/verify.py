@@ -1,4 +1,5 @@
-"""Tamper evidence: check each subject's hash chain and sequence, name the first bad event."""
+"""Tamper evidence: check each run's hash chain and sequence, name the first bad event, and raise the
+alarm on forgeries: messages under a run's id that its writers may not write (``Forgery``)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from runledger.errors import EventDecodeError, KeyStoreError, PayloadUnavailableError
+from runledger.errors import EventDecodeError, KeyStoreError, PayloadUnavailableError, RunNotFoundError
 from runledger.log.client import LedgerClient
-from runledger.log.reader import read_raw
-from runledger.log.subjects import any_agent_run_subject, fence_filter, parse_run_subject
+from runledger.log.reader import own_run_filter, read_raw
+from runledger.log.subjects import (
+    AGENT_WRITER,
+    OPERATOR_WRITER,
+    RUN_PREFIX,
+    WORKER_WRITER,
+    parse_run_subject,
+    writer_of,
+)
 from runledger.protect.blobs import is_blob_ref
 from runledger.protect.capture import (
     PayloadOpener,
@@ -20,28 +28,74 @@ from runledger.protect.capture import (
     is_sealed_text,
 )
 from runledger.record.canonical import CHAIN_FORMATS
-from runledger.record.events import GENESIS, decode
-from runledger.record.fold import Checkpoint, refusal
+from runledger.record.events import GENESIS, Event, decode
+from runledger.record.fold import Checkpoint, refusal, split_refused
 from runledger.record.records import RawRecord, Recorded
+
+
+@dataclass(frozen=True)
+class Forgery:
+    """A message under a run's id that its chain does not include: one its writer may not write
+    (runledger.record.fold.refusal: another agent under a taken run id, a forged envelope, a worker on
+    an agent's run, a decision off the operator's subject) or bytes that are no event off the run's
+    own subject. Every reader quarantines it; ``verify`` raises the alarm (exit 7)."""
+
+    stream_seq: int
+    subject: str
+    reason: str
+
+    @property
+    def agent(self) -> str:
+        """The agent the subject names."""
+        parsed = parse_run_subject(self.subject)
+        return parsed[0] if parsed else ""
+
+    @property
+    def writer(self) -> str:
+        """Who published it, by the subject's writer token, which the server lets only that role
+        write: the login ``agent-<name>``, ``worker`` or ``operator`` (runledger.protect.roles)."""
+        names: dict[str, str] = {AGENT_WRITER: f"agent-{self.agent}", WORKER_WRITER: "worker"}
+        names[OPERATOR_WRITER] = "operator"
+        return names.get(writer_of(self.subject) or "", "unknown")
+
+    def __str__(self) -> str:
+        return f"stream seq {self.stream_seq}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stream_seq": self.stream_seq, "subject": self.subject, "writer": self.writer,
+                "agent": self.agent, "reason": self.reason}  # fmt: skip
 
 
 @dataclass
 class VerifyResult:
-    subject: str
+    subject: str  # where the run's own writer appends (its first accepted message's subject)
     run_id: str
-    events: int = 0
+    agent: str = ""  # the run id's agent: the agent of its first accepted message (its run.started)
+    events: int = 0  # the run's own messages: its chain and the problems in it, forgeries left out
     ok: bool = True
     first_bad_stream_seq: int | None = None
     first_bad_seq: int | None = None
     reason: str = ""
     problems: list[str] = field(default_factory=list)
-    # Messages on the run's subjects that its chain does not include, refused from their writer (a
-    # forged envelope, a worker on an agent's run, a decision off the operator's subject:
-    # runledger.record.fold.refusal): named, as every reader quarantines them, and not a break of the run.
-    quarantined: list[str] = field(default_factory=list)
+    # Messages under the run's id that its chain does not include (``Forgery``): named, as every
+    # reader quarantines them, never a break of the run, and an alarm (``runledger verify`` exits 7).
+    forgeries: list[Forgery] = field(default_factory=list)
+    # Read with an agent's credentials: other agents' subjects under the run's id, with their message
+    # counts, which these credentials may not read (runledger.log.reader.own_run_filter).
+    unread: dict[str, int] = field(default_factory=dict)
     # The canonical JSON of the run's hashes (run.started's chain_format, docs/wire.md): 1 or 2;
     # None when the run has no readable run.started.
     chain_format: int | None = None
+
+    @property
+    def quarantined(self) -> list[str]:
+        """The forgeries as lines: ``stream seq N: why``."""
+        return [str(f) for f in self.forgeries]
+
+    @property
+    def forged(self) -> bool:
+        """Forgeries were found under the run's id (or another agent's messages that could not be read)."""
+        return bool(self.forgeries or self.unread)
 
     @property
     def format_name(self) -> str:
@@ -49,59 +103,89 @@ class VerifyResult:
             return "chain format unknown (no run.started)"
         return f"chain format {self.chain_format}, {CHAIN_FORMATS.get(self.chain_format, 'unknown')}"
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "agent": self.agent, "subject": self.subject, "events": self.events, "ok": self.ok,
+            "first_bad_stream_seq": self.first_bad_stream_seq, "first_bad_seq": self.first_bad_seq,
+            "reason": self.reason, "problems": self.problems, "chain_format": self.chain_format,
+            "forged": self.forged, "forgeries": [f.to_dict() for f in self.forgeries], "unread": self.unread,
+            "quarantined": self.quarantined,
+        }  # fmt: skip
+
 
 def verify_subject(subject: str, raws: list[RawRecord]) -> VerifyResult:
-    """Check one run's messages (in stream order, every writer's subject of it): each decodes, its
-    hash matches its content, seq runs 0,1,2... with no gap and prev_hash links to the previous hash.
+    """Check one run id's messages (in stream order, every agent's and writer's subject of it): each
+    decodes, its hash matches its content, seq runs 0,1,2... with no gap and prev_hash links to the
+    previous hash. ``subject``: any subject of the run (its id is taken from it).
 
-    A message its writer may not write (runledger.record.fold.refusal: an envelope that does not
-    match its subject, a worker on an agent's run, an operator's decision anywhere but on the
-    operator's subject) is no part of the chain: it is listed in ``quarantined``, as every reader
-    leaves it out, and the chain is checked without it."""
+    The run is the id's first accepted message's agent's (runledger.record.fold.refusal, as every
+    reader finds it). A message its writer may not write (another agent under the run's id, an
+    envelope that does not match its subject, a worker on an agent's run, an operator's decision
+    anywhere but on the operator's subject), and bytes that are no event on any subject but the
+    run's own, are no part of the chain: they are listed in ``forgeries``, as every reader leaves them
+    out, and the chain is checked without them."""
     parsed = parse_run_subject(subject)
-    result = VerifyResult(subject=subject, run_id=parsed[1] if parsed else subject)
-    expected_seq, prev = 0, GENESIS
-    writers = Checkpoint()
+    decoded: list[tuple[RawRecord, Event | str]] = []
     for raw in raws:
-        result.events += 1
-        problem: str | None = None
         try:
-            ev = decode(raw.data)
+            decoded.append((raw, decode(raw.data)))
         except EventDecodeError as exc:
-            problem = f"not a valid event ({exc.reason})"
-        else:
-            refused = refusal(writers, Recorded(ev, raw.stream_seq, raw.subject))
-            if refused is not None:
-                result.quarantined.append(f"stream seq {raw.stream_seq}: {refused}")
+            decoded.append((raw, f"not a valid event ({exc.reason})"))
+    accepted, refused = split_refused(Recorded(ev, raw.stream_seq, raw.subject)
+                                      for raw, ev in decoded if not isinstance(ev, str))  # fmt: skip
+    why = {rec.stream_seq: reason for rec, reason in refused}
+    own = accepted[0].subject if accepted else (raws[0].subject if raws else subject)
+    owner = parse_run_subject(own)
+    result = VerifyResult(subject=own, run_id=parsed[1] if parsed else subject, agent=owner[0] if owner else "")
+    expected_seq, prev = 0, GENESIS
+    for raw, ev in decoded:
+        problem: str | None = None
+        if isinstance(ev, str):
+            if raw.subject != own:  # another writer's garbage: a stray, never a break (quarantine_error)
+                result.forgeries.append(Forgery(raw.stream_seq, raw.subject, f"{ev} on {raw.subject}"))
                 continue
-            if ev.seq != expected_seq:
-                problem = f"seq {ev.seq} where {expected_seq} was expected (missing, duplicated or reordered)"
-            elif ev.prev_hash != prev:
-                problem = "prev_hash does not link to the previous event (modified or forged history)"
-            else:
-                if ev.seq == 0 and ev.type == "run.started":
-                    result.chain_format = ev.payload.get("chain_format") or 1
-                expected_seq, prev = ev.seq + 1, ev.hash
+            problem = ev
+        elif raw.stream_seq in why:
+            result.forgeries.append(Forgery(raw.stream_seq, raw.subject, why[raw.stream_seq]))
+            continue
+        elif ev.seq != expected_seq:
+            problem = f"seq {ev.seq} where {expected_seq} was expected (missing, duplicated or reordered)"
+        elif ev.prev_hash != prev:
+            problem = "prev_hash does not link to the previous event (modified or forged history)"
+        else:
+            if ev.seq == 0 and ev.type == "run.started":
+                result.chain_format = ev.payload.get("chain_format") or 1
+            expected_seq, prev = ev.seq + 1, ev.hash
+        result.events += 1
         if problem is not None:
-            result.problems.append(f"stream seq {raw.stream_seq}: {problem}")
-            if result.ok:
-                result.ok = False
-                result.first_bad_stream_seq = raw.stream_seq
-                result.first_bad_seq = expected_seq
-                result.reason = problem
+            _flag(result, raw.stream_seq, expected_seq, problem)
     return result
 
 
 async def verify_runs(client: LedgerClient, run_id: str | None = None, *, deep: bool = False) -> list[VerifyResult]:
-    """Verify one run, or every run in the ledger; ``deep`` also checks content (verify_content)."""
-    raws = await read_raw(client, any_agent_run_subject(run_id) if run_id else "ledger.run.>")
-    # One chain a run, across its writers' subjects (runledger.log.subjects), named by its first
-    # message's subject (the run's own writer).
+    """Verify one run, or every run in the ledger; ``deep`` also checks content (verify_content).
+
+    One result a run id, across every agent's and writer's subjects of it: the id is its first
+    agent's, and what another agent wrote under it is a forgery of that run, never a second run.
+    Logged in as an agent (``client.agent``), its own runs only (runledger.log.reader.own_run_filter:
+    another agent's run raises RunOfAnotherAgentError), with the other agents' subjects under the id
+    named in ``unread``. Raises RunNotFoundError for a ``run_id`` with no message."""
+    unread: dict[str, int] = {}
+    if run_id is not None:
+        subject_filter, unread = await own_run_filter(client, run_id, None)
+    else:
+        subject_filter = f"{RUN_PREFIX}.{client.agent}.>" if getattr(client, "agent", None) else f"{RUN_PREFIX}.>"
+    raws = await read_raw(client, subject_filter)
+    if run_id is not None and not raws:
+        raise RunNotFoundError(run_id)
     by_run: dict[str, list[RawRecord]] = defaultdict(list)
     for raw in raws:
-        by_run[fence_filter(raw.subject) or raw.subject].append(raw)
-    chains = sorted((items[0].subject, items) for items in by_run.values())
-    results = [verify_subject(subject, items) for subject, items in chains]
+        parsed = parse_run_subject(raw.subject)
+        by_run[parsed[1] if parsed else raw.subject].append(raw)
+    chains = sorted(by_run.items())
+    results = [verify_subject(items[0].subject, items) for _, items in chains]
+    for result in results:
+        result.unread = unread
     if deep:
         opener = client_opener(client)
         for result, (_, items) in zip(results, chains, strict=True):

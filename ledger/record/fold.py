@@ -73,7 +73,9 @@ class Checkpoint:
     last_hash: str = GENESIS
     last_stream_seq: int = 0
     writer: str = ""  # who writes the run: "a" its agent, "w" a worker (a branch); "" when not known
-    refused: list[str] = field(default_factory=list)  # messages the fold refused (``refusal``): where and why
+    # Messages under the run's id that are not the run's, where and why: refused from their writers
+    # (``refusal``), and in the projection also bytes that are no event off the run's own subject.
+    refused: list[str] = field(default_factory=list)
     steps: dict[int, StepRecord] = field(default_factory=dict)
     messages: list[dict[str, int]] = field(default_factory=list)  # references: {step, seq}
     pending_approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -235,8 +237,9 @@ def refusal(cp: Checkpoint, rec: Recorded) -> str | None:
     unreadable. The rules (docs/data-protection.md, "Who may write what"):
 
     - the envelope matches its subject: the run id, and the agent (``run.started``'s ``agent`` too);
-    - one agent a run: the first accepted message fixes the subject's agent (another agent's subject
-      with the same run id is another run, which readers that find a run by its id alone must not mix in);
+    - one agent a run id: the first accepted message fixes the run's agent, whose run id it is (writers
+      claim an id with their run.started, fenced on every agent's subjects of it:
+      runledger.log.subjects.fence_for); whatever another agent writes under the id is refused, named;
     - the run's writer is the writer of its ``run.started`` (``a`` its agent, ``w`` a worker's branch);
       a run never starts on the operator's subject (a message before any ``run.started`` is judged by
       the chain: the fold breaks the run there, as a gap);
@@ -269,7 +272,8 @@ def refusal(cp: Checkpoint, rec: Recorded) -> str | None:
             return None
         cp.writer = writer  # a checkpoint folded without subjects (a live run's) learns whose the run is
     if agent != cp.agent:
-        return f"{ev.type} on agent {agent!r}'s subject of a run of agent {cp.agent!r} (another run's id)"
+        return (f"{ev.type} by agent {agent!r} under run id {run_id!r}, which is agent {cp.agent!r}'s (its first "
+                "run.started): a run id is its first agent's, and no other agent writes under it")  # fmt: skip
     if writer == OPERATOR_WRITER:
         if ev.type not in OPERATOR_TYPES:
             return f"{ev.type} on the operator's subject, which carries only operator decisions"

@@ -24,6 +24,7 @@ import pytest
 
 from runledger import AgentSpec, Run, ScriptedModel
 from runledger.cli import main
+from runledger.cli.exits import Exit
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient, connect
 from runledger.log.reader import read_raw, read_run
@@ -248,8 +249,8 @@ async def test_a_worker_cannot_break_an_agents_run(
     assert f"QUARANTINED stream seq {forged_seqs[0]}" in out and "forged" not in out.split("QUARANTINED")[0]
     code = await asyncio.to_thread(main, ["verify", "victim-5", *as_operator])
     out = capsys.readouterr().out
-    assert code == 0 and "ok   victim-5" in out and "1 of 1 runs verified" in out, out
-    assert f"quarantined stream seq {forged_seqs[0]}: run.completed written as 'w'" in out
+    assert code == Exit.FORGED and "ok   victim-5  agent alpha" in out and "1 of 1 runs verified" in out, out
+    assert f"FORGED stream seq {forged_seqs[0]} by worker on {subject}: run.completed written as 'w'" in out
 
     await approve(operator, "victim-5", request, by="op")
     resumed = await resume_run(alpha, spec, "victim-5")
@@ -313,15 +314,15 @@ async def test_a_forged_envelope_changes_no_row_of_its_victim(
     rows = sql(db, "SELECT stream_seq, error FROM quarantine WHERE stream_seq IN (SELECT unnest(?::BIGINT[]))"
                " ORDER BY 1", forged)  # fmt: skip
     assert rows == [(s, "RefusedFromWriter") for s in forged]
-    results = {r.subject: r for r in await verify_runs(operator)}
-    assert results[run_subject("alpha", "victim-6", "a")].ok
-    assert not results[run_subject("alpha", "victim-6", "a")].quarantined
-    named = [q for r in results.values() for q in r.quarantined]
-    assert sorted(int(q.split()[2].rstrip(":")) for q in named) == sorted(forged[:-1])
-    assert any("forged envelope" in q for q in named)
-    # Under beta's own name, alpha's run id is only another chain, which verify judges as such: no start.
-    squatted = results[squat]
-    assert not squatted.ok and squatted.first_bad_stream_seq == forged[-1]
+    results = {r.run_id: r for r in await verify_runs(operator)}
+    assert all(r.ok for r in results.values())
+    named = {f.stream_seq: f for r in results.values() for f in r.forgeries}
+    assert sorted(named) == sorted(forged)
+    assert any("forged envelope" in f.reason for f in named.values())
+    # Under beta's own name, alpha's run id is no second run: a forgery of alpha's run, named as beta's.
+    victim_result = results["victim-6"]
+    assert victim_result.agent == "alpha" and [f.stream_seq for f in victim_result.forgeries] == [forged[-1]]
+    assert (named[forged[-1]].subject, named[forged[-1]].writer) == (squat, "agent-beta")
     # Read by its id alone (as `show` and resume read it), the victim is its own events only.
     log = await read_run(operator, "victim-6")
     assert {r.subject for r in log.records} == {run_subject("alpha", "victim-6", "a")}

@@ -175,4 +175,4 @@ def test_another_agents_run_with_the_same_id_is_left_out() -> None:
     theirs = _chain([(RunStarted(agent="beta", version=VERSION), run_subject("beta", "r1"))], agent="beta")
     squatter = Recorded(theirs[0].event, 9, theirs[0].subject)
     accepted, refused = split_refused([*mine, squatter])
-    assert accepted == mine and "another run's id" in refused[0][1]
+    assert accepted == mine and "which is agent 'support''s" in refused[0][1]

@@ -63,7 +63,8 @@ class LogContract:
         bob, alice = run_subject("bob", "r9"), run_subject("alice", "r9")
         seq = await publish_fenced(js, bob, b"bob", "r9:0", 0)
         with pytest.raises(FencedError):  # alice's subject of r9 is empty, but the run id is bob's
-            await publish_fenced(js, alice, b"alice", "r9:0", 0, QUICK)
+            # (another msg id than bob's r9:0: the fence refuses it, not the duplicate window)
+            await publish_fenced(js, alice, b"alice", "r9-alice:0", 0, QUICK)
         assert [r.data for r in await read_raw(self.client, "ledger.run.*.r9.*")] == [b"bob"]
         # Once claimed, the run's appends are fenced on its own subjects: what another agent writes
         # under the id (unfenced) never fences the owner out.

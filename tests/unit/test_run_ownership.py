@@ -81,6 +81,7 @@ async def test_a_start_on_a_run_id_another_agent_holds_is_refused_naming_it(
     # A framework's run opened by id (a LangGraph thread): the same claim.
     with pytest.raises(RunIdTakenError, match="agent 'bob' claimed it first"):
         await open_run(client, spec("alice", calls, durability), "refund-1")
+    await client.close()
 
 
 async def test_whoever_wrote_first_under_an_id_holds_it(ledger: tuple[MemoryLedger, LedgerClient]) -> None:

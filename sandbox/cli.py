@@ -72,6 +72,10 @@ def _print(result: Any) -> int:
     print(f"branch {result.run_id} of {result.parent_run_id} ({result.mode} from step {result.fork_step}"
           + (f", changed {result.changed}" if result.changed else "") + f"): {result.status}"
           + (f" ({result.reason})" if result.reason else ""))  # fmt: skip
+    if result.change_note:
+        print(result.change_note)
+    if result.exercise is not None and not result.exercise.exercised:
+        print(f"not exercised: {result.exercise.why}")
     if result.time_limit_note:
         print(result.time_limit_note)
     if result.error:
@@ -462,9 +466,12 @@ def _add_rerun(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--junit", metavar="FILE", help="sweep: write the verdicts as JUnit XML (one test case per run)")
     p.add_argument("--prices", metavar="FILE", help="sweep: price the branches with this JSON table (default: the "
                    "projection's model_prices)")  # fmt: skip
-    p.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that recorded the run")
+    p.add_argument("--agent", required=True, metavar="MODULE:ATTR",
+                   help="the agent that recorded the run, as its code is now: edited since, the re-run is a "
+                   "counterfactual of the agent's code (stated: agent code changed: A -> B)")  # fmt: skip
     p.add_argument("--mode", required=True, choices=["replay", "redrive", "live", "counterfactual"])
-    p.add_argument("--at-step", type=int, help="the fork step k (default: the run's last step)")
+    p.add_argument("--at-step", type=int, help="the fork step k (default: the decision, the last model call at or "
+                   "before the step the run failed at, else its last step)")  # fmt: skip
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="counterfactual change: model=MODULE:ATTR, prompt=TEXT, agent=MODULE:ATTR or "
                    "tools=MODULE:ATTR; with --where, two or more are the candidates of a matrix (each run "

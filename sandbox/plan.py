@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from runledger.record.fold import Checkpoint, StepRecord
-from runledger.sandbox.candidate import check_in_image
+from runledger.sandbox.candidate import check_in_image, describe_change
 from runledger.sandbox.containers import SandboxPool
+from runledger.sandbox.decision import Exercise, default_fork, predict
 from runledger.sandbox.errors import Refusal, refusal_of
 from runledger.sandbox.rerun import RerunRequest, preflight
 from runledger.sdk.agent import CodeAllowList, load_agent
@@ -68,6 +69,12 @@ class BranchPlan:
     steps: list[StepPlan] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # why a worker would refuse the request
     refusals: list[Refusal] = field(default_factory=list)  # their classes, then the refused steps'
+    fork_rule: str = ""  # why the fork is at fork_step: the request's --at-step, or the decision
+    changed: str | None = None  # the version-tuple element the branch changes, from what to what
+    changed_from: Any = None
+    changed_to: Any = None
+    in_place: bool = False  # the agent named is code edited since the record: an agent counterfactual
+    exercise: Exercise | None = None  # whether the change will be exercised from the fork (predicted)
 
     def refused(self) -> list[Refusal]:
         """Every refusal class the plan predicts: the request's, then the steps' (each once)."""
@@ -86,8 +93,14 @@ class BranchPlan:
                 out[s.action] += 1
         return out
 
+    @property
+    def change(self) -> str:
+        """The change in one line (``agent code changed: code:ab12 -> code:cd34``); "" when none."""
+        return describe_change(self.changed, self.changed_from, self.changed_to)
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok, "counts": self.counts(), "refused": [str(r) for r in self.refused()]}
+        return {**asdict(self), "ok": self.ok, "counts": self.counts(), "refused": [str(r) for r in self.refused()],
+                "change": self.change}  # fmt: skip
 
 
 def _from_record(rec: StepRecord, when: str) -> tuple[Action, str]:
@@ -194,14 +207,27 @@ def problems(
 
 def plan_branch(parent: Checkpoint, request: RerunRequest, allowed: CodeAllowList | None = None) -> BranchPlan:
     """The plan of ``request`` over its parent's checkpoint (loads the named agent to check it, if
-    ``allowed``: default ``$RUNLEDGER_ALLOW_CODE``)."""
-    fork_step = max(parent.last_step, 0) if request.fork_step is None else request.fork_step
+    ``allowed``: default ``$RUNLEDGER_ALLOW_CODE``): as the branch will run it (code edited in place
+    since the record is an agent counterfactual), forked at ``--at-step`` or else at the decision
+    (runledger.sandbox.decision), with whether its change will be exercised from there."""
+    allowed = CodeAllowList.from_env() if allowed is None else allowed
+    errors: list[Exception] = []
+    checked = preflight(parent, request, allowed, errors)
+    found = [(refusal_of(exc), str(exc)) for exc in errors]
+    if checked is not None:
+        request = checked.request
+    decision = default_fork(parent)
+    fork_step, rule = (decision.step, decision.why) if request.fork_step is None else (request.fork_step, "--at-step")
     base = request.base_mode if request.mode == "counterfactual" else request.mode
-    plan = BranchPlan(parent.run_id, request.branch_run_id, request.mode, base, fork_step, request.allow_effects)
+    plan = BranchPlan(parent.run_id, request.branch_run_id, request.mode, base, fork_step, request.allow_effects,
+                      fork_rule=rule)  # fmt: skip
     plan.steps = plan_steps(parent, request, fork_step)
-    found = refusals(parent, request, allowed)
     plan.problems = [message for _, message in found]
     plan.refusals = list(dict.fromkeys(refusal for refusal, _ in found if refusal is not None))
+    if checked is not None:
+        plan.changed, plan.changed_from, plan.changed_to = checked.changed, checked.before, checked.after
+        plan.in_place = checked.in_place
+        plan.exercise = predict(parent, fork_step, checked.changed)
     return plan
 
 
@@ -226,8 +252,22 @@ def render_plan(plan: BranchPlan) -> str:
         + (f" on {plan.base_mode}" if plan.mode == "counterfactual" else "")
         + f" from step {plan.fork_step}; branch {plan.branch_run_id}"
         + ("; effects allowed" if plan.allow_effects else ""),
-        f"{'step':>5}  {'kind':<9} {'name':<24} {'recorded':<10} plan",
     ]
+    if plan.fork_rule and plan.fork_rule != "--at-step":
+        lines.append(f"fork at step {plan.fork_step}: {plan.fork_rule} (--at-step K to choose another)")
+    if plan.change:
+        lines.append(
+            plan.change
+            + (
+                " (the code --agent names is not the code that recorded the run: edited since, "
+                "it is re-run as a counterfactual of the agent element)"
+                if plan.in_place
+                else ""
+            )
+        )
+    if plan.exercise is not None:
+        lines.append(("exercised: " if plan.exercise.exercised else "NOT EXERCISED: ") + plan.exercise.why)
+    lines.append(f"{'step':>5}  {'kind':<9} {'name':<24} {'recorded':<10} plan")
     for s in plan.steps:
         lines.append(f"{s.step:>5}  {s.kind:<9} {s.name[:24]:<24} {s.recorded:<10} {ACTION_TEXT[s.action]}: {s.why}")
     counts = plan.counts()

@@ -31,11 +31,12 @@ import dataclasses
 import inspect
 import time
 import traceback
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runledger.errors import CodeNotAllowedError, ConfigurationError, RunNotFoundError, VersionMismatchError
+from runledger.errors import CodeNotAllowedError, ConfigurationError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.log.reader import RunLog
@@ -48,11 +49,12 @@ from runledger.record.events import ErrorInfo, RunFailed, RunForked, RunResumed,
 from runledger.record.fold import Checkpoint, apply, fold
 from runledger.record.ids import new_id
 from runledger.record.records import Recorded
-from runledger.record.versions import differing, identity
-from runledger.sandbox.branch import BranchRun
+from runledger.record.versions import identity
+from runledger.sandbox.branch import BranchRun, CallRule
 from runledger.sandbox.broker import Broker
-from runledger.sandbox.candidate import judge_load
+from runledger.sandbox.candidate import CHANGEABLE, ELEMENTS, describe_change, judge_load, resolve_in_place
 from runledger.sandbox.containers import CodeMounts, Sandbox, SandboxPool, code_mounts
+from runledger.sandbox.decision import Exercise, default_fork, exercise_of
 from runledger.sandbox.errors import (
     Refusal,
     RerunDeadLetteredError,
@@ -66,9 +68,6 @@ from runledger.sdk.lifecycle import RunResult, drive
 from runledger.sdk.tools import Tool
 
 Mode = Literal["replay", "redrive", "live", "counterfactual"]
-CHANGEABLE = ("model", "prompt", "agent", "tools")
-# The version-tuple element each ``--set NAME=`` changes.
-ELEMENTS = {"model": "model", "prompt": "prompt_hash", "agent": "agent_version", "tools": "tool_schema_hashes"}
 # What a tool is besides what the model sees (its description and parameter schema): its implementation.
 # ``--set tools=`` may change none of it; a change to any is a code change (``--set agent=``).
 IMPLEMENTATION = ("fn", "effect_class", "key", "reconcile", "secrets", "lease_s", "retry", "inline")
@@ -100,11 +99,19 @@ class RerunResult(RunResult):
     fork_step: int = 0
     mode: str = ""
     changed: str | None = None
+    changed_from: Any = None  # the changed element's recorded value, and the branch's
+    changed_to: Any = None
     warm: bool = False
     requests: int = 0
     time_limit_s: float | None = None  # the wall-clock limit the re-run ran under
     requested_time_limit_s: float | None = None  # set when the request asked for more than the worker allows
     refusal: str | None = None  # the Refusal class of the mode's rule that failed the branch at a step, if one did
+    exercise: Exercise | None = None  # whether the change was exercised from the fork on (runledger.sandbox.decision)
+
+    @property
+    def change_note(self) -> str:
+        """The change in one line (``agent code changed: code:ab12 -> code:cd34``), "" when nothing changed."""
+        return describe_change(self.changed, self.changed_from, self.changed_to)
 
     @property
     def time_limit_note(self) -> str:
@@ -222,19 +229,22 @@ def changed_schemas(host: AgentSpec, spec: AgentSpec) -> dict[str, dict[str, Any
 
 
 def branch_spec(
-    host: AgentSpec, request: RerunRequest, allowed: CodeAllowList | None = None
-) -> tuple[AgentSpec, str, str | None, Any, Any]:
+    host: AgentSpec, request: RerunRequest, allowed: CodeAllowList | None = None,
+    recorded: Mapping[str, Any] | None = None,
+) -> tuple[AgentSpec, str, str | None, Any, Any]:  # fmt: skip
     """The spec the branch runs with, its agent ref, and (changed, from, to) of the version tuple.
 
-    A changed agent or model is loaded only from the operator's ``allowed`` code (default: the
-    environment's, ``CodeAllowList.from_env``); anything else raises CodeNotAllowedError before it
-    is imported or called."""
+    A changed agent is compared with the ``recorded`` version tuple when one is given (the parent's:
+    the code that recorded it may be gone, edited in place), else with ``host``'s; every other change
+    with ``host``, which is then the recorded code (``resolve_in_place``). A changed agent or model is
+    loaded only from the operator's ``allowed`` code (default: the environment's,
+    ``CodeAllowList.from_env``); anything else raises CodeNotAllowedError before it is imported or
+    called."""
     allowed = CodeAllowList.from_env() if allowed is None else allowed
     check_change(request)
     if request.mode != "counterfactual":
         return host, request.agent, None, None, None
     ((what, value),) = request.change.items()
-    before = host.version()
     ref = request.agent
     try:
         if what == "model":
@@ -249,10 +259,13 @@ def branch_spec(
         raise tagged(exc, Refusal.NOT_ALLOWED) from None
     except ConfigurationError as exc:  # a bad name: no retry can cure the request
         raise RerunRequestError(str(exc), Refusal.CANDIDATE) from exc
-    after = spec.version()
     field = ELEMENTS[what]
+    if what == "agent" and recorded is not None:  # like with like: by the rule the parent was recorded under
+        before, after = identity(recorded), spec.version_like(recorded).model_dump()
+    else:
+        before, after = host.version().model_dump(), spec.version().model_dump()
     # The four elements (a recorded code hash, beside agent_version, goes with it).
-    differs = [k for k in ELEMENTS.values() if getattr(before, k) != getattr(after, k)]
+    differs = [k for k in ELEMENTS.values() if before.get(k) != after.get(k)]
     if what == "tools":
         # A new description changes what the model sees, not Tool.schema_hash: judged by what it sees.
         was, now = seen_hashes(host), seen_hashes(spec)
@@ -273,14 +286,14 @@ def branch_spec(
             f"{differs or 'nothing'}{hint}",
             Refusal.ELEMENT,
         )
-    return spec, ref, field, getattr(before, field), getattr(after, field)
+    return spec, ref, field, before.get(field), after.get(field)
 
 
 @dataclasses.dataclass(frozen=True)
 class Preflight:
     """What a re-run request resolves to once every check before its first step passed."""
 
-    host: AgentSpec  # the agent named, the code that recorded the run
+    host: AgentSpec  # the agent named (the code that recorded the run, unless edited in place since)
     spec: AgentSpec  # what the branch runs with (a counterfactual's change applied)
     ref: str  # the agent the sandbox loads
     changed: str | None  # the version-tuple element changed, and from what to what
@@ -289,22 +302,25 @@ class Preflight:
     fork_step: int
     code: CodeMounts  # what the sandbox mounts (code_location)
     tool_schemas: dict[str, dict[str, Any]]  # a tools counterfactual's changed descriptions
+    # The request as the branch runs it: a re-drive or live re-run of code edited in place since the
+    # record is the counterfactual of the agent element it is (``resolve_in_place``).
+    request: RerunRequest
+    fork_rule: str = ""  # why the fork is at ``fork_step`` (the request's --at-step, or the decision)
 
-
-def check_version(parent: Checkpoint, host: AgentSpec, request: RerunRequest) -> None:
-    """Raise VersionMismatchError unless ``host`` (the agent the request names) is the code that
-    recorded ``parent``."""
-    recorded_as = host.version_like(parent.version)  # by the rule the parent was recorded under
-    if differing(parent.version or {}, recorded_as.model_dump()):  # a code hash beside a declared version is not
-        raise VersionMismatchError(request.parent_run_id, identity(parent.version or {}), recorded_as.identity())
+    @property
+    def in_place(self) -> bool:
+        """The agent named is not the code that recorded the run: the working tree's code, edited since."""
+        return self.request.mode == "counterfactual" and self.request.change == {"agent": self.request.agent}
 
 
 def preflight(
     parent: Checkpoint, request: RerunRequest, allowed: CodeAllowList, found: list[Exception] | None = None
 ) -> Preflight | None:
     """Every check ``Rerunner.rerun`` makes before a branch is started, in its order: the mode, the
-    names (allow-list), the parent (started, not erased), the agent (loads, is the recorded code), the
-    counterfactual (its value loads, it changes exactly its element), the fork step, the code to mount.
+    names (allow-list), the parent (started, not erased), the agent (loads; is the recorded code, or
+    code edited in place: ``resolve_in_place``), the counterfactual (its value loads, it changes exactly
+    its element), the fork step (``--at-step``, else the decision: runledger.sandbox.decision), the code
+    to mount.
 
     Raises the first refusal, tagged with its class (``runledger.sandbox.errors.refusal_of``). With
     ``found`` (the plan), each refusal is appended instead and the checks go on while the next ones do
@@ -337,17 +353,19 @@ def preflight(
             raise
         found.append(RerunRequestError(f"agent {request.agent} cannot be loaded: {describe(exc)}", Refusal.AGENT))
         return None
-    if parent.version is not None:
-        try:
-            check_version(parent, host, request)
-        except VersionMismatchError as exc:
-            refuse(tagged(exc, Refusal.VERSION))
     try:
-        spec, ref, changed, before, after = branch_spec(host, request, allowed)
+        request = resolve_in_place(parent, host, request)
+    except RerunRequestError as exc:
+        refuse(exc)
+    try:
+        spec, ref, changed, before, after = branch_spec(host, request, allowed, parent.version)
     except (RerunRequestError, CodeNotAllowedError) as exc:
         refuse(exc)
         return None
-    fork_step = max(parent.last_step, 0) if request.fork_step is None else request.fork_step
+    fork_step, fork_rule = request.fork_step, f"--at-step {request.fork_step}"
+    if fork_step is None:
+        decision = default_fork(parent)
+        fork_step, fork_rule = decision.step, decision.why
     if not 0 <= fork_step <= parent.last_step + 1:
         refuse(RerunRequestError(f"--at-step must be within 0..{parent.last_step + 1} for run {parent.run_id}",
                                  Refusal.FORK_STEP))  # fmt: skip
@@ -359,7 +377,7 @@ def preflight(
     if found:
         return None
     schemas = changed_schemas(host, spec) if changed == "tool_schema_hashes" else {}
-    return Preflight(host, spec, ref, changed, before, after, fork_step, code, schemas)
+    return Preflight(host, spec, ref, changed, before, after, fork_step, code, schemas, request, fork_rule)
 
 
 def code_location(spec: AgentSpec, ref: str = "") -> CodeMounts:
@@ -369,6 +387,13 @@ def code_location(spec: AgentSpec, ref: str = "") -> CodeMounts:
         return code_mounts(spec.fn, ref)
     except RerunRequestError as exc:
         raise RerunRequestError(str(exc), Refusal.NOT_PACKAGED) from None
+
+
+def _call_rule(request: RerunRequest) -> CallRule:
+    """The rule the branch applies from its fork (a trace replay never gets this far)."""
+    if request.mode == "counterfactual":
+        return request.base_mode
+    return "live" if request.mode == "live" else "redrive"
 
 
 class Rerunner:
@@ -391,6 +416,7 @@ class Rerunner:
         if request.mode == "replay":
             raise RerunRequestError("trace replay executes nothing: use `runledger show RUN`", Refusal.REPLAY)
         parent, checked = await self._preflight(request)
+        request = checked.request  # as the branch runs it: code edited in place is an agent counterfactual
         spec, fork_step, changed = checked.spec, checked.fork_step, checked.changed
         branch_id = request.branch_run_id
         # The sandbox is acquired while the branch is opened (keys, reads, run.started): a cold
@@ -411,14 +437,17 @@ class Rerunner:
             "fork_step": fork_step,
             "mode": request.mode,
             "changed": changed,
+            "changed_from": checked.before,
+            "changed_to": checked.after,
         }
         if cp.status in ("completed", "failed"):  # a redelivered request that already ran: once only
             await self._release(acquiring)
             return RerunResult(branch_id, cp.status, output=cp.output, reason=cp.failure_reason,
-                               error=(cp.error or {}).get("message"), nothing_to_do=True, **common)  # fmt: skip
+                               error=(cp.error or {}).get("message"), nothing_to_do=True, exercise=exercise_of(cp),
+                               **common)  # fmt: skip
         run = BranchRun(
             self.client, spec, writer, cp, policy=self.policy, parent=parent, fork_step=fork_step,
-            mode=request.base_mode if request.mode == "counterfactual" else request.mode,
+            mode=_call_rule(request),
             allow_effects=request.allow_effects, protector=protector,
             live_tools=frozenset(request.live_tools) if request.live_tools is not None else None,
             sandbox_policy=self.pool.policy, changed=changed, tool_schemas=checked.tool_schemas,
@@ -433,6 +462,7 @@ class Rerunner:
         result = await session.drive_branch(run)
         return RerunResult(**dataclasses.asdict(result), warm=session.warm, requests=session.requests,
                            time_limit_s=limit, requested_time_limit_s=asked, refusal=run.refusal,
+                           exercise=exercise_of(run.checkpoint),
                            **common)  # fmt: skip
 
     async def _preflight(self, request: RerunRequest) -> tuple[Checkpoint, Preflight]:
@@ -518,7 +548,7 @@ class Rerunner:
                                    msg_id_prefix=branch_id, policy=self.policy,
                                    transform=protector.protect)  # fmt: skip
             cp = Checkpoint()
-            fork_step = max(parent.last_step, 0) if request.fork_step is None else request.fork_step
+            fork_step = default_fork(parent).step if request.fork_step is None else request.fork_step
             for body in (
                 RunStarted(agent=parent.agent, version=VersionTuple(**parent.version), capture=policy.capture,
                            budgets=dict(parent.limits),  # type: ignore[arg-type]

@@ -17,10 +17,11 @@ queue a re-run              ``runledger.sandbox.worker.submit`` of a ``RerunRequ
 A re-run is planned before it is queued (``plan_rerun``): what the branch will be called, and for
 each recorded step whether the branch serves it from the record, runs it live, stubs it or refuses
 it (``runledger.sandbox.plan.plan_branch``, what ``runledger rerun --plan`` prints), and whether
-the agent the page would name has the parent's version tuple (a worker would refuse it otherwise,
-``VersionMismatchError``) or, for a counterfactual, changes exactly one element
-(``runledger.sandbox.rerun.branch_spec``). The plan's request, with its request id, is what the
-queue button submits: the branch run id shown is the one the worker creates.
+the agent the page would name has the parent's version tuple (code edited in place since is re-run as
+a counterfactual of the agent element; anything else a worker would refuse) or, for a counterfactual,
+changes exactly one element (``runledger.sandbox.rerun.branch_spec``), where it forks (``--at-step``,
+else the decision) and whether the change will be exercised from there. The plan's request, with its
+request id, is what the queue button submits: the branch run id shown is the one the worker creates.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from runledger.ops.decisions import approve
 from runledger.record.events import Event
 from runledger.record.fold import Checkpoint
 from runledger.sandbox.plan import BranchPlan, plan_branch
-from runledger.sandbox.rerun import RerunRequest, branch_spec
+from runledger.sandbox.rerun import RerunRequest
 from runledger.sandbox.resume import queue_branch_resume
 from runledger.sandbox.worker import submit
 from runledger.sdk.agent import AgentSpec, load_agent
@@ -173,9 +174,10 @@ def rerun_request(parent_run_id: str, form: dict[str, str], request_id: str | No
 def plan_rerun(parent: Checkpoint, request: RerunRequest) -> RerunPlan:
     """What queuing ``request`` will do step by step, and what would stop a worker from doing it: the
     plan ``runledger rerun --plan`` prints (``runledger.sandbox.plan.plan_branch``)."""
-    plan = RerunPlan(request, parent, plan_branch(parent, request), mode_text=MODE_TEXT[request.mode])
-    if plan.ok:
-        _, _, plan.changed, plan.changed_from, plan.changed_to = branch_spec(load_agent(request.agent), request)
+    branch = plan_branch(parent, request)
+    plan = RerunPlan(request, parent, branch, mode_text=MODE_TEXT[request.mode])
+    if plan.ok:  # code edited in place since the record: the agent counterfactual it is
+        plan.changed, plan.changed_from, plan.changed_to = branch.changed, branch.changed_from, branch.changed_to
     return plan
 
 

@@ -284,7 +284,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if result.nothing_to_do and result.status == "failed" and result.retryable:
         print(_retry_hint(result, args.agent))
         return Exit.FAILED  # still failed: going on is an operator's decision (--retry), not a plain resume
-    return _print_result(result)
+    code = _print_result(result)
+    if result.nothing_to_do and result.status == "failed":  # a fix is tried on a branch, never on this run
+        print(f"to try edited code on it, re-run it as a branch (a counterfactual of the agent's code): "
+              f"`runledger rerun {result.run_id} --agent {args.agent} --mode live --local`")  # fmt: skip
+    return code
 
 
 def _retry_hint(result: Any, agent: str) -> str:

@@ -82,8 +82,10 @@ SCENARIOS: dict[Refusal, Scenario] = {
     Refusal.NOT_PACKAGED: Scenario(unpackaged_parent, {"agent": f"{CF}:unpackaged_spec", "mode": "redrive"}),
     Refusal.NO_START: Scenario(counterfactual_parent, {"agent": AGENT, "mode": "redrive"}, no_start),
     Refusal.ERASED: Scenario(counterfactual_parent, {"agent": AGENT, "mode": "redrive"}, erased),
+    # Other code alone is a counterfactual of the agent element (code edited in place): another change on
+    # top of it would make two.
     Refusal.VERSION: Scenario(counterfactual_parent, {"agent": "tests.sandbox_agents.counterfactual.changed.agent:spec",
-                                                      "mode": "redrive"}),
+                                                      "mode": "counterfactual", "change": {"prompt": "p"}}),
     Refusal.CANDIDATE: Scenario(counterfactual_parent, {"agent": AGENT, "mode": "counterfactual",
                                                         "change": {"model": f"{CF}:no_such_model"}}),
     Refusal.ELEMENT: Scenario(counterfactual_parent, {"agent": AGENT, "mode": "counterfactual",

@@ -120,6 +120,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except LedgerError as exc:  # the sweep itself could not run: its own exit code, for CI
         print(f"runledger: error: {exc}", file=sys.stderr)
         return of_error(exc)
+    if isinstance(report, GateReport):  # a failure the change does not fix closes the gate unless allowed
+        report.allow_still_failing = args.allow_still_failing
     if args.junit and isinstance(report, GateReport):
         with open(args.junit, "w", encoding="utf-8") as f:
             f.write(report.junit())
@@ -228,8 +230,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         raise ConfigurationError("--plan shows the plan of one run's re-run: name a RUN instead of --where")
     if args.json and not (args.plan or args.where):
         raise ConfigurationError("--json goes with --plan (the plan as JSON) or --where (the sweep's report)")
-    if not args.where and (args.junit or args.expect or args.prices):
-        raise ConfigurationError("--junit, --expect and --prices go with a sweep (--where SQL)")
+    if not args.where and (args.junit or args.expect or args.prices or args.allow_still_failing):
+        raise ConfigurationError("--junit, --expect, --prices and --allow-still-failing go with a sweep (--where SQL)")
     if args.where:
         if args.run:
             raise ConfigurationError("give either a RUN or --where, not both")
@@ -464,6 +466,9 @@ def _add_rerun(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--expect", metavar="MODULE:FN", help="sweep: judge each branch's decision at the fork with "
                    "FN(fork) -> 'pass' | 'fail' | 'improved' (runledger.sandbox.gate)")  # fmt: skip
     p.add_argument("--junit", metavar="FILE", help="sweep: write the verdicts as JUnit XML (one test case per run)")
+    p.add_argument("--allow-still-failing", action="store_true",
+                   help="sweep: keep the gate open for runs that had failed and still fail (by default a failure "
+                   "the change does not fix closes it)")  # fmt: skip
     p.add_argument("--prices", metavar="FILE", help="sweep: price the branches with this JSON table (default: the "
                    "projection's model_prices)")  # fmt: skip
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR",

@@ -7,8 +7,13 @@ change. Each becomes a ``Case``. Without a check its verdict compares outcomes:
 =================  ==============================================================================
 ``pass``           the parent completed and the branch completed
 ``improved``       the parent did not complete (failed, suspended) and the branch completed
-``still_failing``  neither completed (the change did not fix this run; the gate stays open)
+``still_failing``  neither completed: the change did not fix this run (the gate closes, unless
+                   ``--allow-still-failing``: a gate over failures opens only on a fix)
 ``regressed``      the parent completed and the branch did not (the gate closes)
+``not_exercised``  the branch never exercised its change from the fork on (no model call past the
+                   fork for a model, prompt or tools change; a branch that stopped before its fork:
+                   runledger.sandbox.decision), whatever its outcome: nothing was tested. It counts
+                   as still failing when the parent did not complete, and closes the gate likewise
 ``error``          the run could not be re-run (another agent's run, an erased run...)
 =================  ==============================================================================
 
@@ -18,27 +23,37 @@ record can answer) and so never completes, although its decision may be exactly 
 check (``--expect MODULE:FN``) judges the decision at the fork instead: ``FN(fork)`` receives a ``Fork``
 (the parent's and the branch's steps from the fork step on, their outcomes) and returns ``"pass"``,
 ``"fail"`` or ``"improved"``, optionally with a message (a ``CheckResult``, a ``(verdict, message)``
-pair, or the verdict alone). A check that raises is a ``fail`` with its error as the message.
+pair, or the verdict alone). A check that raises is a ``fail`` with its error as the message. The steps
+a check receives (``ForkStep``) carry the arguments each was called with (a model call's request) beside
+its output, as the caller's connection may open them: a caller without the run's content grant gets
+sealed values sealed (``{"$enc": ...}``), as ``runledger show`` would show them.
 
 Exit codes (``runledger.cli.exits.Exit``, the one table of every command): 0 (``OK``), the gate is
-open (no case regressed or failed its check); 1 (``FAILED``), a case regressed or failed its check; 3
+open (no case regressed, failed its check or still fails); 1 (``FAILED``), a case regressed, failed its
+check, or (without ``--allow-still-failing``) a failure still fails; 3
 (``NOT_RERUN``), the gate is open but some runs could not be re-run; 4 (``ERROR``), the sweep itself
 could not run (the server, Docker, a bad ``--where`` or ``--expect``: the message says which); 2
 (``USAGE``), the command line does not parse.
 
 JUnit XML: one ``testsuite`` (the sweep) with one ``testcase`` per recorded run (``classname`` the
-agent, ``name`` the run id, ``time`` the re-run's seconds); ``regressed`` and ``fail`` are
-``failure`` elements (message: the verdict's reason; text: the divergence and the ``runledger diff``
-command that shows it), ``error`` an ``error`` element, ``still_failing`` a ``skipped`` one (the run
-failed before the change too), ``pass`` and ``improved`` plain test cases. Each test case carries
-properties: the branch id, verdict, first differing step, tokens and cost.
+agent, ``name`` the run id, ``time`` the re-run's seconds); a case that closes the gate is a
+``failure`` element (message: the verdict's reason and the branch's exception; text: the exception
+type and message of the recorded run and of the branch, the divergence and the ``runledger diff``
+command that shows it), ``error`` an ``error`` element, a still failing case the gate allows a
+``skipped`` one, ``pass`` and ``improved`` plain test cases. Each test case carries properties: the
+branch id, verdict, first differing step, tokens and cost. ``--json`` has the same per case
+(``parent_error`` and ``branch_error``: type, message, step, reason).
+
+Room for samples: a verdict is one branch's today. ``Case.fixed`` is what a matrix counts as a fix
+(runledger.sandbox.matrix ranks candidates by it), so a case that holds several samples of a live model
+can report a rate there without changing what counts it.
 """
 
 from __future__ import annotations
 
 import inspect
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
@@ -46,11 +61,55 @@ from runledger.cli.exits import Exit
 from runledger.errors import ConfigurationError
 from runledger.ops.prices import PriceTable
 from runledger.record.fold import Checkpoint, StepRecord
+from runledger.record.records import Recorded
+from runledger.sandbox.decision import exercise_of
 from runledger.sdk.agent import CodeAllowList, load_named
 
-Verdict = Literal["pass", "improved", "still_failing", "regressed", "fail", "error"]
+Verdict = Literal["pass", "improved", "still_failing", "regressed", "fail", "not_exercised", "error"]
 CheckVerdict = Literal["pass", "fail", "improved"]
-CLOSES_THE_GATE: frozenset[str] = frozenset({"regressed", "fail"})
+CLOSES_THE_GATE: frozenset[str] = frozenset({"regressed", "fail"})  # whatever --allow-still-failing says
+# Where a step's event records the arguments its digest covers (a model call's: its request).
+_ARGS_FIELD = {"model.called": "request", "tool.called": "args", "effect.intended": "args",
+               "effect.simulated": "args", "approval.requested": "args"}  # fmt: skip
+
+
+@dataclass
+class ForkStep(StepRecord):
+    """A step as a check sees it: the fold's record of it (``output``, ``status``...) and ``args``, the
+    arguments it was called with (a model call's request: messages and parameters), as the caller may
+    open them (module docstring); None when the record holds none (a clock read)."""
+
+    args: Any = None
+
+
+def step_args(records: Iterable[Recorded]) -> dict[int, Any]:
+    """Each step's arguments (``ForkStep.args``) from a run's events, by step."""
+    out: dict[int, Any] = {}
+    for r in records:
+        name = _ARGS_FIELD.get(r.event.type)
+        step = r.event.payload.get("step")
+        if name is not None and isinstance(step, int) and step not in out:
+            out[step] = r.event.payload.get(name)
+    return out
+
+
+def error_of(cp: Checkpoint) -> dict[str, Any] | None:
+    """A failed run's exception as reports carry it: type, message (at most 2,000 characters), the
+    step it failed at and the failure's reason; None for a run that did not fail."""
+    if cp.status != "failed":
+        return None
+    error = cp.error if isinstance(cp.error, dict) else {}
+    message = str(error.get("message") or "")
+    return {"type": str(error.get("type") or ""), "message": message if len(message) <= 2000 else message[:1999] + "…",
+            "step": cp.failed_step, "reason": cp.failure_reason}  # fmt: skip
+
+
+def describe_error(error: dict[str, Any] | None) -> str:
+    """``ValueError: too many values to unpack (expected 2)`` of an ``error_of``; "" for None."""
+    if not error:
+        return ""
+    text = ": ".join(x for x in (error.get("type"), error.get("message")) if x)
+    return text or str(error.get("reason") or "")
 
 
 @dataclass(frozen=True)
@@ -60,15 +119,17 @@ class Fork:
     parent_run_id: str
     branch_run_id: str
     fork_step: int
-    parent_steps: list[StepRecord]  # the parent's steps numbered fork_step and later, in order
-    branch_steps: list[StepRecord]  # the branch's, likewise
+    parent_steps: list[ForkStep]  # the parent's steps numbered fork_step and later, in order, with their args
+    branch_steps: list[ForkStep]  # the branch's, likewise
     parent_status: str
     branch_status: str
     branch_reason: str | None  # why the branch did not complete (``diverged``...), None when it did
     parent_output: Any = None
     branch_output: Any = None
+    parent_error: dict[str, Any] | None = None  # a failed run's exception (``error_of``)
+    branch_error: dict[str, Any] | None = None
 
-    def step(self, which: Literal["parent", "branch"], n: int) -> StepRecord | None:
+    def step(self, which: Literal["parent", "branch"], n: int) -> ForkStep | None:
         """Step ``n`` of the parent or the branch (None: that run has no such step)."""
         steps = self.parent_steps if which == "parent" else self.branch_steps
         return next((s for s in steps if s.step == n), None)
@@ -148,16 +209,33 @@ class Case:
     branch_status: str | None = None
     branch_reason: str | None = None
     verdict: Verdict = "error"
-    message: str = ""
+    message: str = ""  # the verdict's reason
     checked: bool = False  # the verdict is a user check's
     first_difference: int | None = None
     seconds: float = 0.0
     parent_cost: Cost = field(default_factory=Cost)
     branch_cost: Cost = field(default_factory=Cost)
+    fork_step: int | None = None
+    change: str = ""  # the branch's change in one line (``agent code changed: code:ab12 -> code:cd34``)
+    parent_error: dict[str, Any] | None = None  # the recorded run's exception (``error_of``)
+    branch_error: dict[str, Any] | None = None  # the branch's
 
     @property
     def diff_command(self) -> str | None:
         return f"runledger diff {self.parent_run_id} {self.branch_run_id}" if self.branch_run_id else None
+
+    @property
+    def fixed(self) -> bool:
+        """The change fixed this run: it had not completed (or a check said so) and its branch is judged
+        ``improved``. What a matrix counts per candidate (a rate, once a case holds samples)."""
+        return self.verdict == "improved"
+
+    @property
+    def still_fails(self) -> bool:
+        """A run that had not completed and is not fixed: ``still_failing``, or ``not_exercised`` on a failure."""
+        if self.verdict == "still_failing":
+            return True
+        return self.verdict == "not_exercised" and self.parent_status not in ("completed", "")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -183,17 +261,28 @@ def judge(
     *,
     branch_reason: str | None,
     check: Check | None = None,
+    args: tuple[Mapping[int, Any], Mapping[int, Any]] = ({}, {}),
 ) -> tuple[Verdict, str]:
-    """The verdict of one case: the user's check of the decision at the fork if there is one, else outcomes."""
+    """The verdict of one case: ``not_exercised`` when the branch never exercised its change from the fork
+    on (runledger.sandbox.decision: nothing was tested, whatever a check or the outcome would say), else
+    the user's check of the decision at the fork if there is one, else outcomes. ``args``: each run's
+    step arguments (``step_args``), for the check's ``ForkStep``s."""
+    exercised = exercise_of(branch)
+    if exercised is not None and not exercised.exercised:
+        return "not_exercised", f"not exercised: {exercised.why} ({parent.status} before, {branch.status} after)"
     if check is None:
         return outcome_verdict(parent.status, branch.status)
+
+    def steps(cp: Checkpoint, found: Mapping[int, Any]) -> list[ForkStep]:
+        return [ForkStep(**vars(s), args=found.get(n)) for n, s in sorted(cp.steps.items()) if n >= fork_step]
+
     fork = Fork(
         parent_run_id=parent.run_id, branch_run_id=branch.run_id, fork_step=fork_step,
-        parent_steps=[s for _, s in sorted(parent.steps.items()) if s.step >= fork_step],
-        branch_steps=[s for _, s in sorted(branch.steps.items()) if s.step >= fork_step],
+        parent_steps=steps(parent, args[0]), branch_steps=steps(branch, args[1]),
         parent_status=parent.status, branch_status=branch.status,
         branch_reason=None if branch.status == "completed" else branch_reason,
         parent_output=parent.output, branch_output=branch.output,
+        parent_error=error_of(parent), branch_error=error_of(branch),
     )  # fmt: skip
     result = run_check(check, fork)
     return result.verdict, result.message
@@ -207,13 +296,18 @@ class GateReport:
     mode: str = ""
     change: dict[str, str] = field(default_factory=dict)
     where: str = ""
+    allow_still_failing: bool = False  # --allow-still-failing: a failure the change does not fix keeps it open
 
     def count(self, verdict: Verdict) -> int:
         return sum(1 for c in self.cases if c.verdict == verdict)
 
+    def closes(self, case: Case) -> bool:
+        """Whether ``case`` closes the gate: it regressed, failed its check, or (unless allowed) still fails."""
+        return case.verdict in CLOSES_THE_GATE or (case.still_fails and not self.allow_still_failing)
+
     @property
     def exit_code(self) -> Exit:
-        if any(c.verdict in CLOSES_THE_GATE for c in self.cases):
+        if any(self.closes(c) for c in self.cases):
             return Exit.FAILED
         if any(c.verdict == "error" for c in self.cases):
             return Exit.NOT_RERUN
@@ -233,7 +327,8 @@ class GateReport:
         return {
             "where": self.where, "mode": self.mode, "change": self.change,
             "exit_code": int(self.exit_code), "gate": "closed" if self.exit_code == Exit.FAILED else "open",
-            "verdicts": verdicts,
+            "allow_still_failing": self.allow_still_failing, "verdicts": verdicts,
+            "still_failing": [c.parent_run_id for c in self.cases if c.still_fails],
             "cost": {"recorded": asdict(self.cost("parent")), "branches": asdict(self.cost("branch"))},
             "cases": [c.to_dict() for c in self.cases],
         }  # fmt: skip
@@ -246,7 +341,9 @@ class GateReport:
                                                         else "")  # fmt: skip
             check = " (check)" if c.checked else ""
             branch = c.branch_run_id or "-"
-            lines.append(f"  {c.verdict:<13} {c.parent_run_id} -> {branch}{check}: {c.message} [{cost}]")
+            raised = describe_error(c.branch_error)
+            lines.append(f"  {c.verdict:<13} {c.parent_run_id} -> {branch}{check}: {c.message}"
+                         + (f"; {_short(raised)}" if raised else "") + f" [{cost}]")  # fmt: skip
         spent = self.cost("branch")
         total = f"{spent.tokens} tokens" + (f", ${spent.usd:.4f}" if spent.usd is not None else "")
         if spent.usd is not None and not spent.priced:
@@ -254,14 +351,20 @@ class GateReport:
         counts = ", ".join(f"{self.count(v)} {v}" for v in get_args(Verdict) if self.count(v))
         gate = {Exit.OK: "open", Exit.FAILED: "CLOSED", Exit.NOT_RERUN: "open, but some runs were not re-run"}
         lines.append(f"gate: {gate[self.exit_code]} ({counts or 'no runs'}); branches cost {total}")
+        failing = [c for c in self.cases if c.still_fails]
+        if failing and self.allow_still_failing:
+            lines.append(f"{len(failing)} still failing, allowed (--allow-still-failing)")
+        elif failing:
+            lines.append(f"closed by {len(failing)} still failing: a gate over failures opens when the change fixes "
+                         "them (--allow-still-failing keeps it open for those)")  # fmt: skip
         return "\n".join(lines)
 
     def junit(self, suite: str = "runledger sweep") -> str:
         """The report as JUnit XML (module docstring)."""
         root = ET.Element("testsuites")
-        failures = sum(1 for c in self.cases if c.verdict in CLOSES_THE_GATE)
+        failures = sum(1 for c in self.cases if self.closes(c))
         errors = self.count("error")
-        skipped = self.count("still_failing")
+        skipped = sum(1 for c in self.cases if not self.closes(c) and c.verdict in ("still_failing", "not_exercised"))
         ts = ET.SubElement(root, "testsuite", {
             "name": suite, "tests": str(len(self.cases)), "failures": str(failures), "errors": str(errors),
             "skipped": str(skipped), "time": f"{sum(c.seconds for c in self.cases):.3f}",
@@ -281,18 +384,39 @@ class GateReport:
                 ("usd.branch", "" if c.branch_cost.usd is None else f"{c.branch_cost.usd:.6f}"),
             ):  # fmt: skip
                 ET.SubElement(cprops, "property", {"name": name, "value": value})
-            detail = "\n".join(x for x in (
-                c.message,
-                f"branch {c.branch_run_id}: {c.branch_status}" + (f" ({c.branch_reason})" if c.branch_reason else "")
-                if c.branch_run_id else "",
-                f"first difference at step {c.first_difference}" if c.first_difference is not None else "",
-                f"compare with: {c.diff_command}" if c.diff_command else "",
-            ) if x)  # fmt: skip
-            if c.verdict in CLOSES_THE_GATE:
-                ET.SubElement(tc, "failure", {"message": c.message, "type": c.verdict}).text = detail
+            raised = describe_error(c.branch_error)
+            if self.closes(c):
+                message = c.message + (f": {_short(raised, 300)}" if raised else "")
+                ET.SubElement(tc, "failure", {"message": message, "type": c.verdict}).text = _detail(c)
             elif c.verdict == "error":
-                ET.SubElement(tc, "error", {"message": c.message, "type": "not_rerun"}).text = detail
-            elif c.verdict == "still_failing":
+                ET.SubElement(tc, "error", {"message": c.message, "type": "not_rerun"}).text = _detail(c)
+            elif c.verdict in ("still_failing", "not_exercised"):
                 ET.SubElement(tc, "skipped", {"message": c.message})
         ET.indent(root)
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _short(text: str, width: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _detail(c: Case) -> str:
+    """A JUnit failure's text: the verdict's reason, each run's exception, the divergence, the diff command."""
+
+    def raised(which: str, error: dict[str, Any] | None) -> str:
+        if not error:
+            return ""
+        step = f" at step {error['step']}" if error.get("step") is not None else ""
+        return f"{which} failed{step} ({error.get('reason')}): {describe_error(error)}"
+
+    return "\n".join(x for x in (
+        c.message,
+        c.change,
+        raised(f"recorded run {c.parent_run_id}", c.parent_error),
+        f"branch {c.branch_run_id}: {c.branch_status}" + (f" ({c.branch_reason})" if c.branch_reason else "")
+        if c.branch_run_id else "",
+        raised(f"branch {c.branch_run_id}", c.branch_error),
+        f"first difference at step {c.first_difference}" if c.first_difference is not None else "",
+        f"compare with: {c.diff_command}" if c.diff_command else "",
+    ) if x)  # fmt: skip

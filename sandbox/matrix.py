@@ -4,9 +4,15 @@
 is one candidate, one element of the version tuple changed) re-drives every selected run once per
 candidate, as a sweep each (runledger.sandbox.sweep), and reports the table: recorded run x candidate ->
 ``fixed`` (the run had failed; its branch completed), ``still fails``, ``regressed`` (it had completed;
-its branch did not), ``pass``, ``fails check`` (a user check, ``--expect``, said no), ``not re-run``;
+its branch did not), ``pass``, ``fails check`` (a user check, ``--expect``, said no), ``not exercised``
+(the branch never reached its change from the fork on: runledger.sandbox.decision), ``not re-run``;
 with each branch's cost and, per candidate, the counts and the total cost. The words are the gate's
 verdicts (runledger.sandbox.gate) as a person asks the question.
+
+The answer (``MatrixReport.best``): the candidate that fixes the most runs (``Case.fixed``) with no
+regression (no ``regressed`` cell), every candidate tied at that count named; or, when none fixes a run
+without a regression, a sentence that says so. A ``not exercised`` cell fixes nothing and regresses
+nothing: it was not tested.
 
 Every branch is a run of its own (``run.forked`` records the candidate in its request), so the page
 draws the same matrix from the projection (runledger.ui.matrix), for these branches and any made since.
@@ -34,8 +40,33 @@ CELL = {
     "regressed": "regressed",
     "pass": "pass",
     "fail": "fails check",
+    "not_exercised": "not exercised",
     "error": "not re-run",
 }
+
+
+@dataclass(frozen=True)
+class Best:
+    """The matrix's answer: the candidates (indexes) tied at the most fixes with no regression, and a sentence."""
+
+    candidates: list[int]
+    fixed: int
+    text: str
+
+
+def best_of(labels: Sequence[str], fixed: Sequence[int], regressed: Sequence[bool], runs: int) -> Best:
+    """The matrix's answer from each candidate's label, number of runs fixed and whether it regressed any
+    (module docstring); the page's matrix (runledger.ui.matrix) gives the same answer from the projection."""
+    clean = [n for n in range(len(labels)) if not regressed[n]]
+    most = max((fixed[n] for n in clean), default=0)
+    if most == 0:
+        regressing = len(labels) - len(clean)
+        why = f" ({regressing} of {len(labels)} regress some run)" if regressing else ""
+        return Best([], 0, f"no candidate fixes a run without a regression{why}")
+    winners = [n for n in clean if fixed[n] == most]
+    names = " and ".join(labels[n] for n in winners)
+    tie = f" (tied: {len(winners)} candidates)" if len(winners) > 1 else ""
+    return Best(winners, most, f"fixes the most with no regression: {names}, {most} of {runs} runs{tie}")
 
 
 def candidate_label(change: dict[str, str]) -> str:
@@ -81,10 +112,19 @@ class MatrixReport:
         cost = report.cost("branch")
         return {"counts": counts, "tokens": cost.tokens, "usd": cost.usd}
 
+    def best(self) -> Best:
+        """The candidate that fixes the most runs with no regression, or a sentence saying none does."""
+        fixed = [sum(1 for c in r.cases if c.fixed) for r in self.reports]
+        regressed = [any(c.verdict == "regressed" for c in r.cases) for r in self.reports]
+        return best_of([candidate_label(c) for c in self.candidates], fixed, regressed, len(self.runs))
+
     def to_dict(self) -> dict[str, Any]:
+        best = self.best()
         return {
             "runs": self.runs,
             "exit_code": int(self.exit_code),
+            "best": {"candidates": [candidate_label(self.candidates[n]) for n in best.candidates],
+                     "fixed": best.fixed, "text": best.text},
             "candidates": [
                 {"change": cand, "label": candidate_label(cand), **self.tally(n),
                  "cells": {c.parent_run_id: {"result": CELL[c.verdict], **c.to_dict()} for c in report.cases}}
@@ -112,6 +152,7 @@ class MatrixReport:
             counts = ", ".join(f"{k} {v}" for k, v in t["counts"].items() if v)
             cost = f"{t['tokens']} tokens" + (f", ${t['usd']:.4f}" if t["usd"] is not None else "")
             lines.append(f"{label}: {counts or 'no runs'}; {cost}")
+        lines.append(self.best().text)
         return "\n".join(lines)
 
 

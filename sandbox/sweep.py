@@ -31,11 +31,11 @@ from runledger.projections import selection
 from runledger.projections.errors import QueryError
 from runledger.projections.store import ProjectionStore
 from runledger.protect.loading import load_run
-from runledger.record.fold import fold
+from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.diff import diff
 from runledger.sandbox.errors import RerunRequestError
-from runledger.sandbox.gate import Case, Check, Cost, GateReport, judge
+from runledger.sandbox.gate import Case, Check, Cost, GateReport, error_of, judge, step_args
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
 
 
@@ -66,6 +66,13 @@ class SweepSummary:
             f"tokens: {self.tokens_parent:g} recorded -> {self.tokens_branch:g} re-driven "
             f"({self.tokens_branch - self.tokens_parent:+g})",
         ]
+        changes = Counter(c.change for c in self.gate.cases if c.change)
+        for change, runs in sorted(changes.items()):
+            lines.append(f"{change} ({runs} run{'s' if runs != 1 else ''})")
+        not_exercised = self.gate.count("not_exercised")
+        if not_exercised:
+            lines.append(f"not exercised: {not_exercised} branches never reached their change from the fork on "
+                         "(their verdict is `not_exercised`, never fixed nor still failing)")  # fmt: skip
         if self.first_divergence:
             where = ", ".join(f"step {s}: {n}" for s, n in sorted(self.first_divergence.items()))
             lines.append(f"first differences: {where}")
@@ -95,9 +102,32 @@ async def select_runs(client: LedgerClient, db: Path, where: str) -> list[str]:
     """Recorded (non-branch) runs matching a SQL condition over the ``runs`` table, oldest first
     (the projection caught up first: ``runledger.projections.selection``)."""
     try:
-        return await selection.select_runs(client, f"parent_run_id IS NULL AND ({where})", db)
+        return await selection.select_runs(client, where, db)  # recorded runs: branches are not re-driven
     except QueryError as exc:  # say where the condition came from
         raise RerunRequestError(f"--where {where!r} is not a valid condition over runs: {exc.reason}") from exc
+
+
+async def _judge_case(
+    client: LedgerClient, case: Case, result: RerunResult, check: Check | None, prices: PriceTable | None
+) -> tuple[Checkpoint, Checkpoint]:
+    """Fill ``case`` from its recorded run and its branch (``result``): outcomes, costs, the change,
+    each run's exception and the verdict. Returns both checkpoints.
+
+    Content is opened as this caller's connection may (its grant): what a check and the reports see."""
+    parent_log, branch_log = await load_run(client, case.parent_run_id), await load_run(client, result.run_id)
+    parent = fold(parent_log.records, check_chain=False)
+    branch = fold(branch_log.records, check_chain=False)
+    case.agent, case.branch_run_id = parent.agent, result.run_id
+    case.parent_status, case.branch_status, case.branch_reason = parent.status, result.status, result.reason
+    case.parent_cost = Cost.of(parent.steps.values(), prices)
+    case.branch_cost = Cost.of(branch.steps.values(), prices)
+    case.fork_step, case.change = result.fork_step, result.change_note
+    case.parent_error, case.branch_error = error_of(parent), error_of(branch)
+    args = (step_args(parent_log.records), step_args(branch_log.records)) if check is not None else ({}, {})
+    case.verdict, case.message = judge(parent, branch, result.fork_step, branch_reason=result.reason, check=check,
+                                       args=args)  # fmt: skip
+    case.checked = check is not None and case.verdict != "not_exercised"
+    return parent, branch
 
 
 async def sweep(
@@ -139,14 +169,7 @@ async def sweep(
             return
         case.seconds = time.monotonic() - started
         summary.branches[parent_id] = result.run_id
-        parent = fold((await load_run(client, parent_id)).records, check_chain=False)
-        branch = fold((await load_run(client, result.run_id)).records, check_chain=False)
-        case.agent, case.branch_run_id = parent.agent, result.run_id
-        case.parent_status, case.branch_status, case.branch_reason = parent.status, result.status, result.reason
-        case.parent_cost = Cost.of(parent.steps.values(), prices)
-        case.branch_cost = Cost.of(branch.steps.values(), prices)
-        case.verdict, case.message = judge(parent, branch, result.fork_step, branch_reason=result.reason, check=check)
-        case.checked = check is not None
+        parent, branch = await _judge_case(client, case, result, check, prices)
         summary.tokens_parent += parent.spent["tokens"]
         summary.tokens_branch += branch.spent["tokens"]
         if result.status == "completed":

@@ -12,7 +12,9 @@ from runledger.cli.exits import Exit
 from runledger.errors import CodeNotAllowedError
 from runledger.examples.refund_agent.checks import no_refund_without_a_photo
 from runledger.ops.prices import Price, PriceTable
-from runledger.record.fold import Checkpoint, StepRecord
+from runledger.record.events import ClockRead, EffectCommitted, EffectIntended, ModelCalled, ToolCalled
+from runledger.record.fold import Checkpoint, StepRecord, fold
+from runledger.record.records import Recorded
 from runledger.sandbox.gate import (
     Case,
     CheckResult,
@@ -23,7 +25,9 @@ from runledger.sandbox.gate import (
     load_check,
     outcome_verdict,
     run_check,
+    step_args,
 )
+from tests.unit.helpers import Chain
 
 
 @pytest.mark.parametrize(
@@ -66,7 +70,9 @@ def test_a_check_sees_the_steps_from_the_fork_and_turns_a_diverged_branch_into_i
     assert (verdict, message) == ("improved", "asks for a photo where the recorded run refunded at once")
     (fork,) = seen
     assert [s.step for s in fork.parent_steps] == [2] and [s.step for s in fork.branch_steps] == [2]
-    assert fork.branch_reason == "diverged" and fork.step("branch", 2) is branch.steps[2]
+    seen_step = fork.step("branch", 2)
+    assert fork.branch_reason == "diverged" and seen_step is not None
+    assert {k: v for k, v in vars(seen_step).items() if k != "args"} == vars(branch.steps[2])
     refunds = _cp("b2", "completed", _model(2, REFUND))
     assert judge(parent, refunds, 2, branch_reason=None, check=check)[0] == "fail"
 
@@ -105,11 +111,49 @@ def _case(verdict: str, run_id: str = "r", usd: float | None = None) -> Case:
 
 @pytest.mark.parametrize(
     ("verdicts", "code"),
-    [([], Exit.OK), (["pass", "improved", "still_failing"], Exit.OK), (["pass", "regressed"], Exit.FAILED),
+    [([], Exit.OK), (["pass", "improved"], Exit.OK), (["pass", "regressed"], Exit.FAILED),
      (["fail"], Exit.FAILED), (["pass", "error"], Exit.NOT_RERUN), (["error", "regressed"], Exit.FAILED)],
 )  # fmt: skip
 def test_exit_codes(verdicts: list[str], code: int) -> None:
     assert GateReport([_case(v, str(n)) for n, v in enumerate(verdicts)]).exit_code == code
+
+
+def test_a_failure_that_still_fails_closes_the_gate_unless_allowed() -> None:
+    # Before: still_failing was a `skipped` and the gate stayed open: a fix that fixed nothing passed CI.
+    still = _case("still_failing", "f1")
+    still.parent_status, still.parent_error = (
+        "failed",
+        {"type": "ValueError", "message": "too many values to unpack (expected 2)", "step": 3, "reason": "exception"},
+    )
+    still.branch_error = dict(still.parent_error)
+    unexercised = _case("not_exercised", "f2")
+    unexercised.parent_status = "failed"
+    for cases in ([still, _case("pass", "ok")], [unexercised, _case("improved", "ok")]):
+        assert GateReport(list(cases)).exit_code == Exit.FAILED
+        assert GateReport(list(cases), allow_still_failing=True).exit_code == Exit.OK
+    done = _case("not_exercised", "c1")  # a completed run whose branch never reached its change: nothing fails
+    done.parent_status = "completed"
+    assert GateReport([done]).exit_code == Exit.OK
+
+    report = GateReport([still, _case("pass", "ok")], where="status = 'failed'")
+    assert "closed by 1 still failing" in report.render()
+    assert "ValueError: too many values to unpack (expected 2)" in report.render()
+    data = report.to_dict()
+    assert data["gate"] == "closed" and data["still_failing"] == ["f1"]
+    (case,) = [c for c in data["cases"] if c["parent_run_id"] == "f1"]
+    assert case["branch_error"]["type"] == "ValueError" and case["message"] == "still_failing because"
+    suite = ET.fromstring(report.junit()).find("testsuite")
+    assert suite is not None and (suite.get("failures"), suite.get("skipped")) == ("1", "0")
+    failure = next(tc for tc in suite.iter("testcase") if tc.get("name") == "f1").find("failure")
+    assert failure is not None and failure.get("type") == "still_failing"
+    assert "ValueError: too many values to unpack (expected 2)" in (failure.get("message") or "")
+    text = failure.text or ""
+    assert "recorded run f1 failed at step 3 (exception): ValueError: too many values to unpack" in text
+    assert "branch br-f1 failed at step 3 (exception): ValueError" in text
+    allowed = GateReport([still], allow_still_failing=True)
+    suite = ET.fromstring(allowed.junit()).find("testsuite")
+    assert suite is not None and (suite.get("failures"), suite.get("skipped")) == ("0", "1")
+    assert "1 still failing, allowed" in allowed.render()
 
 
 def test_junit_xml_reads_back_with_one_case_per_run_and_the_right_elements() -> None:
@@ -120,17 +164,18 @@ def test_junit_xml_reads_back_with_one_case_per_run_and_the_right_elements() -> 
     suite = root.find("testsuite")
     assert suite is not None
     assert {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped")} == \
-        {"tests": "5", "failures": "2", "errors": "1", "skipped": "1"}  # fmt: skip
+        {"tests": "5", "failures": "3", "errors": "1", "skipped": "0"}  # fmt: skip
     cases = {tc.get("name"): tc for tc in suite.iter("testcase")}
     assert [tc.find("failure").get("type") for n, tc in cases.items() if tc.find("failure") is not None] == [  # type: ignore[union-attr]
-        "regressed", "fail"]  # fmt: skip
+        "regressed", "still_failing", "fail"]  # fmt: skip
     failure = cases["r2"].find("failure")
     assert failure is not None and "compare with: runledger diff r2 br-r2" in (failure.text or "")
     assert "first difference at step 2" in (failure.text or "") and "(diverged)" in (failure.text or "")
-    assert cases["r3"].find("error") is not None and cases["r4"].find("skipped") is not None
+    assert cases["r3"].find("error") is not None and cases["r4"].find("failure") is not None
     assert list(cases["r1"]) == [cases["r1"].find("properties")]
     data = report.to_dict()
-    assert data["verdicts"] == {"pass": 1, "improved": 0, "still_failing": 1, "regressed": 1, "fail": 1, "error": 1}
+    assert data["verdicts"] == {"pass": 1, "improved": 0, "still_failing": 1, "regressed": 1, "fail": 1,
+                                "not_exercised": 0, "error": 1}  # fmt: skip
     assert data["cost"]["branches"] == {"tokens": 35, "usd": 0.75, "priced": False}
 
 
@@ -140,3 +185,64 @@ def test_cost_prices_model_steps_by_their_model() -> None:
     cost = Cost.of(steps, prices)
     assert (cost.tokens, cost.usd, cost.priced) == (1_000_010, 1.0, False)
     assert Cost.of(steps, None) == Cost(1_000_010, None, False)
+
+
+def _branch(status: str, changed: str, fork_step: int, *steps: StepRecord, reason: str | None = None) -> Checkpoint:
+    cp = _cp("b", status, *steps)
+    cp.parent = {"forked_from": "p", "fork_step": fork_step, "changed": changed, "mode": "counterfactual"}
+    cp.last_step, cp.failure_reason = max(cp.steps, default=-1), reason
+    return cp
+
+
+def _clock(step: int) -> StepRecord:
+    return StepRecord(step=step, kind="clock", name="clock", args_digest="d", status="ok", seq=step + 1)
+
+
+def test_a_change_never_exercised_from_the_fork_on_is_not_exercised_never_fixed() -> None:
+    """Forked after the last model call, a changed model is never called: before, the outcome decided
+    (a branch that completed by chance was `improved`, one that failed `still_failing`)."""
+    parent = _cp("p", "failed", _model(0, "{}"), _model(2, REFUND), _clock(3))
+    for status in ("completed", "failed"):
+        late = _branch(status, "model", 3, _model(0, "{}"), _model(2, REFUND), _clock(3))
+        verdict, message = judge(parent, late, 3, branch_reason=None)
+        assert verdict == "not_exercised", message
+        assert "no model call from the fork (step 3) on: the changed model was never read" in message
+        # A check judges nothing that was not exercised either.
+        assert judge(parent, late, 3, branch_reason=None, check=lambda f: "improved")[0] == "not_exercised"
+    at_the_decision = _branch("completed", "model", 2, _model(0, "{}"), _model(2, PHOTO), _clock(3))
+    assert judge(parent, at_the_decision, 2, branch_reason=None) == (
+        "improved",
+        "failed before the change, completed after it",
+    )
+    # Agent code is exercised once the branch reaches its fork; one that stopped before it is not.
+    code = _branch("completed", "agent_version", 3, _model(0, "{}"), _model(2, REFUND), _clock(3))
+    assert judge(parent, code, 3, branch_reason=None)[0] == "improved"
+    stopped = _branch("failed", "agent_version", 3, _model(0, "{}"), reason="nondeterminism")
+    verdict, message = judge(parent, stopped, 3, branch_reason="nondeterminism")
+    assert verdict == "not_exercised" and "before its fork at step 3" in message, message
+    # Nothing changed (a re-drive of the same code): outcomes decide, as before.
+    same = _cp("b", "failed", _model(0, "{}"))
+    assert judge(parent, same, 3, branch_reason=None)[0] == "still_failing"
+
+
+def test_a_check_receives_each_steps_arguments_from_the_events() -> None:
+    chain = Chain("p")
+    chain.start()
+    request = {"messages": [{"role": "user", "content": "PRICE 120 CHF"}], "params": {}}
+    chain.add(ModelCalled(step=0, model="m", request=request, args_digest="d0", response={"content": "x"}))
+    chain.add(ToolCalled(step=1, name="find_hotel", args={"city": "Bern"}, args_digest="d1", output={"n": 1}))
+    chain.add(EffectIntended(step=2, name="book", key="book:T1", args={"amount": 108.0}, args_digest="d2"))
+    chain.add(EffectCommitted(step=2, key="book:T1", result={"ok": True}))
+    chain.add(ClockRead(step=3, value="2026-01-01T00:00:00+00:00"))
+    records = [Recorded(e) for e in chain.events]
+    args = step_args(records)
+    assert args == {0: request, 1: {"city": "Bern"}, 2: {"amount": 108.0}}
+    parent = fold(records, check_chain=False)
+    branch = _cp("b", "completed", *parent.steps.values())
+    seen: list[Fork] = []
+    judge(parent, branch, 1, branch_reason=None, check=lambda f: seen.append(f) or "pass", args=(args, args))
+    (fork,) = seen
+    assert [(s.step, s.args) for s in fork.branch_steps] == [(1, {"city": "Bern"}), (2, {"amount": 108.0}), (3, None)]
+    book = fork.step("parent", 2)
+    assert book is not None and book.output == {"ok": True} and book.args == {"amount": 108.0}
+    assert fork.parent_error is None and fork.branch_error is None

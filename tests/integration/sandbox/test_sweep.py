@@ -45,11 +45,17 @@ def test_sweep_reports_divergence_and_exits_nonzero_on_regression(
     assert "2 runs re-driven: 1 completed, 1 diverged (50%)" in out
     assert "1 regressed" in out and "regressed: sweep-T-1001" in out
     assert "first differences: step 2: 1" in out
-    # A change that regresses nothing passes the gate.
-    code = main(["rerun", "--nats", nats_url, "--agent", AGENT, "--where", "status = 'failed'", *strict])
+    # Over the failure (the lookup of a missing order raises at step 1), a model forked at step 2 is never
+    # called: not exercised, and the failure still fails, which closes the gate unless allowed.
+    failed = ["rerun", "--nats", nats_url, "--agent", AGENT, "--where", "status = 'failed'", *strict]
+    code = main(failed)
     out = capsys.readouterr().out
-    assert code == 0, out
-    assert "1 runs re-driven" in out and "0 regressed" in out
+    assert code == 1, out
+    assert "1 runs re-driven" in out and "0 regressed" in out and "gate: CLOSED (1 not_exercised)" in out
+    assert "no model call from the fork (step 2) on: the changed model was never read" in out
+    code = main([*failed, "--allow-still-failing"])
+    out = capsys.readouterr().out
+    assert code == 0 and "1 still failing, allowed (--allow-still-failing)" in out, out
     assert len(payments.calls()) == 1
 
 
@@ -102,8 +108,9 @@ def test_the_gate_writes_junit_and_json_with_costs_and_a_check_judges_the_decisi
     assert code == 1 and report["exit_code"] == 1 and report["gate"] == "closed"
     cases = {c["parent_run_id"]: c for c in report["cases"]}
     assert cases["gate-T-1001"]["verdict"] == "regressed" and cases["gate-T-1001"]["branch_reason"] == "diverged"
-    assert cases["gate-T-1002"]["verdict"] == "pass"
-    for case in cases.values():
+    # The question (its model calls are steps 0 and 1) calls no model from step 2: not exercised, not `pass`.
+    assert cases["gate-T-1002"]["verdict"] == "not_exercised"
+    for case in cases.values():  # the branches' served model steps are priced as the record's
         assert case["branch_cost"]["tokens"] > 0 and case["branch_cost"]["usd"] > 0 and case["branch_cost"]["priced"]
     assert report["cost"]["branches"]["usd"] == pytest.approx(sum(c["branch_cost"]["usd"] for c in cases.values()))
 
@@ -126,7 +133,7 @@ def test_the_gate_writes_junit_and_json_with_costs_and_a_check_judges_the_decisi
     out = capsys.readouterr().out
     assert code == 0, out
     assert "improved      gate-T-1001 -> " in out and "(check): asks for a photo where the recorded run refunded" in out
-    assert "gate: open (1 pass, 1 improved)" in out
+    assert "gate: open (1 improved, 1 not_exercised)" in out
     assert len(payments.calls()) == 1  # the recorded refund only: no branch paid
 
 

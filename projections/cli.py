@@ -136,7 +136,7 @@ def _selecting(mode: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
         async def selected(client: LedgerClient) -> list[str]:
             if not args.where:
                 return list(args.runs)
-            return await select_runs(client, args.where, _db(args), sync=not args.no_sync)
+            return await select_runs(client, args.where, _db(args), sync=not args.no_sync, branches=args.branches)
 
         args.select_runs = selected
         return mode(args)
@@ -222,6 +222,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     selection = argparse.ArgumentParser(add_help=False)
     selection.add_argument("runs", nargs="*", metavar="RUN", help="run ids to export")
     selection.add_argument("--where", metavar="SQL", help="export every run matching this condition on the runs table")
+    selection.add_argument("--branches", action="store_true",
+                           help="with --where: branches of re-runs too (recorded runs only by default)")  # fmt: skip
     modes = sorted(entry_points(group="runledger.export"), key=lambda ep: ep.name)
     if modes:
         targets = p.add_subparsers(dest="export_mode", metavar="MODE")

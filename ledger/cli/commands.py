@@ -52,17 +52,21 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from runledger.ops.trace import list_runs
+    """The runs, recorded ones only unless ``--branches`` (each branch under its parent: ``with_branches``)."""
+    from runledger.ops.trace import list_runs, with_branches
 
-    runs = with_client(args, lambda c: list_runs(c, status=args.status, agent=args.agent))
+    every = with_client(args, lambda c: list_runs(c, status=args.status, agent=args.agent))
+    listed = with_branches(every, args.branches)
     if args.json:
-        _print_json([r.to_dict() for r in runs])
+        _print_json([r.to_dict() for r, _ in listed])
         return 0
-    if not runs:
-        print("no runs" + (" matching" if args.status or args.agent else " yet: try `runledger demo`"))
+    hidden = len(every) - len(listed)
+    if not listed:
+        print("no runs" + (" matching" if args.status or args.agent else " yet: try `runledger demo`")
+              + (f" ({hidden} branches of re-runs: --branches lists them)" if hidden else ""))  # fmt: skip
         return 0
     print(f"{'run':<27} {'agent':<14} {'status':<10} {'steps':>5} {'tokens':>6}  {'started':<27} note")
-    for r in runs:
+    for r, depth in listed:
         note = r.error or ""
         if r.retryable:
             note = f"retryable: `runledger resume {r.run_id} --retry --by NAME`; " + note
@@ -82,9 +86,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
             note = f"child of {r.child_of} step {r.child_of_step} " + note
         if r.forgeries:
             note = f"FORGED: {r.forgeries} messages under its id are not its own (`runledger verify {r.run_id}`) {note}"
-        print(
-            f"{r.run_id:<27} {r.agent:<14} {r.status:<10} {r.steps:>5} {r.tokens:>6}  {r.started_at or '':<27} {note}"
-        )
+        name = ("  " * (depth - 1) + "└ " if depth else "") + r.run_id
+        print(f"{name:<27} {r.agent:<14} {r.status:<10} {r.steps:>5} {r.tokens:>6}  {r.started_at or '':<27} {note}")
+    if hidden:
+        print(f"({hidden} branches of re-runs not listed: --branches lists each under its parent)")
     return 0
 
 
@@ -513,6 +518,8 @@ def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("runs", parents=[common], help="list runs")
     p.add_argument("--status", choices=["running", "stalled", "suspended", "completed", "failed", "broken"])
     p.add_argument("--agent")
+    p.add_argument("--branches", action="store_true",
+                   help="also the branches of re-runs, each under the run it was forked from")  # fmt: skip
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)
 

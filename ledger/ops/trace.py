@@ -132,6 +132,36 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
     return sorted(out, key=lambda s: (s.started_at or "", s.run_id))
 
 
+def with_branches(runs: list[RunSummary], branches: bool) -> list[tuple[RunSummary, int]]:
+    """``runs`` as ``runledger runs`` lists them, each with its depth under its fork parent: without
+    ``branches``, the recorded runs only (a re-run's branch, ``parent`` set, is left out: a sweep makes
+    many); with it, every branch right after its parent (depth 1, a branch of a branch 2...), in start
+    order among its siblings. A branch whose parent is not listed stands at depth 0."""
+    if not branches:
+        return [(r, 0) for r in runs if not r.parent]
+    listed = {r.run_id for r in runs}
+    children: dict[str, list[RunSummary]] = defaultdict(list)
+    for r in runs:
+        if r.parent and r.parent in listed and r.parent != r.run_id:
+            children[r.parent].append(r)
+    out: list[tuple[RunSummary, int]] = []
+    seen: set[str] = set()
+
+    def visit(r: RunSummary, depth: int) -> None:
+        if r.run_id in seen:  # a cycle of forged parents cannot loop the listing
+            return
+        seen.add(r.run_id)
+        out.append((r, depth))
+        for child in children.get(r.run_id, []):
+            visit(child, depth + 1)
+
+    for r in runs:
+        if not (r.parent and r.parent in listed and r.parent != r.run_id):
+            visit(r, 0)
+    out.extend((r, 0) for r in runs if r.run_id not in seen)
+    return out
+
+
 def thread_label(labels: dict[str, str]) -> str | None:
     """The name a run's ``run.started`` labels give it as its framework's user wrote it: the value of
     a label ``thread_id`` or ``<framework>.thread_id`` (a LangGraph thread's run records

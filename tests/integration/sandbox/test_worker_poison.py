@@ -120,7 +120,7 @@ async def test_a_poison_request_is_retried_then_dead_lettered_and_the_worker_ser
         assert "DEAD LETTER" in dead
         listed = cli(nats_url, "reruns")
         assert poison.request_id in listed and good.request_id in listed
-        runs = cli(nats_url, "runs", "--status", "failed")
+        runs = cli(nats_url, "runs", "--status", "failed", "--branches")
         assert poison.branch_run_id in runs and "dead-lettered after 3 deliveries" in runs
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -97,6 +97,7 @@ from runledger.integrations.openai_objects import (  # noqa: E402
     kept_headers,
     models_page,
     page_request,
+    recorded_object,
     response_events,
     responses_parser,
 )
@@ -142,6 +143,17 @@ class OpenAIResponse(ModelResponse):
         return data
 
 
+def _unchanged(value: Any) -> Any:
+    return value
+
+
+def _as_recorded_of(run: Any) -> Callable[[Any], Any]:
+    """The run's ``as_recorded`` (a ``RecordedRun``'s, a ``SyncRun``'s); a run that records nothing
+    itself (the sandbox guest's: its host makes the calls, and no live chunk reaches it) has none."""
+    found: Callable[[Any], Any] = getattr(run, "as_recorded", _unchanged)
+    return found
+
+
 @dataclass
 class _Call:
     """The SDK call ``recorded`` set up for ``OpenAIModel.complete`` to make."""
@@ -150,6 +162,8 @@ class _Call:
     create: Callable[..., Any]  # a coroutine function, or a blocking one (``blocking``: the openai.OpenAI client)
     kwargs: dict[str, Any]
     forward: Callable[[Any], None] | None = None  # a stream: hands each chunk to the caller as it arrives
+    # A value as the run's record gives it back (RecordedRun.as_recorded): how a live chunk is handed on.
+    as_recorded: Callable[[Any], Any] = _unchanged
     blocking: bool = False
     raw: bool = False  # ``create`` is the SDK's with_raw_response one: its status and headers are kept
     attempts: int = 0
@@ -288,7 +302,7 @@ async def _stream_through(call: _Call) -> BaseModel:
         async for chunk in await call.create(**call.kwargs):
             chunks.append(chunk)
             call.forwarded += 1
-            call.forward(chunk)
+            call.forward(recorded_object(chunk, call.as_recorded))
     if call.endpoint == CHAT:
         return assembled_chat(chunks)
     for event in reversed(chunks):
@@ -304,7 +318,7 @@ def _drain_blocking(call: _Call, chunks: list[Any]) -> None:
     for chunk in call.create(**call.kwargs):
         chunks.append(chunk)
         call.forwarded += 1
-        call.forward(chunk)
+        call.forward(recorded_object(chunk, call.as_recorded))
 
 
 _SDK_TYPES: dict[str, type[BaseModel]] = {
@@ -537,7 +551,7 @@ class RecordedOpenAI(Surface):
     ) -> Any:  # fmt: skip
         _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, raw=raw)
+        call = _Call(endpoint, create, kwargs, raw=raw, as_recorded=_as_recorded_of(self._run))
         stream_queue: asyncio.Queue[Any] | None = None
         if kwargs.get("stream"):
             stream_queue = asyncio.Queue()
@@ -616,7 +630,7 @@ class SyncRecordedOpenAI(Surface):
     ) -> Any:  # fmt: skip
         _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw)
+        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw, as_recorded=_as_recorded_of(self._run))
         if kwargs.get("stream"):
             return SyncRecordedStream(self._run, call, messages, params)
         # SyncRun.model runs the step on the run's event loop in a copy of this thread's context

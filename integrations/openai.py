@@ -22,9 +22,12 @@ make the ``ParsedChatCompletion`` and the stream events from the recorded comple
 (runledger.integrations.openai_objects). ``with_raw_response`` keeps the status and a few response
 headers (ids, rate limits) with the step, never cookies. ``stream=True`` returns a ``RecordedStream``
 (an async iterator; ``SyncRecordedStream``, a plain one, for the blocking client): live, the SDK's
-chunks (or events) pass through as they arrive and the assembled response is recorded; on resume, a
-stream is synthesised from the record (whole texts and tool calls in one chunk each, then the finish
-reason and usage), so code that accumulates a stream gets the same result. The blocking client's
+chunks (or events) pass through as they arrive, each rebuilt from its JSON as the record gives it
+back (the run's ``as_recorded``), and the response the SDK's own ``ChatCompletionStreamState``
+assembles from them is recorded; on resume, a stream is synthesised from the record (each message
+whole and each tool call in one chunk, then the finish reason and usage, every chunk with the
+completion's fields), so code that accumulates a stream, and the SDK's own accumulation, get the
+same result. The blocking client's
 calls are made in a worker thread while the run's event loop goes on. Its streaming ``create``
 returns once the first chunk is in (or the step is answered from the record), as the SDK's own
 returns once the response has begun, and raises the step's failure if no stream began.

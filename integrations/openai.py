@@ -93,6 +93,7 @@ from runledger.integrations.openai_objects import (  # noqa: E402
     SyncRecordedChatCompletionStream,
     SyncRecordedChatCompletionStreamManager,
     as_parse_create,
+    as_recorded_of,
     as_responses_parse_create,
     assembled_chat,
     chat_chunks,
@@ -103,6 +104,7 @@ from runledger.integrations.openai_objects import (  # noqa: E402
     recorded_object,
     response_events,
     responses_parser,
+    unchanged,
 )
 
 __all__ = [
@@ -146,17 +148,6 @@ class OpenAIResponse(ModelResponse):
         return data
 
 
-def _unchanged(value: Any) -> Any:
-    return value
-
-
-def _as_recorded_of(run: Any) -> Callable[[Any], Any]:
-    """The run's ``as_recorded`` (a ``RecordedRun``'s, a ``SyncRun``'s); a run that records nothing
-    itself (the sandbox guest's: its host makes the calls, and no live chunk reaches it) has none."""
-    found: Callable[[Any], Any] = getattr(run, "as_recorded", _unchanged)
-    return found
-
-
 @dataclass
 class _Call:
     """The SDK call ``recorded`` set up for ``OpenAIModel.complete`` to make."""
@@ -166,7 +157,7 @@ class _Call:
     kwargs: dict[str, Any]
     forward: Callable[[Any], None] | None = None  # a stream: hands each chunk to the caller as it arrives
     # A value as the run's record gives it back (RecordedRun.as_recorded): how a live chunk is handed on.
-    as_recorded: Callable[[Any], Any] = _unchanged
+    as_recorded: Callable[[Any], Any] = unchanged
     blocking: bool = False
     raw: bool = False  # ``create`` is the SDK's with_raw_response one: its status and headers are kept
     attempts: int = 0
@@ -554,7 +545,7 @@ class RecordedOpenAI(Surface):
     ) -> Any:  # fmt: skip
         _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, raw=raw, as_recorded=_as_recorded_of(self._run))
+        call = _Call(endpoint, create, kwargs, raw=raw, as_recorded=as_recorded_of(self._run))
         stream_queue: asyncio.Queue[Any] | None = None
         if kwargs.get("stream"):
             stream_queue = asyncio.Queue()
@@ -633,7 +624,7 @@ class SyncRecordedOpenAI(Surface):
     ) -> Any:  # fmt: skip
         _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw, as_recorded=_as_recorded_of(self._run))
+        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw, as_recorded=as_recorded_of(self._run))
         if kwargs.get("stream"):
             return SyncRecordedStream(self._run, call, messages, params)
         # SyncRun.model runs the step on the run's event loop in a copy of this thread's context

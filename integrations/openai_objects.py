@@ -53,6 +53,7 @@ __all__ = [
     "SyncRecordedChatCompletionStream",
     "SyncRecordedChatCompletionStreamManager",
     "as_parse_create",
+    "as_recorded_of",
     "as_responses_parse_create",
     "assembled_chat",
     "chat_chunks",
@@ -63,6 +64,7 @@ __all__ = [
     "recorded_object",
     "response_events",
     "responses_parser",
+    "unchanged",
 ]
 
 T = TypeVar("T")
@@ -215,6 +217,17 @@ class RecordedPage(Generic[T]):
         return isinstance(other, RecordedPage) and self.data == other.data
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def unchanged(value: Any) -> Any:
+    return value
+
+
+def as_recorded_of(run: Any) -> Callable[[Any], Any]:
+    """The run's ``as_recorded`` (a ``RecordedRun``'s, a ``SyncRun``'s); a run that records nothing
+    itself (the sandbox guest's: its host makes the calls, and no live chunk reaches it) has none."""
+    found: Callable[[Any], Any] = getattr(run, "as_recorded", unchanged)
+    return found
 
 
 def recorded_object(obj: T, as_recorded: Callable[[Any], Any]) -> T:

@@ -11,10 +11,15 @@ idempotency key). ``saver`` is a ``runledger.integrations.langgraph.RunledgerSav
 is the one of the node the call is made in (LangGraph's config), so the same wrapped model and
 tools serve every thread.
 
-What a wrapper returns is what the wrapped model or tool returned (an ``AIMessage``, the tool's
-output); what the record keeps is redacted and sealed as any run's content. The recorded model
-name is the wrapped model's (``model_name``, ``model``, else its class). A model's own exception
-is raised as it was (the step records it first), so LangGraph's retry policies see it.
+What a wrapper returns is what the wrapped model or tool returned, as the record keeps it: the
+tool's output as any step's (runledger.sdk.run), the model's ``AIMessage`` rebuilt from the recorded
+response (``ai_message``), live as on every path back (a re-drive in the sandbox, a re-run's host),
+so a graph observes the same message whichever path answered: an argument dict's keys in the
+record's order, a whole-number float an integer (in the run's chain format), content blocks,
+metadata and ids as the model gave them. What the record keeps is redacted and sealed as any run's
+content. The recorded model name is the wrapped model's (``model_name``, ``model``, else its
+class). A model's own exception is raised as it was (the step records it first), so LangGraph's
+retry policies see it.
 
 The wrappers only need a journal: something that gives the run of a node's thread
 (``run_for(config)``) and runs a coroutine from a sync node (``call_sync``). ``RunledgerSaver`` is
@@ -79,7 +84,6 @@ class _Call:
     stop: list[str] | None
     kwargs: dict[str, Any]
     name: str
-    reply: AIMessage | None = None
 
 
 _CALL: ContextVar[_Call | None] = ContextVar("runledger_langchain_call", default=None)
@@ -89,6 +93,7 @@ class LangChainModelAdapter:
     """The ``ModelAdapter`` of a thread's run: ``complete`` makes the LangChain call that
     ``JournaledChatModel`` set up for this task, and its ``name`` is that model's."""
 
+    response_type: type[ModelResponse]  # LangChainResponse (set below, once it is defined)
     retry = None  # a LangChain model retries by its own settings; each call is one attempt here
 
     def __init__(self, default_name: str = "langchain") -> None:
@@ -104,8 +109,7 @@ class LangChainModelAdapter:
         if call is None:
             raise ConfigurationError("a LangGraph thread's run calls models through saver.model(chat_model)")
         reply = await call.model.ainvoke(call.messages, stop=call.stop, **call.kwargs)
-        call.reply = _checked(reply, call.name)
-        return model_response(call.reply)
+        return model_response(_checked(reply, call.name))
 
 
 def _checked(reply: Any, name: str) -> AIMessage:
@@ -118,9 +122,15 @@ class LangChainResponse(ModelResponse):
     """A ``ModelResponse`` that also keeps what a LangChain reply said of itself (``metadata``): the
     provider its integration names (``model_provider``), the model that answered (``model_name``) and
     the provider's response ``id``, where the reply has them (the OTLP export's ``gen_ai.provider.name``
-    and ``gen_ai.response.*``)."""
+    and ``gen_ai.response.*``); and the rest of the ``AIMessage`` (``message``: its fields other than
+    their defaults, the tool calls and a text content, which the common fields hold), so that
+    ``ai_message`` rebuilds the message the model gave."""
 
     metadata: dict[str, str] = Field(default_factory=dict)
+    message: dict[str, Any] | None = None
+
+
+LangChainModelAdapter.response_type = LangChainResponse
 
 
 def _reply_metadata(reply: AIMessage) -> dict[str, str]:
@@ -128,16 +138,31 @@ def _reply_metadata(reply: AIMessage) -> dict[str, str]:
     metadata = {
         k: given[k] for k in ("model_provider", "model_name", "id") if isinstance(given.get(k), str) and given[k]
     }
-    # LangChain names a reply "run-..." / "lc_run--..." itself when the provider gave no id: not a response id.
-    if "id" not in metadata and reply.id and not reply.id.startswith(("run-", "lc_run")):
+    if "id" not in metadata and reply.id and not _made_by_langchain(reply.id):
         metadata["id"] = reply.id
     return metadata
+
+
+def _made_by_langchain(message_id: str | None) -> bool:
+    """Whether LangChain named the reply itself ("run-..." / "lc_run--...", from the id of its own
+    call), as it does when the provider gave no id: not the model's, and made afresh at every call."""
+    return bool(message_id) and str(message_id).startswith(("run-", "lc_run"))
 
 
 def model_response(reply: AIMessage) -> ModelResponse:
     """What the record keeps of a LangChain model's reply."""
     usage: dict[str, Any] = dict(reply.usage_metadata or {})
     content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content, default=str)
+    # The rest of the message, recorded to be handed back as the model gave it (ai_message). Python
+    # values: the step converts them to JSON as it does every response (a parsed object in
+    # additional_kwargs is then its fields, live as on replay). Not an id LangChain made up: the call
+    # that hands the message on names it afresh, as every call does (recorded, a re-run's model call
+    # would differ from its parent's by that name alone).
+    rest = reply.model_dump(exclude_defaults=True, exclude={"type", "tool_calls"})
+    if isinstance(reply.content, str):
+        rest.pop("content", None)
+    if _made_by_langchain(reply.id):
+        rest.pop("id", None)
     return LangChainResponse(
         content=content,
         tool_calls=[dict(tc) for tc in reply.tool_calls],
@@ -145,12 +170,18 @@ def model_response(reply: AIMessage) -> ModelResponse:
         input_tokens=int(usage.get("input_tokens", 0)),
         output_tokens=int(usage.get("output_tokens", 0)),
         metadata=_reply_metadata(reply),
+        message=rest,
     )
 
 
 def ai_message(response: ModelResponse) -> AIMessage:
-    """The ``AIMessage`` a recorded (or remotely answered) model response stands for: content, tool
-    calls and token usage, which is all a prompt built from it (``convert_to_openai_messages``) reads."""
+    """The ``AIMessage`` a recorded (or remotely answered) model response stands for: the message the
+    model gave (``LangChainResponse.message`` with the common fields' content and tool calls), as the
+    record keeps it; for a response recorded without it, its content, tool calls and token usage,
+    which is all a prompt built from it (``convert_to_openai_messages``) reads."""
+    kept = getattr(response, "message", None)
+    if isinstance(kept, dict):
+        return AIMessage(**{"content": response.content, **kept, "tool_calls": response.tool_calls})
     total = response.input_tokens + response.output_tokens
     return AIMessage(
         content=response.content,
@@ -172,6 +203,7 @@ class ChatModelAdapter:
     model's (``model_name``, ``model``, else its class). What a re-run of a LangGraph thread calls
     live on the host (``runledger rerun --set model=module:factory`` names a factory of one)."""
 
+    response_type = LangChainResponse
     retry = None  # the LangChain model retries by its own settings
 
     def __init__(self, chat_model: Any, *, tools: Sequence[Any] = (), name: str | None = None) -> None:
@@ -216,8 +248,9 @@ async def journal_model_call(
 ) -> AIMessage:
     """Call ``model`` with ``messages`` as a ``model.called`` step of the run of ``config``'s thread.
 
-    Returns the model's own reply when it was called here, else (a step answered by the record or
-    by the host of a sandbox) the reply rebuilt from the recorded response (``ai_message``)."""
+    Returns the reply rebuilt from the recorded response (``ai_message``), whether the model was
+    called here or the step was answered by the record or by the host of a sandbox: one rule for
+    every path back to the graph (the module docstring)."""
     run = await saver.run_for(config)
     call = _Call(model, messages, stop, dict(kwargs or {}), chat_model_name(model))
     token = _CALL.set(call)
@@ -229,7 +262,7 @@ async def journal_model_call(
         raise
     finally:
         _CALL.reset(token)
-    return call.reply if call.reply is not None else ai_message(response)
+    return ai_message(response)
 
 
 class JournaledChatModel(BaseChatModel):

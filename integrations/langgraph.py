@@ -402,7 +402,7 @@ class RunledgerSaver(BlockingTwins):
         self,
         thread: _Thread,
         event: GraphCheckpointed | GraphWritesSaved,
-        index: Callable[[], None],
+        index: Callable[[RecordedRun], None],
         writes: Sequence[tuple[str, Any]] = (),
         *,
         judge: bool = True,
@@ -418,7 +418,7 @@ class RunledgerSaver(BlockingTwins):
                 thread.run, thread.ended = None, None  # a new invocation: the run is re-opened (run.resumed)
             run = await self._opened(thread)
             await run.record(event)
-            index()
+            index(run)
             if not judge or event.checkpoint_ns != "" or (late and task is None):
                 return  # a subgraph's end is not the thread's (its parent task reports it)
             if isinstance(event, GraphCheckpointed):
@@ -435,8 +435,13 @@ class RunledgerSaver(BlockingTwins):
 
     # -- the index (InMemorySaver's structures), from events ----------------------------------------------------------
 
-    def _index_checkpoint(self, p: Mapping[str, Any], typed: Mapping[str, Typed] | None = None) -> None:
-        """Index a checkpoint's event; ``typed``: the values as serialized, when this process wrote them."""
+    def _index_checkpoint(
+        self, p: Mapping[str, Any], typed: Mapping[str, Typed] | None = None, run: RecordedRun | None = None
+    ) -> None:
+        """Index a checkpoint's event; ``typed``: the values as serialized, when this process wrote them;
+        ``run``: the run this process appended the event to, whose record gives the header back in its
+        own form (keys in canonical order), the form indexed here too: what ``get_tuple`` returns in
+        this process is what it returns in one that reads the thread from the log."""
         thread_id, ns, cid = p["thread_id"], p.get("checkpoint_ns", ""), p["checkpoint_id"]
         values = dict(zip(p.get("channels") or [], p.get("values") or [], strict=False))
         for channel, version in (p.get("new_versions") or {}).items():
@@ -452,7 +457,7 @@ class RunledgerSaver(BlockingTwins):
             self.blobs[(thread_id, ns, channel, version)] = value
         self._versions[(thread_id, ns, cid)] = dict((p.get("header") or {}).get("channel_versions") or {})
         rest = self.serde.loads_typed(record_to_typed(p["checkpoint"])) if p.get("checkpoint") else {}
-        header = dict(p.get("header") or {})
+        header = dict((run.as_recorded(p.get("header")) if run is not None else p.get("header")) or {})
         run_id, metadata = header.pop(_RUN_ID, None), record_to_typed(p["metadata"])
         if run_id is not None and (opened := self.serde.loads_typed(metadata)).get("run_id") != run_id:
             metadata = self.serde.dumps_typed({**opened, "run_id": run_id})
@@ -563,7 +568,7 @@ class RunledgerSaver(BlockingTwins):
             checkpoint=typed_to_record(self.serde.dumps_typed(stored)) if stored else None,
         )
         # write-ahead: the index changes only after the ack
-        await self._append(thread, event, lambda: self._index_checkpoint(event.model_dump(), typed))
+        await self._append(thread, event, lambda run: self._index_checkpoint(event.model_dump(), typed, run))
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     async def aput_writes(
@@ -593,7 +598,7 @@ class RunledgerSaver(BlockingTwins):
             channels=[c for c, _ in writes],
             writes=[typed_to_record(self.serde.dumps_typed(v)) for _, v in writes],
         )
-        await self._append(thread, event, lambda: self._index_writes(event.model_dump()), writes)
+        await self._append(thread, event, _ignoring_run(lambda: self._index_writes(event.model_dump())), writes)
 
     async def adelete_thread(self, thread_id: str) -> None:
         thread = await self._loaded(thread_id)
@@ -707,7 +712,7 @@ class RunledgerSaver(BlockingTwins):
                     checkpoint=typed_to_record(self.serde.dumps_typed(extra)) if extra else None,
                 )
                 await self._append(
-                    target, copied, functools.partial(self._index_checkpoint, copied.model_dump()), judge=False
+                    target, copied, functools.partial(self._index_checkpoint, copied.model_dump(), None), judge=False
                 )
             else:
                 saved = removed[1] if removed else self.writes.get((source_thread_id, ns, cid), {})
@@ -718,7 +723,10 @@ class RunledgerSaver(BlockingTwins):
                     writes=[typed_to_record(saved[k][2]) if k in saved else {"type": "null"} for k in keys],
                 )
                 await self._append(
-                    target, copied, functools.partial(self._index_writes, copied.model_dump()), judge=False
+                    target,
+                    copied,
+                    _ignoring_run(functools.partial(self._index_writes, copied.model_dump())),
+                    judge=False,
                 )
 
     async def aget_delta_channel_history(
@@ -726,6 +734,11 @@ class RunledgerSaver(BlockingTwins):
     ) -> Mapping[str, DeltaChannelHistory]:
         await self._loaded(_thread_id(config))
         return InMemorySaver.get_delta_channel_history(self, config=config, channels=channels)
+
+
+def _ignoring_run(index: Callable[[], None]) -> Callable[[RecordedRun], None]:
+    """An index of an event that reads nothing of the run it was appended to (a task's writes: values only)."""
+    return lambda run: index()
 
 
 def _thread_id(config: RunnableConfig) -> str:

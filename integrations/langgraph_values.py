@@ -40,9 +40,9 @@ Typed = tuple[str, bytes]
 # into a JSON tree with the same information (strings stay strings and a dict's keys stay keys,
 # which the detectors read) and back into msgpack that the serializer loads as the same value.
 # Markers are objects whose first key starts with "$". Canonical JSON sorts keys and a dict's order
-# is part of its value, so a dict whose keys are not sorted is recorded as {"$dict": ..., "$order":
-# [keys]}; one with keys that are not strings, or that could be mistaken for a marker, as
-# {"$map": [[key, value], ...]}.
+# is part of its value, so a dict whose keys are not in the order canonical JSON gives them back (in
+# either chain format: ``_in_canonical_order``) is recorded as {"$dict": ..., "$order": [keys]}; one
+# with keys that are not strings, or that could be mistaken for a marker, as {"$map": [[key, value], ...]}.
 
 _INT64 = 2**63
 
@@ -73,10 +73,19 @@ def _to_tree(value: Any) -> Any:
         if not all(isinstance(k, str) and not k.startswith("$") for k in keys):
             return {"$map": [[_to_tree(k), _to_tree(v)] for k, v in value.items()]}
         plain = {k: _to_tree(v) for k, v in value.items()}
-        return plain if keys == sorted(keys) else {"$dict": plain, "$order": keys}
+        return plain if _in_canonical_order(keys) else {"$dict": plain, "$order": keys}
     if isinstance(value, _Ext):
         return {"$ext": value.code, "value": _to_tree(value.value)}
     raise TypeError(f"cannot record a msgpack value of type {type(value).__name__}")
+
+
+def _in_canonical_order(keys: list[str]) -> bool:
+    """Whether canonical JSON gives ``keys`` back in this order, whatever the run's chain format: JCS
+    sorts names by their UTF-16 code units, the legacy form by code point; the two differ only for
+    a name beyond U+FFFF (a surrogate pair sorts below U+E000..U+FFFF)."""
+    if keys != sorted(keys):
+        return False
+    return all(k.isascii() for k in keys) or keys == sorted(keys, key=lambda k: k.encode("utf-16-be"))
 
 
 def _from_tree(tree: Any) -> Any:

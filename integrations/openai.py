@@ -22,9 +22,12 @@ make the ``ParsedChatCompletion`` and the stream events from the recorded comple
 (runledger.integrations.openai_objects). ``with_raw_response`` keeps the status and a few response
 headers (ids, rate limits) with the step, never cookies. ``stream=True`` returns a ``RecordedStream``
 (an async iterator; ``SyncRecordedStream``, a plain one, for the blocking client): live, the SDK's
-chunks (or events) pass through as they arrive and the assembled response is recorded; on resume, a
-stream is synthesised from the record (whole texts and tool calls in one chunk each, then the finish
-reason and usage), so code that accumulates a stream gets the same result. The blocking client's
+chunks (or events) pass through as they arrive, each rebuilt from its JSON as the record gives it
+back (the run's ``as_recorded``), and the response the SDK's own ``ChatCompletionStreamState``
+assembles from them is recorded; on resume, a stream is synthesised from the record (each message
+whole and each tool call in one chunk, then the finish reason and usage, every chunk with the
+completion's fields), so code that accumulates a stream, and the SDK's own accumulation, get the
+same result. The blocking client's
 calls are made in a worker thread while the run's event loop goes on. Its streaming ``create``
 returns once the first chunk is in (or the step is answered from the record), as the SDK's own
 returns once the response has begun, and raises the step's failure if no stream began.
@@ -90,6 +93,7 @@ from runledger.integrations.openai_objects import (  # noqa: E402
     SyncRecordedChatCompletionStream,
     SyncRecordedChatCompletionStreamManager,
     as_parse_create,
+    as_recorded_of,
     as_responses_parse_create,
     assembled_chat,
     chat_chunks,
@@ -97,8 +101,10 @@ from runledger.integrations.openai_objects import (  # noqa: E402
     kept_headers,
     models_page,
     page_request,
+    recorded_object,
     response_events,
     responses_parser,
+    unchanged,
 )
 
 __all__ = [
@@ -150,6 +156,8 @@ class _Call:
     create: Callable[..., Any]  # a coroutine function, or a blocking one (``blocking``: the openai.OpenAI client)
     kwargs: dict[str, Any]
     forward: Callable[[Any], None] | None = None  # a stream: hands each chunk to the caller as it arrives
+    # A value as the run's record gives it back (RecordedRun.as_recorded): how a live chunk is handed on.
+    as_recorded: Callable[[Any], Any] = unchanged
     blocking: bool = False
     raw: bool = False  # ``create`` is the SDK's with_raw_response one: its status and headers are kept
     attempts: int = 0
@@ -288,7 +296,7 @@ async def _stream_through(call: _Call) -> BaseModel:
         async for chunk in await call.create(**call.kwargs):
             chunks.append(chunk)
             call.forwarded += 1
-            call.forward(chunk)
+            call.forward(recorded_object(chunk, call.as_recorded))
     if call.endpoint == CHAT:
         return assembled_chat(chunks)
     for event in reversed(chunks):
@@ -304,7 +312,7 @@ def _drain_blocking(call: _Call, chunks: list[Any]) -> None:
     for chunk in call.create(**call.kwargs):
         chunks.append(chunk)
         call.forwarded += 1
-        call.forward(chunk)
+        call.forward(recorded_object(chunk, call.as_recorded))
 
 
 _SDK_TYPES: dict[str, type[BaseModel]] = {
@@ -537,7 +545,7 @@ class RecordedOpenAI(Surface):
     ) -> Any:  # fmt: skip
         _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, raw=raw)
+        call = _Call(endpoint, create, kwargs, raw=raw, as_recorded=as_recorded_of(self._run))
         stream_queue: asyncio.Queue[Any] | None = None
         if kwargs.get("stream"):
             stream_queue = asyncio.Queue()
@@ -616,7 +624,7 @@ class SyncRecordedOpenAI(Surface):
     ) -> Any:  # fmt: skip
         _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw)
+        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw, as_recorded=as_recorded_of(self._run))
         if kwargs.get("stream"):
             return SyncRecordedStream(self._run, call, messages, params)
         # SyncRun.model runs the step on the run's event loop in a copy of this thread's context

@@ -53,6 +53,7 @@ __all__ = [
     "SyncRecordedChatCompletionStream",
     "SyncRecordedChatCompletionStreamManager",
     "as_parse_create",
+    "as_recorded_of",
     "as_responses_parse_create",
     "assembled_chat",
     "chat_chunks",
@@ -60,8 +61,10 @@ __all__ = [
     "kept_headers",
     "models_page",
     "page_request",
+    "recorded_object",
     "response_events",
     "responses_parser",
+    "unchanged",
 ]
 
 T = TypeVar("T")
@@ -216,6 +219,29 @@ class RecordedPage(Generic[T]):
     __hash__ = None  # type: ignore[assignment]
 
 
+def unchanged(value: Any) -> Any:
+    return value
+
+
+def as_recorded_of(run: Any) -> Callable[[Any], Any]:
+    """The run's ``as_recorded`` (a ``RecordedRun``'s, a ``SyncRun``'s); a run that records nothing
+    itself (the sandbox guest's: its host makes the calls, and no live chunk reaches it) has none."""
+    found: Callable[[Any], Any] = getattr(run, "as_recorded", unchanged)
+    return found
+
+
+def recorded_object(obj: T, as_recorded: Callable[[Any], Any]) -> T:
+    """An SDK object (a live stream's chunk or event) as the record gives its JSON back (``as_recorded``:
+    the run's canonical form), built again as the SDK builds one from the wire: what a caller receives
+    of a live stream, as of every recorded response (keys in the record's order, in chain format 2 a
+    whole-number float an integer where the SDK's type does not make it a float again)."""
+    if not isinstance(obj, BaseModel):
+        return obj
+    data = as_recorded(obj.model_dump(mode="json", exclude_unset=True))
+    rebuilt: T = type(obj).construct(**data)
+    return rebuilt
+
+
 def models_page(recorded: dict[str, Any]) -> RecordedPage[Model]:
     return RecordedPage([Model.construct(**m) for m in recorded.get("data") or []])
 
@@ -368,67 +394,50 @@ class SyncRecordedChatCompletionStreamManager(Generic[T]):
 
 
 def assembled_chat(chunks: list[ChatCompletionChunk]) -> ChatCompletion:
-    if not chunks:
-        raise ModelError("OpenAI /chat/completions stream ended without a chunk")
-    first = chunks[0]
-    choices: dict[int, dict[str, Any]] = {}
-    usage: Any = None
+    """The completion a live chat stream amounts to, as the SDK's own ``ChatCompletionStreamState``
+    assembles it (what ``chat.completions.stream()`` gives as its final completion): the first chunk's
+    fields (a compatible server's own included), each choice's message with its deltas accumulated
+    (text, reasoning, tool calls, any field a server streams), its logprobs and finish reason, the
+    last chunk's usage. Not what the state adds of its own: a tool call's ``index`` (a delta's, not a
+    completion's), ``parsed`` and ``parsed_arguments`` (a parse of the recorded completion makes them)."""
+    state: ChatCompletionStreamState[Any] = ChatCompletionStreamState()
+    handled = 0
     for chunk in chunks:
-        usage = chunk.usage or usage
-        for c in chunk.choices:
-            choice = choices.setdefault(
-                c.index, {"index": c.index, "message": {"role": "assistant", "content": None}, "finish_reason": None}
-            )
-            message, delta = choice["message"], c.delta
-            if delta.content:
-                message["content"] = (message["content"] or "") + delta.content
-            if delta.refusal:
-                message["refusal"] = message.get("refusal", "") + delta.refusal
-            for tc in delta.tool_calls or []:
-                calls = message.setdefault("tool_calls", [])
-                while len(calls) <= tc.index:
-                    calls.append({"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
-                slot = calls[tc.index]
-                slot["id"] = tc.id or slot["id"]
-                if tc.function is not None:
-                    slot["function"]["name"] += tc.function.name or ""
-                    slot["function"]["arguments"] += tc.function.arguments or ""
-            if c.finish_reason:
-                choice["finish_reason"] = c.finish_reason
-    body: dict[str, Any] = {
-        "id": first.id,
-        "object": "chat.completion",
-        "created": first.created,
-        "model": first.model,
-        "choices": [choices[i] for i in sorted(choices)],
-    }
-    if first.system_fingerprint is not None:
-        body["system_fingerprint"] = first.system_fingerprint
-    if first.service_tier is not None:
-        body["service_tier"] = first.service_tier
-    if usage is not None:
-        body["usage"] = usage.model_dump(mode="json", exclude_unset=True)
+        if chunk.object == "chat.completion.chunk":  # as the SDK's stream skips anything else
+            state.handle_chunk(chunk)
+            handled += 1
+    if not handled:
+        raise ModelError("OpenAI /chat/completions stream ended without a chunk")
+    body = state.current_completion_snapshot.model_dump(mode="json", exclude_unset=True)
+    for choice in body.get("choices") or []:
+        message = choice.get("message") or {}
+        message.pop("parsed", None)
+        for call in message.get("tool_calls") or []:
+            call.pop("index", None)
+            (call.get("function") or {}).pop("parsed_arguments", None)
     return ChatCompletion.construct(**body)
 
 
 def chat_chunks(sdk: dict[str, Any]) -> list[ChatCompletionChunk]:
-    """A stream that assembles to the recorded completion: per choice its text and each tool call in
-    one chunk, then its finish reason; the usage last."""
-    head = {k: sdk[k] for k in ("id", "created", "model", "system_fingerprint", "service_tier") if k in sdk}
+    """A stream that the SDK's ``ChatCompletionStreamState`` (and code that accumulates a stream)
+    assembles to the recorded completion (``assembled_chat``'s inverse): every chunk with the
+    completion's fields; per choice, its message whole in one delta (its text, reasoning, any field
+    a server gave it) with the choice's own fields, each tool call in one chunk, then its finish
+    reason and logprobs; the usage last."""
+    head = {k: v for k, v in sdk.items() if k not in ("choices", "usage", "object")}
     head["object"] = "chat.completion.chunk"
     chunks: list[dict[str, Any]] = []
     for choice in sdk.get("choices") or []:
-        message, index = choice.get("message") or {}, choice.get("index", 0)
-        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-        if message.get("refusal"):
-            delta["refusal"] = message["refusal"]
-        chunks.append({**head, "choices": [{"index": index, "delta": delta}]})
-        for i, tc in enumerate(message.get("tool_calls") or []):
-            call = {"index": i, "id": tc.get("id"), "type": "function", "function": tc.get("function")}
-            chunks.append({**head, "choices": [{"index": index, "delta": {"tool_calls": [call]}}]})
-        chunks.append(
-            {**head, "choices": [{"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
-        )
+        message, index = dict(choice.get("message") or {}), choice.get("index", 0)
+        calls = message.pop("tool_calls", None) or []
+        own = {k: v for k, v in choice.items() if k not in ("message", "index", "finish_reason", "logprobs")}
+        chunks.append({**head, "choices": [{**own, "index": index, "delta": message}]})
+        for i, tc in enumerate(calls):
+            chunks.append({**head, "choices": [{"index": index, "delta": {"tool_calls": [{"index": i, **tc}]}}]})
+        end = {"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}
+        if choice.get("logprobs") is not None:
+            end["logprobs"] = choice["logprobs"]  # after the first chunk: the SDK's state adds them once
+        chunks.append({**head, "choices": [end]})
     if sdk.get("usage") is not None:
         chunks.append({**head, "choices": [], "usage": sdk["usage"]})
     return [ChatCompletionChunk.construct(**c) for c in chunks]

@@ -182,6 +182,14 @@ class RecordedRun(EffectStep):
         """True while the next step is answered from the record."""
         return self._next_step in self._cp.steps
 
+    def as_recorded(self, value: Any) -> Any:
+        """``value`` as this run's record gives it back: its canonical JSON in the run's chain format,
+        read back (keys in the record's order; in format 2 a whole-number float is an integer).
+        What every step hands the agent live; an integration that keeps a value it recorded in the
+        clear (runledger.integrations.langgraph's checkpoint header) keeps this form, so a process
+        that reads it from the log finds the same."""
+        return as_recorded(jsonable(value), self._cp.chain_format)
+
     # -- plumbing ------------------------------------------------------------------------------------
 
     async def _open(self, value: Any) -> Any:

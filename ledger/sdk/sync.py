@@ -85,6 +85,12 @@ class SyncRun:
     def commit(self) -> None:
         self._call(self._run.commit())
 
+    def as_recorded(self, value: Any) -> Any:
+        """``value`` as the run's record gives it back (``RecordedRun.as_recorded``); unchanged on a
+        run that records nothing here (the sandbox guest's, whose host records). Callable from any thread."""
+        as_recorded = getattr(self._run, "as_recorded", None)
+        return as_recorded(value) if as_recorded is not None else value
+
 
 def sync_agent(fn: Callable[[SyncRun], Any]) -> AgentFn:
     """Wrap a blocking agent function so the runner can drive it."""

@@ -153,7 +153,7 @@ def test_a_destructive_tool_killed_after_its_call_runs_once_across_the_resume(
     assert cp["status"] == "completed"
     assert sorted(cp["committed_keys"]) == ["note:A1", "refund:A1"]
     assert cp["output"]["paid"]["refunded"] == 5 and cp["output"]["paid"]["key"] == "refund:A1"
-    assert cp["output"]["listed"] == ["add_note", "find_refund", "lookup_order", "refund"]
+    assert cp["output"]["listed"] == ["add_note", "echo", "find_refund", "keep", "lookup_order", "refund"]
 
 
 @pytest.mark.parametrize("shop", ["http"], indirect=True)

@@ -9,6 +9,9 @@ answers (a window to kill the agent in). ``$MCP_SCHEMA=v2`` serves another ``ref
 extra required parameter): a changed server. ``$MCP_SERVER_DOWN`` set: the process exits before it
 serves anything (a server that is down, as a client spawning it over stdio sees one).
 
+``echo`` answers any JSON value it is given as structured content, ``keep`` (a write) too: what an
+agent receives of a result, live and on replay (tests/mcp_paths.py).
+
 ``python server.py`` serves over stdio; ``python server.py http PORT`` serves streamable HTTP on
 127.0.0.1:PORT at ``/mcp``.
 """
@@ -100,6 +103,19 @@ def add_note(order: str, text: str) -> dict[str, Any]:
     """Add a note to an order (an additive write)."""
     _witness("add_note", {"order": order, "text": text}, None)
     return {"noted": True}
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def echo(value: Any) -> dict[str, Any]:
+    """Answer the value given as structured content (and as its JSON text), as the wire carried it."""
+    return {"echo": value}
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=False))
+def keep(order: str, value: Any) -> dict[str, Any]:
+    """Keep a value for an order (a write): answers it back."""
+    _witness("keep", {"order": order}, None)
+    return {"kept": value, "order": order}
 
 
 if __name__ == "__main__":

@@ -20,16 +20,19 @@ from runledger.errors import PayloadUnavailableError
 from runledger.integrations.langgraph import RunledgerSaver, thread_run_id
 from runledger.integrations.langgraph_values import TAIL, record_to_typed, splice_tail, tail_record, typed_to_record
 from runledger.log.client import LedgerClient
-from runledger.record.canonical import canonical_json
+from runledger.record.canonical import JCS_CHAIN_FORMAT, canonical_json
 from runledger.record.events import GENESIS, GraphCheckpointed, GraphWritesSaved, RunStarted, VersionTuple, make_event
 from runledger.record.fold import fold
 
 SERDE = JsonPlusSerializer()
+NAMES = st.text(max_size=5) | st.sampled_from(["\uffff", "\U0001011b", "\ue000", "a\U00010000", "é", ""])
+CHAIN_FORMATS = (1, JCS_CHAIN_FORMAT)
 
 
-def _through_the_record(value: Any) -> Any:
-    """The value as a saver reads it back: typed bytes, the JSON tree, canonical JSON bytes, back."""
-    recorded = json.loads(canonical_json(typed_to_record(SERDE.dumps_typed(value))))
+def _through_the_record(value: Any, chain_format: int = JCS_CHAIN_FORMAT) -> Any:
+    """The value as a saver reads it back: typed bytes, the JSON tree, canonical JSON bytes (in a run's
+    chain format: RFC 8785 for new runs, the legacy form for old ones), back."""
+    recorded = json.loads(canonical_json(typed_to_record(SERDE.dumps_typed(value)), chain_format))
     return SERDE.loads_typed(record_to_typed(recorded))
 
 
@@ -54,13 +57,18 @@ def test_values_read_back_equal(value: Any) -> None:
     assert _through_the_record(value) == value
 
 
-def test_key_order_is_kept() -> None:
-    assert list(_through_the_record({"z": 1, "a": 2, "m": 3})) == ["z", "a", "m"]
+@pytest.mark.parametrize("chain_format", CHAIN_FORMATS)
+def test_key_order_is_kept(chain_format: int) -> None:
+    assert list(_through_the_record({"z": 1, "a": 2, "m": 3}, chain_format)) == ["z", "a", "m"]
+    # Sorted by code point, not by UTF-16 code units (RFC 8785's order puts the surrogate pair first):
+    # the record gave these back swapped.
+    assert list(_through_the_record({"\uffff": 1, "\U0001011b": 2}, chain_format)) == ["\uffff", "\U0001011b"]
+    assert list(_through_the_record({"\U0001011b": 1, "\uffff": 2}, chain_format)) == ["\U0001011b", "\uffff"]
 
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text() | st.binary(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(NAMES, inner, max_size=4),
     max_leaves=20,
 )
 
@@ -70,15 +78,15 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)  # in the same order
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
 
 
-@given(json_values)
-def test_any_plain_value_reads_back_equal(value: Any) -> None:
-    assert _same(_through_the_record(value), value)
+@given(json_values, st.sampled_from(CHAIN_FORMATS))
+def test_any_plain_value_reads_back_equal(value: Any, chain_format: int) -> None:
+    assert _same(_through_the_record(value, chain_format), value)
 
 
 def _messages(n: int) -> list[Any]:

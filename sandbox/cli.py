@@ -150,6 +150,7 @@ def _sweep(args: argparse.Namespace) -> GateReport | MatrixReport:
     template = _request(argparse.Namespace(**{**vars(args), "run": "-", "set": (args.set or [])[:1]}))
     check = load_check(args.expect) if args.expect else None
     file_prices = PriceTable.from_file(args.prices) if args.prices else None
+    sampling: dict[str, Any] = {"samples": args.samples or 1, "min_fix_rate": args.min_fix_rate or 1.0}
 
     async def go() -> GateReport | MatrixReport:
         docker = docker_client()
@@ -161,16 +162,17 @@ def _sweep(args: argparse.Namespace) -> GateReport | MatrixReport:
             run_ids = await select_runs(client, db, args.where)
             if not run_ids:
                 print(f"no recorded run matches: {args.where}", file=sys.stderr)
-                return GateReport(mode=args.mode, change=dict(template.change), where=args.where)
+                return GateReport(mode=args.mode, change=dict(template.change), where=args.where,
+                                  min_fix_rate=sampling["min_fix_rate"])  # fmt: skip
             prices = file_prices or projection_prices(db)
             progress = None if args.json else _progress_bar
             if len(candidates) > 1:
                 print(f"re-driving {len(run_ids)} runs under {len(candidates)} candidates", file=sys.stderr)
                 return await matrix(client, pool, run_ids, template, candidates, concurrency=args.concurrency,
-                                    check=check, prices=prices, progress=progress)  # fmt: skip
+                                    check=check, prices=prices, progress=progress, **sampling)  # fmt: skip
             print(f"re-driving {len(run_ids)} runs ({args.mode})", file=sys.stderr)
             summary = await sweep(client, pool, run_ids, template, concurrency=args.concurrency,
-                                  progress=progress, check=check, prices=prices)  # fmt: skip
+                                  progress=progress, check=check, prices=prices, **sampling)  # fmt: skip
         finally:
             await pool.close()
             await client.close()
@@ -219,6 +221,17 @@ async def _candidate_in_image(plan: Any, request: RerunRequest, timeout: float) 
         await pool.close()
 
 
+def _check_samples(args: argparse.Namespace) -> None:
+    """``--samples N`` (N >= 1) and ``--min-fix-rate R`` (0 < R <= 1, only with samples): runledger.sandbox.samples."""
+    if args.samples is not None and args.samples < 1:
+        raise ConfigurationError(f"--samples takes the number of re-drives per run (1 or more), got {args.samples}")
+    if args.min_fix_rate is not None:
+        if not 0.0 < args.min_fix_rate <= 1.0:
+            raise ConfigurationError(f"--min-fix-rate is a share of samples in (0, 1], got {args.min_fix_rate:g}")
+        if not args.samples or args.samples < 2:
+            raise ConfigurationError("--min-fix-rate judges a fix rate: give --samples N (2 or more) with it")
+
+
 def cmd_rerun(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger rerun`")
     if args.failure_class:  # a sweep over the failed runs of one class of failure (`runledger failures`)
@@ -230,8 +243,10 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         raise ConfigurationError("--plan shows the plan of one run's re-run: name a RUN instead of --where")
     if args.json and not (args.plan or args.where):
         raise ConfigurationError("--json goes with --plan (the plan as JSON) or --where (the sweep's report)")
-    if not args.where and (args.junit or args.expect or args.prices or args.allow_still_failing):
-        raise ConfigurationError("--junit, --expect, --prices and --allow-still-failing go with a sweep (--where SQL)")
+    if not args.where and (args.junit or args.expect or args.prices or args.allow_still_failing or args.samples):
+        raise ConfigurationError("--junit, --expect, --prices, --allow-still-failing and --samples go with a sweep "
+                                 "(--where SQL)")  # fmt: skip
+    _check_samples(args)
     if args.where:
         if args.run:
             raise ConfigurationError("give either a RUN or --where, not both")
@@ -469,6 +484,11 @@ def _add_rerun(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-still-failing", action="store_true",
                    help="sweep: keep the gate open for runs that had failed and still fail (by default a failure "
                    "the change does not fix closes it)")  # fmt: skip
+    p.add_argument("--samples", type=int, metavar="N", help="sweep: re-drive each run N times with the live model "
+                   "(a counterfactual's baseline N times unchanged too) and report a fix rate per run (fixed 3/5) "
+                   "and whether the run is flaky (runledger.sandbox.samples)")  # fmt: skip
+    p.add_argument("--min-fix-rate", type=float, metavar="RATE", help="sweep with --samples: a run counts as "
+                   "fixed when this share of its samples fix it (default 1.0); below it, it still fails")  # fmt: skip
     p.add_argument("--prices", metavar="FILE", help="sweep: price the branches with this JSON table (default: the "
                    "projection's model_prices)")  # fmt: skip
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR",

@@ -44,9 +44,11 @@ command that shows it), ``error`` an ``error`` element, a still failing case the
 branch id, verdict, first differing step, tokens and cost. ``--json`` has the same per case
 (``parent_error`` and ``branch_error``: type, message, step, reason).
 
-Room for samples: a verdict is one branch's today. ``Case.fixed`` is what a matrix counts as a fix
-(runledger.sandbox.matrix ranks candidates by it), so a case that holds several samples of a live model
-can report a rate there without changing what counts it.
+Samples (``--samples N``, runledger.sandbox.samples): a case then holds N branches of the same change and
+a fix rate (``fixed 3/5``); its verdict is ``improved`` only when the rate reaches ``--min-fix-rate``
+(default 1.0: every sample), and it carries whether the unchanged re-drive (the baseline) is flaky.
+``Case.fixed`` stays what a matrix counts (runledger.sandbox.matrix ranks candidates by it). The JUnit
+properties and ``--json`` carry ``samples``, ``fixes``, ``fix_rate`` and ``flaky``.
 """
 
 from __future__ import annotations
@@ -219,6 +221,20 @@ class Case:
     change: str = ""  # the branch's change in one line (``agent code changed: code:ab12 -> code:cd34``)
     parent_error: dict[str, Any] | None = None  # the recorded run's exception (``error_of``)
     branch_error: dict[str, Any] | None = None  # the branch's
+    samples: int = 0  # --samples: the branches of this change (0: one branch, no sampling)
+    fixes: int = 0  # of them, those judged ``improved``
+    sample_branches: list[str] = field(default_factory=list)
+    baseline_samples: int = 0  # unchanged re-drives (runledger.sandbox.samples): 0 when not measured
+    baseline_flips: int = 0  # of them, those whose outcome differs from the record's
+
+    @property
+    def fix_rate(self) -> float | None:
+        return self.fixes / self.samples if self.samples else None
+
+    @property
+    def flaky(self) -> bool | None:
+        """The unchanged re-drive does not always end as the record did (None: no baseline was measured)."""
+        return self.baseline_flips > 0 if self.baseline_samples else None
 
     @property
     def diff_command(self) -> str | None:
@@ -240,7 +256,19 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["diff_command"] = self.diff_command
+        out["fix_rate"], out["flaky"] = self.fix_rate, self.flaky
         return out
+
+    @property
+    def sampled(self) -> str:
+        """``fixed 3/5`` and the baseline's flakiness, for a sampled case ("" otherwise)."""
+        if not self.samples:
+            return ""
+        text = f"fixed {self.fixes}/{self.samples}"
+        if self.baseline_samples:
+            text += (f", FLAKY: unchanged re-drive ended otherwise than the record {self.baseline_flips}/"
+                     f"{self.baseline_samples}" if self.flaky else ", baseline steady")  # fmt: skip
+        return text
 
 
 def outcome_verdict(parent_status: str, branch_status: str) -> tuple[Verdict, str]:
@@ -297,6 +325,7 @@ class GateReport:
     change: dict[str, str] = field(default_factory=dict)
     where: str = ""
     allow_still_failing: bool = False  # --allow-still-failing: a failure the change does not fix keeps it open
+    min_fix_rate: float = 1.0  # --min-fix-rate: with samples, a fix rate below it is not a fix
 
     def count(self, verdict: Verdict) -> int:
         return sum(1 for c in self.cases if c.verdict == verdict)
@@ -328,6 +357,7 @@ class GateReport:
             "where": self.where, "mode": self.mode, "change": self.change,
             "exit_code": int(self.exit_code), "gate": "closed" if self.exit_code == Exit.FAILED else "open",
             "allow_still_failing": self.allow_still_failing, "verdicts": verdicts,
+            "min_fix_rate": self.min_fix_rate,
             "still_failing": [c.parent_run_id for c in self.cases if c.still_fails],
             "cost": {"recorded": asdict(self.cost("parent")), "branches": asdict(self.cost("branch"))},
             "cases": [c.to_dict() for c in self.cases],
@@ -342,13 +372,20 @@ class GateReport:
             check = " (check)" if c.checked else ""
             branch = c.branch_run_id or "-"
             raised = describe_error(c.branch_error)
-            lines.append(f"  {c.verdict:<13} {c.parent_run_id} -> {branch}{check}: {c.message}"
+            sampled = f" [{c.sampled}]" if c.samples else ""
+            lines.append(f"  {c.verdict:<13} {c.parent_run_id} -> {branch}{check}{sampled}: {c.message}"
                          + (f"; {_short(raised)}" if raised else "") + f" [{cost}]")  # fmt: skip
         spent = self.cost("branch")
         total = f"{spent.tokens} tokens" + (f", ${spent.usd:.4f}" if spent.usd is not None else "")
         if spent.usd is not None and not spent.priced:
             total += " (some models have no price)"
         counts = ", ".join(f"{self.count(v)} {v}" for v in get_args(Verdict) if self.count(v))
+        of_samples = [c for c in self.cases if c.samples]
+        if of_samples:
+            fixes, drawn = sum(c.fixes for c in of_samples), sum(c.samples for c in of_samples)
+            flaky = sum(1 for c in of_samples if c.flaky)
+            lines.append(f"fix rate: {fixes}/{drawn} samples over {len(of_samples)} runs; {flaky} flaky "
+                         f"(--min-fix-rate {self.min_fix_rate:g})")  # fmt: skip
         gate = {Exit.OK: "open", Exit.FAILED: "CLOSED", Exit.NOT_RERUN: "open, but some runs were not re-run"}
         lines.append(f"gate: {gate[self.exit_code]} ({counts or 'no runs'}); branches cost {total}")
         failing = [c for c in self.cases if c.still_fails]
@@ -382,6 +419,8 @@ class GateReport:
                 ("first_difference", "" if c.first_difference is None else str(c.first_difference)),
                 ("tokens.recorded", str(c.parent_cost.tokens)), ("tokens.branch", str(c.branch_cost.tokens)),
                 ("usd.branch", "" if c.branch_cost.usd is None else f"{c.branch_cost.usd:.6f}"),
+                *((("samples", str(c.samples)), ("fixes", str(c.fixes)), ("fix_rate", f"{c.fix_rate:.3f}"),
+                   ("flaky", "" if c.flaky is None else str(c.flaky).lower())) if c.samples else ()),
             ):  # fmt: skip
                 ET.SubElement(cprops, "property", {"name": name, "value": value})
             raised = describe_error(c.branch_error)

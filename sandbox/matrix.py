@@ -14,6 +14,10 @@ regression (no ``regressed`` cell), every candidate tied at that count named; or
 without a regression, a sentence that says so. A ``not exercised`` cell fixes nothing and regresses
 nothing: it was not tested.
 
+With ``--samples N`` a cell is a rate (``fixed 3/5``, ``still fails 1/5``: samples fixed over N), marked
+``?`` when the run is flaky (runledger.sandbox.samples), and a candidate counts a run as fixed when its
+rate reaches ``--min-fix-rate``.
+
 Every branch is a run of its own (``run.forked`` records the candidate in its request), so the page
 draws the same matrix from the projection (runledger.ui.matrix), for these branches and any made since.
 """
@@ -31,6 +35,7 @@ from runledger.ops.prices import PriceTable
 from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.gate import Case, Check, GateReport
 from runledger.sandbox.rerun import RerunRequest
+from runledger.sandbox.samples import sample_requests
 from runledger.sandbox.sweep import sweep
 
 # The gate's verdicts as the matrix shows them.
@@ -142,7 +147,8 @@ class MatrixReport:
             cells = []
             for n, w in enumerate(cols):
                 case = self.cell(n, run_id)
-                text = "-" if case is None else CELL[case.verdict] + (
+                text = "-" if case is None else CELL[case.verdict] + (f" {case.fixes}/{case.samples}" if case.samples
+                                                                      else "") + ("?" if case.flaky else "") + (
                     f" ${case.branch_cost.usd:.4f}" if case.branch_cost.usd is not None
                     else f" {case.branch_cost.tokens} tok")  # fmt: skip
                 cells.append(text.ljust(w))
@@ -167,11 +173,17 @@ async def matrix(
     check: Check | None = None,
     prices: PriceTable | None = None,
     progress: Callable[[int, int], None] | None = None,
+    samples: int = 1,
+    min_fix_rate: float = 1.0,
 ) -> MatrixReport:
     """Re-drive ``run_ids`` once per candidate (``template`` with the candidate as its change), as sweeps.
-    Each candidate's branches have request ids of their own, so none resumes another's."""
+    Each candidate's branches have request ids of their own, so none resumes another's. With ``samples``
+    > 1, ``samples`` times each (runledger.sandbox.samples); the unchanged baseline, the same for every
+    candidate, is re-driven with the first candidate only and shown in every column."""
     report = MatrixReport(runs=list(run_ids), candidates=[dict(c) for c in candidates])
-    total, done = len(run_ids) * len(candidates), 0
+    per_run = [len(sample_requests(template, "-", samples)) - (samples if samples > 1 and n else 0)
+               for n in range(len(candidates))]  # fmt: skip
+    total, done = len(run_ids) * sum(per_run), 0
 
     def step(n: int, _total: int) -> None:
         if progress is not None:
@@ -182,7 +194,13 @@ async def matrix(
             update={"change": dict(candidate), "request_id": f"{template.request_id}-c{index}"}
         )
         summary = await sweep(client, pool, run_ids, request, concurrency=concurrency, progress=step, check=check,
-                              prices=prices)  # fmt: skip
+                              prices=prices, samples=samples, min_fix_rate=min_fix_rate,
+                              baseline=index == 0)  # fmt: skip
         report.reports.append(summary.gate)
-        done += len(run_ids)
+        done += len(run_ids) * per_run[index]
+    for first in report.reports[0].cases if report.reports else []:  # the baseline, measured once
+        for other in report.reports[1:]:
+            for case in other.cases:
+                if case.parent_run_id == first.parent_run_id:
+                    case.baseline_samples, case.baseline_flips = first.baseline_samples, first.baseline_flips
     return report

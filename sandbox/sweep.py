@@ -37,6 +37,7 @@ from runledger.sandbox.diff import diff
 from runledger.sandbox.errors import RerunRequestError
 from runledger.sandbox.gate import Case, Check, Cost, GateReport, error_of, judge, step_args
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
+from runledger.sandbox.samples import combine, sample_requests
 
 
 @dataclass
@@ -55,11 +56,18 @@ class SweepSummary:
     branches: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     gate: GateReport = field(default_factory=GateReport)  # each run judged: runledger.sandbox.gate
+    samples: int = 1  # --samples: branches per run (the counts below are of branches, baselines left out)
 
     def render(self) -> str:
-        rate = self.diverged / self.total if self.total else 0.0
+        branches = self.total * self.samples
+        what = (
+            f"{self.total} runs x {self.samples} samples ({branches} branches)"
+            if self.samples > 1
+            else f"{self.total} runs"
+        )
+        rate = self.diverged / branches if branches else 0.0
         lines = [
-            f"{self.total} runs re-driven: {self.completed} completed, {self.diverged} diverged ({rate:.0%}), "
+            f"{what} re-driven: {self.completed} completed, {self.diverged} diverged ({rate:.0%}), "
             f"{self.failed} failed otherwise",
             f"outcome: {len(self.regressions)} regressed (completed before, not now), "
             f"{len(self.improvements)} improved (failed before, completed now)",
@@ -140,64 +148,88 @@ async def sweep(
     progress: Callable[[int, int], None] | None = None,
     check: Check | None = None,
     prices: PriceTable | None = None,
+    samples: int = 1,
+    min_fix_rate: float = 1.0,
+    baseline: bool = True,
 ) -> SweepSummary:
     """Re-drive ``run_ids`` as ``template`` asks, ``concurrency`` at a time, and summarise.
 
     ``progress(done, total)`` is called after each run (the CLI draws a bar with it). Each run is judged
     into ``summary.gate`` (runledger.sandbox.gate): by ``check`` at the fork when given, else by outcomes;
-    priced with ``prices`` when given."""
+    priced with ``prices`` when given. ``samples`` > 1: each run re-driven that many times (and, for a
+    counterfactual, as many times unchanged), one case per run with its fix rate (runledger.sandbox.samples)."""
     rerunner = Rerunner(client, pool)
-    summary = SweepSummary(total=len(run_ids))
-    summary.gate = GateReport(mode=template.mode, change=dict(template.change))
-    cases: dict[str, Case] = {}
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for run_id in run_ids:
-        queue.put_nowait(run_id)
+    summary = SweepSummary(total=len(run_ids), samples=samples)
+    summary.gate = GateReport(mode=template.mode, change=dict(template.change), min_fix_rate=min_fix_rate)
+    drawn: dict[tuple[str, str, int], Case] = {}
+    jobs = [
+        (parent_id, *job)
+        for parent_id in run_ids
+        for job in sample_requests(template, parent_id, samples, baseline=baseline)
+    ]
+    queue: asyncio.Queue[tuple[str, str, int, RerunRequest]] = asyncio.Queue()
+    for job in jobs:
+        queue.put_nowait(job)
     done = 0
 
-    async def one(parent_id: str) -> None:
-        request = template.model_copy(
-            update={"parent_run_id": parent_id, "request_id": f"{template.request_id}-{parent_id}"[:120]}
-        )
-        case = cases[parent_id] = Case(parent_id)
+    async def one(parent_id: str, kind: str, k: int, request: RerunRequest) -> None:
+        case = drawn[(parent_id, kind, k)] = Case(parent_id)
         started = time.monotonic()
         try:
             result: RerunResult = await rerunner.rerun(request)
         except LedgerError as exc:  # e.g. a run recorded by another agent: report it, go on
-            summary.errors.append(f"{parent_id}: {exc}")
+            if kind == "sample" and k == 1:
+                summary.errors.append(f"{parent_id}: {exc}")
             case.message = f"not re-run: {exc}"
             return
         case.seconds = time.monotonic() - started
-        summary.branches[parent_id] = result.run_id
         parent, branch = await _judge_case(client, case, result, check, prices)
-        summary.tokens_parent += parent.spent["tokens"]
-        summary.tokens_branch += branch.spent["tokens"]
-        if result.status == "completed":
-            summary.completed += 1
-        elif result.reason == "diverged":
-            summary.diverged += 1
-        else:
-            summary.failed += 1
-        if parent.status == "completed" and result.status != "completed":
-            summary.regressions.append(parent_id)
-        if parent.status == "failed" and result.status == "completed":
-            summary.improvements.append(parent_id)
-        d = await diff(client, parent_id, result.run_id)
-        case.first_difference = d.first_difference
-        if d.first_difference is not None:
-            summary.first_divergence[d.first_difference] += 1
-        if d.args_differ:
-            summary.args_differ += len(d.args_differ)
-            summary.args_differ_runs.append(parent_id)
+        if kind == "sample":
+            await _count(client, summary, parent_id, parent, branch, result, case)
 
     async def worker() -> None:
         nonlocal done
         while not queue.empty():
-            await one(queue.get_nowait())
+            await one(*queue.get_nowait())
             done += 1
             if progress is not None:
-                progress(done, len(run_ids))
+                progress(done, len(jobs))
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
-    summary.gate.cases = [cases[run_id] for run_id in run_ids if run_id in cases]  # in the sweep's order
+    for run_id in run_ids:  # in the sweep's order
+        of_run = sorted(key for key in drawn if key[0] == run_id)
+        sampled = [drawn[key] for key in of_run if key[1] == "sample"]
+        if samples <= 1:
+            summary.gate.cases.extend(sampled)
+        else:
+            unchanged = [drawn[key] for key in of_run if key[1] == "baseline"]
+            summary.gate.cases.append(combine(sampled, unchanged, min_fix_rate))
     return summary
+
+
+async def _count(
+    client: LedgerClient, summary: SweepSummary, parent_id: str, parent: Checkpoint, branch: Checkpoint,
+    result: RerunResult, case: Case,
+) -> None:  # fmt: skip
+    """Count one (sample's) branch into the summary: outcome, tokens, where it first differs."""
+    summary.branches.setdefault(parent_id, result.run_id)
+    summary.tokens_parent += parent.spent["tokens"]
+    summary.tokens_branch += branch.spent["tokens"]
+    if result.status == "completed":
+        summary.completed += 1
+    elif result.reason == "diverged":
+        summary.diverged += 1
+    else:
+        summary.failed += 1
+    if parent.status == "completed" and result.status != "completed" and parent_id not in summary.regressions:
+        summary.regressions.append(parent_id)
+    if parent.status == "failed" and result.status == "completed" and parent_id not in summary.improvements:
+        summary.improvements.append(parent_id)
+    d = await diff(client, parent_id, result.run_id)
+    case.first_difference = d.first_difference
+    if d.first_difference is not None:
+        summary.first_divergence[d.first_difference] += 1
+    if d.args_differ:
+        summary.args_differ += len(d.args_differ)
+        if parent_id not in summary.args_differ_runs:
+            summary.args_differ_runs.append(parent_id)

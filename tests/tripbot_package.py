@@ -11,7 +11,8 @@ knows EUR, USD and GBP; for another currency it answers ``"120.0 CHF unknown"``,
 2)``, raised after the last model call, at step 3.
 
 Candidates in the package: ``mapping_model`` (knows CHF too: the fix), ``eager_model`` (prices every
-currency but writes ``EUR 126.00``: fixes the CHF trips and breaks every other one). The fix in place
+currency but writes ``EUR 126.00``: fixes the CHF trips and breaks every other one), ``sometimes_model``
+(maps CHF on 3 of every 5 pricing calls: a deliberately non-deterministic fix, for ``--samples``). The fix in place
 (``write(..., fixed=True)``) parses the answer in the agent's code instead: only the code changes.
 """
 
@@ -87,6 +88,21 @@ def mapping_model() -> ScriptedModel:
 def eager_model() -> ScriptedModel:
     # Maps CHF, and writes the currency first for the others: "EUR 135.00", which the agent reads as the amount.
     return ScriptedModel(lambda m: _reply(m, {{**RATES, "CHF": 1.05}}, tuple(RATES)), name="scripted-trip-eager")
+
+
+_CALLS = [0]  # sometimes_model's calls in this process (the host's: a re-run's model is called there)
+
+
+def _sometimes(messages: list[dict[str, Any]]) -> str:
+    # Maps CHF on calls 1, 2 and 3 of every 5 pricing calls, not on 4 and 5: a fix 3 times in 5.
+    if str(messages[-1]["content"]).startswith("CITY"):
+        return _reply(messages, RATES)
+    _CALLS[0] += 1
+    return _reply(messages, {{**RATES, "CHF": 1.05}} if (_CALLS[0] - 1) % 5 < 3 else RATES)
+
+
+def sometimes_model() -> ScriptedModel:
+    return ScriptedModel(_sometimes, name="scripted-trip-sometimes")
 
 
 async def agent(run: Any) -> dict[str, Any]:

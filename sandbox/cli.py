@@ -151,6 +151,10 @@ def _sweep(args: argparse.Namespace) -> GateReport | MatrixReport:
     check = load_check(args.expect) if args.expect else None
     file_prices = PriceTable.from_file(args.prices) if args.prices else None
     sampling: dict[str, Any] = {"samples": args.samples or 1, "min_fix_rate": args.min_fix_rate or 1.0}
+    if args.cache_responses:
+        from runledger.sandbox.responses import ResponseCache
+
+        sampling["responses"] = ResponseCache()
 
     async def go() -> GateReport | MatrixReport:
         docker = docker_client()
@@ -230,6 +234,9 @@ def _check_samples(args: argparse.Namespace) -> None:
             raise ConfigurationError(f"--min-fix-rate is a share of samples in (0, 1], got {args.min_fix_rate:g}")
         if not args.samples or args.samples < 2:
             raise ConfigurationError("--min-fix-rate judges a fix rate: give --samples N (2 or more) with it")
+    if args.cache_responses and (args.samples or 1) > 1:
+        raise ConfigurationError("--cache-responses would answer every sample alike: samples must draw fresh from "
+                                 "the model (leave one of --samples and --cache-responses out)")  # fmt: skip
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
@@ -243,9 +250,10 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         raise ConfigurationError("--plan shows the plan of one run's re-run: name a RUN instead of --where")
     if args.json and not (args.plan or args.where):
         raise ConfigurationError("--json goes with --plan (the plan as JSON) or --where (the sweep's report)")
-    if not args.where and (args.junit or args.expect or args.prices or args.allow_still_failing or args.samples):
-        raise ConfigurationError("--junit, --expect, --prices, --allow-still-failing and --samples go with a sweep "
-                                 "(--where SQL)")  # fmt: skip
+    if not args.where and (args.junit or args.expect or args.prices or args.allow_still_failing or args.samples
+                           or args.cache_responses):  # fmt: skip
+        raise ConfigurationError("--junit, --expect, --prices, --allow-still-failing, --samples and --cache-responses "
+                                 "go with a sweep (--where SQL)")  # fmt: skip
     _check_samples(args)
     if args.where:
         if args.run:
@@ -489,6 +497,9 @@ def _add_rerun(sub: Any, common: argparse.ArgumentParser) -> None:
                    "and whether the run is flaky (runledger.sandbox.samples)")  # fmt: skip
     p.add_argument("--min-fix-rate", type=float, metavar="RATE", help="sweep with --samples: a run counts as "
                    "fixed when this share of its samples fix it (default 1.0); below it, it still fails")  # fmt: skip
+    p.add_argument("--cache-responses", action="store_true", help="sweep: answer identical live model requests "
+                   "once (kept in memory for this sweep; not with --samples): the report counts calls made and "
+                   "served (runledger.sandbox.responses)")  # fmt: skip
     p.add_argument("--prices", metavar="FILE", help="sweep: price the branches with this JSON table (default: the "
                    "projection's model_prices)")  # fmt: skip
     p.add_argument("--agent", required=True, metavar="MODULE:ATTR",

@@ -326,6 +326,8 @@ class GateReport:
     where: str = ""
     allow_still_failing: bool = False  # --allow-still-failing: a failure the change does not fix keeps it open
     min_fix_rate: float = 1.0  # --min-fix-rate: with samples, a fix rate below it is not a fix
+    model_calls: int | None = None  # --cache-responses: live model requests sent (None: no cache)
+    cached_calls: int | None = None  # and those answered from the cache (runledger.sandbox.responses)
 
     def count(self, verdict: Verdict) -> int:
         return sum(1 for c in self.cases if c.verdict == verdict)
@@ -357,7 +359,7 @@ class GateReport:
             "where": self.where, "mode": self.mode, "change": self.change,
             "exit_code": int(self.exit_code), "gate": "closed" if self.exit_code == Exit.FAILED else "open",
             "allow_still_failing": self.allow_still_failing, "verdicts": verdicts,
-            "min_fix_rate": self.min_fix_rate,
+            "min_fix_rate": self.min_fix_rate, "model_calls": self.model_calls, "cached_calls": self.cached_calls,
             "still_failing": [c.parent_run_id for c in self.cases if c.still_fails],
             "cost": {"recorded": asdict(self.cost("parent")), "branches": asdict(self.cost("branch"))},
             "cases": [c.to_dict() for c in self.cases],
@@ -386,6 +388,9 @@ class GateReport:
             flaky = sum(1 for c in of_samples if c.flaky)
             lines.append(f"fix rate: {fixes}/{drawn} samples over {len(of_samples)} runs; {flaky} flaky "
                          f"(--min-fix-rate {self.min_fix_rate:g})")  # fmt: skip
+        if self.model_calls is not None:
+            lines.append(f"model calls: {self.model_calls} made, {self.cached_calls} served from the cache "
+                         "(--cache-responses)")  # fmt: skip
         gate = {Exit.OK: "open", Exit.FAILED: "CLOSED", Exit.NOT_RERUN: "open, but some runs were not re-run"}
         lines.append(f"gate: {gate[self.exit_code]} ({counts or 'no runs'}); branches cost {total}")
         failing = [c for c in self.cases if c.still_fails]
@@ -408,7 +413,9 @@ class GateReport:
         })  # fmt: skip
         props = ET.SubElement(ts, "properties")
         for name, value in (("where", self.where), ("mode", self.mode),
-                            *((f"change.{k}", v) for k, v in sorted(self.change.items()))):  # fmt: skip
+                            *((f"change.{k}", v) for k, v in sorted(self.change.items())),
+                            *((("model_calls", str(self.model_calls)), ("cached_calls", str(self.cached_calls)))
+                              if self.model_calls is not None else ())):  # fmt: skip
             ET.SubElement(props, "property", {"name": name, "value": value})
         for c in self.cases:
             tc = ET.SubElement(ts, "testcase", {"classname": c.agent or "runledger", "name": c.parent_run_id,

@@ -35,6 +35,7 @@ from runledger.ops.prices import PriceTable
 from runledger.sandbox.containers import SandboxPool
 from runledger.sandbox.gate import Case, Check, GateReport
 from runledger.sandbox.rerun import RerunRequest
+from runledger.sandbox.responses import ResponseCache
 from runledger.sandbox.samples import sample_requests
 from runledger.sandbox.sweep import sweep
 
@@ -175,6 +176,7 @@ async def matrix(
     progress: Callable[[int, int], None] | None = None,
     samples: int = 1,
     min_fix_rate: float = 1.0,
+    responses: ResponseCache | None = None,
 ) -> MatrixReport:
     """Re-drive ``run_ids`` once per candidate (``template`` with the candidate as its change), as sweeps.
     Each candidate's branches have request ids of their own, so none resumes another's. With ``samples``
@@ -195,7 +197,7 @@ async def matrix(
         )
         summary = await sweep(client, pool, run_ids, request, concurrency=concurrency, progress=step, check=check,
                               prices=prices, samples=samples, min_fix_rate=min_fix_rate,
-                              baseline=index == 0)  # fmt: skip
+                              baseline=index == 0, responses=responses)  # fmt: skip
         report.reports.append(summary.gate)
         done += len(run_ids) * per_run[index]
     for first in report.reports[0].cases if report.reports else []:  # the baseline, measured once

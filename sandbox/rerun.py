@@ -63,6 +63,7 @@ from runledger.sandbox.errors import (
     SandboxViolationError,
     tagged,
 )
+from runledger.sandbox.responses import ResponseCache
 from runledger.sdk.agent import AgentSpec, CodeAllowList, load_agent, load_model, load_named
 from runledger.sdk.lifecycle import RunResult, drive
 from runledger.sdk.tools import Tool
@@ -399,9 +400,11 @@ def _call_rule(request: RerunRequest) -> CallRule:
 class Rerunner:
     def __init__(
         self, client: LedgerClient, pool: SandboxPool, policy: RetryPolicy = RetryPolicy(),
-        allowed: CodeAllowList | None = None,
+        allowed: CodeAllowList | None = None, responses: ResponseCache | None = None,
     ) -> None:  # fmt: skip
-        """``allowed``: the code a request may name (default: ``$RUNLEDGER_ALLOW_CODE``, read now)."""
+        """``allowed``: the code a request may name (default: ``$RUNLEDGER_ALLOW_CODE``, read now);
+        ``responses``: a sweep's response cache (runledger.sandbox.responses), None to call the model each time."""
+        self.responses = responses
         self.client = client
         self.pool = pool
         self.policy = policy
@@ -418,6 +421,8 @@ class Rerunner:
         parent, checked = await self._preflight(request)
         request = checked.request  # as the branch runs it: code edited in place is an agent counterfactual
         spec, fork_step, changed = checked.spec, checked.fork_step, checked.changed
+        if self.responses is not None:  # identical live requests of the sweep answered once
+            spec = dataclasses.replace(spec, model=self.responses.wrap(spec.model))
         branch_id = request.branch_run_id
         # The sandbox is acquired while the branch is opened (keys, reads, run.started): a cold
         # container starts in the time those round trips take, and a drained pool refills sooner.

@@ -37,6 +37,7 @@ from runledger.sandbox.diff import diff
 from runledger.sandbox.errors import RerunRequestError
 from runledger.sandbox.gate import Case, Check, Cost, GateReport, error_of, judge, step_args
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
+from runledger.sandbox.responses import ResponseCache
 from runledger.sandbox.samples import combine, sample_requests
 
 
@@ -151,14 +152,17 @@ async def sweep(
     samples: int = 1,
     min_fix_rate: float = 1.0,
     baseline: bool = True,
+    responses: ResponseCache | None = None,
 ) -> SweepSummary:
     """Re-drive ``run_ids`` as ``template`` asks, ``concurrency`` at a time, and summarise.
 
     ``progress(done, total)`` is called after each run (the CLI draws a bar with it). Each run is judged
     into ``summary.gate`` (runledger.sandbox.gate): by ``check`` at the fork when given, else by outcomes;
     priced with ``prices`` when given. ``samples`` > 1: each run re-driven that many times (and, for a
-    counterfactual, as many times unchanged), one case per run with its fix rate (runledger.sandbox.samples)."""
-    rerunner = Rerunner(client, pool)
+    counterfactual, as many times unchanged), one case per run with its fix rate (runledger.sandbox.samples).
+    ``responses``: identical live model requests answered once (runledger.sandbox.responses); the report
+    then carries the calls made and served (``GateReport.model_calls``, ``cached_calls``: the cache's totals)."""
+    rerunner = Rerunner(client, pool, responses=responses)
     summary = SweepSummary(total=len(run_ids), samples=samples)
     summary.gate = GateReport(mode=template.mode, change=dict(template.change), min_fix_rate=min_fix_rate)
     drawn: dict[tuple[str, str, int], Case] = {}
@@ -204,6 +208,8 @@ async def sweep(
         else:
             unchanged = [drawn[key] for key in of_run if key[1] == "baseline"]
             summary.gate.cases.append(combine(sampled, unchanged, min_fix_rate))
+    if responses is not None:
+        summary.gate.model_calls, summary.gate.cached_calls = responses.calls, responses.hits
     return summary
 
 

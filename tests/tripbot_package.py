@@ -12,7 +12,8 @@ knows EUR, USD and GBP; for another currency it answers ``"120.0 CHF unknown"``,
 
 Candidates in the package: ``mapping_model`` (knows CHF too: the fix), ``eager_model`` (prices every
 currency but writes ``EUR 126.00``: fixes the CHF trips and breaks every other one), ``sometimes_model``
-(maps CHF on 3 of every 5 pricing calls: a deliberately non-deterministic fix, for ``--samples``). The fix in place
+(maps CHF on 3 of every 5 pricing calls: a deliberately non-deterministic fix, for ``--samples``),
+``counting_model`` (maps CHF, counting its calls: for the response cache). The fix in place
 (``write(..., fixed=True)``) parses the answer in the agent's code instead: only the code changes.
 """
 
@@ -103,6 +104,18 @@ def _sometimes(messages: list[dict[str, Any]]) -> str:
 
 def sometimes_model() -> ScriptedModel:
     return ScriptedModel(_sometimes, name="scripted-trip-sometimes")
+
+
+CALLS_MADE = [0]  # counting_model's calls in this process: what a response cache saves
+
+
+def _counted(messages: list[dict[str, Any]]) -> str:
+    CALLS_MADE[0] += 1
+    return _reply(messages, {{**RATES, "CHF": 1.05}})
+
+
+def counting_model() -> ScriptedModel:
+    return ScriptedModel(_counted, name="scripted-trip-counted")
 
 
 async def agent(run: Any) -> dict[str, Any]:

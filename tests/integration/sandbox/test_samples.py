@@ -5,11 +5,16 @@ One recorded failure (a trip in CHF, which the recorded model does not map). The
 ``sometimes_model``, maps CHF on 3 of every 5 pricing calls: ``--samples 5`` reports ``fixed 3/5`` for
 the run, the unchanged baseline (the recorded model, re-driven 5 times) never completes, so the run is
 not flaky; the gate closes at ``--min-fix-rate 0.8`` (and by default, every sample) and opens at 0.6.
+
+The response cache (``--cache-responses``, runledger.sandbox.responses): two failures whose decision is
+the same request; a model that counts its calls is called once for both, and a second identical sweep
+with the same cache calls it not at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import xml.etree.ElementTree as ET
@@ -19,7 +24,11 @@ import pytest
 
 from runledger.cli import main
 from runledger.examples.refund_agent.payments import PaymentsService
-from runledger.log.client import connect
+from runledger.log.client import LedgerClient, connect
+from runledger.sandbox.containers import SandboxPool
+from runledger.sandbox.rerun import RerunRequest
+from runledger.sandbox.responses import ResponseCache
+from runledger.sandbox.sweep import sweep
 from runledger.sdk.agent import ALLOW_CODE_ENV, load_agent
 from runledger.sdk.lifecycle import start_run
 from tests import tripbot_package as tripbot
@@ -77,3 +86,39 @@ def _samples(
     assert (case["verdict"], case["samples"], case["fixes"], case["fix_rate"]) == ("improved", 5, 3, 0.6), case
     assert (case["baseline_samples"], case["baseline_flips"], case["flaky"]) == (5, 0, False), case
     assert len(set(case["sample_branches"])) == 5 and report["min_fix_rate"] == 0.6
+
+
+async def test_the_response_cache_answers_identical_requests_once_and_a_second_sweep_calls_no_model(
+    client: LedgerClient, pool: SandboxPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    payments: PaymentsService,
+) -> None:  # fmt: skip
+    tag = os.urandom(3).hex()
+    package, name = f"tripbot_{tag}", f"tripbot-{tag}"
+    monkeypatch.setenv("TRIPBOT_BOOKINGS_URL", payments.url)
+    monkeypatch.setenv(ALLOW_CODE_ENV, f".,{package}")
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    ref = tripbot.write(tmp_path / "code", package, name)
+    try:
+        # TR-02 and TR-04: the same stay in CHF, so the same request at the decision (step 2).
+        runs = []
+        for trip in (t for t in tripbot.TRIPS if t["trip"] in tripbot.FAILING):
+            result = await start_run(client, load_agent(ref), trip, run_id=f"{name}-{trip['trip']}")
+            runs.append(result.run_id)
+        made = importlib.import_module(f"{package}.agent").CALLS_MADE
+        cache = ResponseCache()
+        template = RerunRequest(parent_run_id="-", agent=ref, mode="counterfactual", base_mode="live",
+                                change={"model": f"{package}.agent:counting_model"})  # fmt: skip
+        first = await sweep(client, pool, runs, template, concurrency=1, responses=cache)
+        assert [c.verdict for c in first.gate.cases] == ["improved", "improved"], first.gate.render()
+        assert (made[0], first.gate.model_calls, first.gate.cached_calls) == (1, 1, 1)
+        assert "model calls: 1 made, 1 served from the cache" in first.gate.render()
+        again = template.model_copy(update={"request_id": template.request_id + "-again"})
+        second = await sweep(client, pool, runs, again, concurrency=1, responses=cache)
+        assert [c.verdict for c in second.gate.cases] == ["improved", "improved"], second.gate.render()
+        assert (made[0], second.gate.model_calls, second.gate.cached_calls) == (1, 1, 3)  # no new call
+        junit = ET.fromstring(second.gate.junit())
+        props = {p.get("name"): p.get("value") for p in junit.iter("property")}
+        assert (props["model_calls"], props["cached_calls"]) == ("1", "3")
+        assert second.gate.to_dict()["cached_calls"] == 3
+    finally:
+        tripbot.forget(package)

@@ -250,7 +250,7 @@ def render_plan(plan: BranchPlan) -> str:
     lines = [
         f"re-run plan of {plan.parent_run_id}: {plan.mode}"
         + (f" on {plan.base_mode}" if plan.mode == "counterfactual" else "")
-        + f" from step {plan.fork_step}; branch {plan.branch_run_id}"
+        + f" from step {plan.fork_step}"
         + ("; effects allowed" if plan.allow_effects else ""),
     ]
     if plan.fork_rule and plan.fork_rule != "--at-step":
@@ -278,5 +278,8 @@ def render_plan(plan: BranchPlan) -> str:
     if plan.refused():
         lines.append("refusals predicted: " + ", ".join(plan.refused()))
     else:
-        lines.append("nothing queued (--plan); run it again without --plan to queue it")
+        lines.append(
+            "nothing ran, nothing was queued (--plan). Without --plan: --local runs it here (Docker); "
+            "otherwise it is queued for a worker (`runledger worker`), and --wait waits for the branch"
+        )
     return "\n".join(lines)

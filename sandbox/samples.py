@@ -6,10 +6,11 @@ does (runledger.sandbox.gate). One case per run then holds the samples (``combin
 
 - its fix rate: the samples judged ``improved`` over N (``fixed 3/5``);
 - its verdict: ``regressed`` (or ``fail``) when any sample regressed (or failed its check): a change that
-  breaks a run once in N breaks it; else, for a run that had not completed, ``improved`` when the fix
-  rate reaches ``--min-fix-rate`` (default 1.0: every sample), else ``still_failing`` (the gate closes,
-  unless ``--allow-still-failing``); else the first sample's (``pass``, ``not_exercised``); ``error``
-  when no sample could be re-run;
+  breaks a run once in N breaks it; else, for a run that had not completed (or one a check judged
+  ``improved`` in some sample), ``improved`` when the fix rate reaches ``--min-fix-rate`` (default 1.0:
+  every sample), else ``still_failing`` (the gate closes, unless ``--allow-still-failing``; ``fail``
+  for a completed run the check improved too seldom); else the first sample's (``pass``,
+  ``not_exercised``); ``error`` when no sample could be re-run;
 - flaky or not: a counterfactual's baseline is the same re-drive with nothing changed (its base mode,
   ``redrive`` or ``live``, the recorded model, prompt, tools and agent), N times too. The run is flaky
   when some baseline sample ends otherwise than the record did (a failure that completes, or a
@@ -78,12 +79,13 @@ def combine(samples: list[Case], baseline: list[Case], min_fix_rate: float) -> C
     if not ran:
         return case  # no sample could be re-run: the first one's error
     exercised = [s for s in ran if s.verdict != "not_exercised"]
-    if case.parent_status not in ("completed", "") and exercised:
+    failed_before = case.parent_status not in ("completed", "")
+    if (failed_before or case.fixes) and exercised:  # a failure, or a run a check found improved
         if case.fixes / case.samples >= min_fix_rate:
             case.verdict, case.message = "improved", f"{rate}, at least --min-fix-rate {min_fix_rate:g}"
         else:
             miss = next((s for s in samples if not s.fixed), first)
-            case.verdict = "still_failing"
+            case.verdict = "still_failing" if failed_before else "fail"
             case.message = f"{rate}, below --min-fix-rate {min_fix_rate:g}: {miss.message}"
             case.branch_run_id, case.branch_error, case.branch_status = (
                 miss.branch_run_id, miss.branch_error, miss.branch_status)  # fmt: skip

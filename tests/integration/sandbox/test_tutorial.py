@@ -31,6 +31,9 @@ def test_every_command_of_the_tutorial_runs(sandbox_image: str, tmp_path: Path) 
     env.pop("RUNLEDGER_NATS_URL", None)
     work = tmp_path / "work"
     work.mkdir()
+    # Where the reader stands when they start: a project with tests of its own, which the tutorial's
+    # pytest must not collect (it works in a directory of its own).
+    (work / "test_the_project.py").write_text("def test_not_the_tutorials():\n    raise AssertionError('collected')\n")
     try:
         done = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=840)
     finally:
@@ -40,7 +43,14 @@ def test_every_command_of_the_tutorial_runs(sandbox_image: str, tmp_path: Path) 
     assert "refund-agent" in out or "completed" in out
     # What the text promises: the matrix names the fix, the gate opens with a JUnit report.
     assert re.search(r"model=runledger\.examples\.refund_agent\.agent:strict_model: fixed 2", out), out[-4000:]
-    assert "gate: open" in out, out[-4000:]
-    assert "1 passed" in out and "replay of the fixed agent: diverges at step 0" in out, out[-4000:]
-    suite = ET.parse(work / "gate.xml").getroot()[0]
+    assert "gate: open" in out and "0 regressed" in out, out[-4000:]
+    assert "1 passed" in out and "collected" not in out, out[-4000:]
+    assert "replay of the fixed agent: diverges at step 0" in out, out[-4000:]
+    # The plan invents no branch id and runs nothing; classes and samples as the text says.
+    plan = out[out.index("re-run plan of") :]
+    assert "branch br-" not in plan.splitlines()[0] and "queue it" not in plan, plan[:2000]
+    assert "nothing ran, nothing was queued (--plan)" in plan, plan[:2000]
+    assert "still_failing" in out and "still failing, allowed (--allow-still-failing)" in out, out[-4000:]
+    assert "[fixed 3/3, baseline steady]" in out and "fix rate: 3/3 samples over 1 runs" in out, out[-4000:]
+    suite = ET.parse(work / "runledger-tutorial" / "gate.xml").getroot()[0]
     assert suite.get("failures") == "0" and int(suite.get("tests") or 0) == 4

@@ -100,6 +100,9 @@ class Checkpoint:
     ended_at: str | None = None
     erased: dict[str, Any] | None = None  # run.erased: by, reason, ts (content is gone, structure stays)
     holder: str | None = None  # the process driving the run (run.started / run.resumed; runledger.sdk.holder)
+    # The listings its tools were declared from (run.started's ``tool_listings``: [{source, listing}]),
+    # from which a resume declares them again (runledger.sdk.deferred_tools); [] when none was recorded.
+    tool_listings: list[dict[str, Any]] = field(default_factory=list)
     # Live-segment accounting for the seconds budget.
     segment_start: str | None = None
     seconds_closed: float = 0.0
@@ -359,6 +362,7 @@ def _run_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.started_at = cp.segment_start = ev.ts
     cp.child_of_run_id, cp.child_of_step = p.get("parent_run_id"), p.get("parent_step")
     cp.holder = p.get("holder")
+    cp.tool_listings = list(p.get("tool_listings") or [])
 
 
 def _run_forked(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:

@@ -46,6 +46,16 @@ class Usage(BaseModel):
     output_tokens: int = 0
 
 
+class ToolListing(BaseModel):
+    """One listing of tools made outside the code (an MCP server's ``tools/list``), as the run's
+    tools were declared from it: ``source`` names its kind (``"mcp"``), ``listing`` is the listing
+    as JSON, in the form its declarer reads back (runledger.sdk.deferred_tools)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    source: str
+    listing: Any = None
+
+
 class RunStarted(Payload):
     """``parent_run_id`` / ``parent_step``: for a child run (``await run.child(spec, input)``), the
     run and step that started it (the step's ``child.started``); absent from the payload of every
@@ -53,7 +63,14 @@ class RunStarted(Payload):
 
     ``chain_format``: the canonical JSON every hash and digest of this run is computed over
     (runledger.record.canonical: 2 is RFC 8785); absent means 1, the form of runs recorded before
-    chain formats existed."""
+    chain formats existed.
+
+    ``tool_listings``: the listings the run's tools were declared from, when some were listed from
+    outside the code (``DeferredTools``: an MCP server's), in the spec's order, so that a resume
+    declares the same tools from the record instead of listing their source again (it lists the
+    source only before the first live call of one of them). Structure, not content: tool names,
+    descriptions and schemas, like the hashes of the version tuple they back. Absent when there is
+    none, so every other run records exactly what it recorded before listings were."""
 
     TYPE = "run.started"
     agent: str
@@ -68,11 +85,12 @@ class RunStarted(Payload):
     # The process that drives the run from here (runledger.sdk.holder): `runs` shows a running run
     # whose holder is certainly gone as stalled. Absent from runs recorded before it was.
     holder: str | None = None
+    tool_listings: list[ToolListing] | None = None
 
     @model_serializer(mode="wrap")
     def _without_absent_parent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name in ("parent_run_id", "parent_step", "chain_format", "holder"):
+        for name in ("parent_run_id", "parent_step", "chain_format", "holder", "tool_listings"):
             if data.get(name, 0) is None:
                 del data[name]
         return data

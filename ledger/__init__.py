@@ -98,6 +98,7 @@ if TYPE_CHECKING:
     from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
     from runledger.sdk.context import EffectContext
+    from runledger.sdk.deferred_tools import DeferredTools
     from runledger.sdk.lifecycle import RunResult, open_run, resume_run, start_run
     from runledger.sdk.models import (
         DEFAULT_RETRY,
@@ -111,7 +112,7 @@ if TYPE_CHECKING:
     from runledger.sdk.retry import Retry
     from runledger.sdk.run import RecordedRun
     from runledger.sdk.sync import SyncRun, resume_sync, run_sync, sync_agent
-    from runledger.sdk.tools import NOT_FOUND, DeferredTools, EffectClass, Tool, tool
+    from runledger.sdk.tools import NOT_FOUND, EffectClass, Tool, tool
 
 _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(
@@ -154,7 +155,8 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["EffectContext"], "runledger.sdk.context"),
     **dict.fromkeys(["Retry"], "runledger.sdk.retry"),
     **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),
-    **dict.fromkeys(["NOT_FOUND", "DeferredTools", "Tool", "tool"], "runledger.sdk.tools"),
+    **dict.fromkeys(["NOT_FOUND", "Tool", "tool"], "runledger.sdk.tools"),
+    **dict.fromkeys(["DeferredTools"], "runledger.sdk.deferred_tools"),
     **dict.fromkeys(["ModelError", "RunNotFoundError"], "runledger.errors"),
     **dict.fromkeys(["require_extra"], "runledger.extras"),
     **dict.fromkeys(["list_runs"], "runledger.ops.trace"),

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -19,8 +19,9 @@ from runledger.protect.data_policy import DataPolicy
 from runledger.record.budgets import Budgets
 from runledger.record.versions import VersionTuple
 from runledger.sdk.code_identity import code_hash, legacy_code_hash
+from runledger.sdk.deferred_tools import DeferredTools, RecordedTools, recorded_listings, restored_from
 from runledger.sdk.models import ModelAdapter
-from runledger.sdk.tools import DeferredTools, Tool
+from runledger.sdk.tools import Tool
 
 if TYPE_CHECKING:
     from runledger.sdk.protocol import Run
@@ -78,6 +79,9 @@ class AgentSpec:
             )
         # Tools declared from an outside listing (DeferredTools) are checked when first needed.
         self._tool_map = None if isinstance(self.tools, DeferredTools) else self._checked_tools()
+        # Parts of those declared from a run's record (``from_record``), by the id of the part they stand for.
+        self.restored: dict[int, RecordedTools] = {}
+        self._restored_by_name: dict[str, RecordedTools] | None = None
 
     def _checked_tools(self) -> dict[str, Tool]:
         names = [t.name for t in self.tools]
@@ -91,6 +95,42 @@ class AgentSpec:
         if self._tool_map is None:
             self._tool_map = self._checked_tools()
         return self._tool_map
+
+    @property
+    def deferred_parts(self) -> list[DeferredTools]:
+        """The tools of this spec listed from outside the code (DeferredTools), in order."""
+        return self.tools.parts() if isinstance(self.tools, DeferredTools) else []
+
+    def tool_listings(self) -> list[dict[str, Any]] | None:
+        """What a run's ``run.started`` records of the listings its tools were declared from
+        (``tool_listings``: runledger.sdk.deferred_tools), declaring them first; None when none is recorded."""
+        return recorded_listings(self.deferred_parts, self.name)
+
+    def from_record(self, listings: Sequence[Mapping[str, Any]]) -> AgentSpec:
+        """This agent with the tools it lists from outside the code declared from ``listings`` (a
+        run's ``tool_listings``), not from their sources: what a resume drives, so that only a live
+        call of one of them lists its source (``before_live``). This spec when there is nothing to
+        declare so (the run recorded no listings, or not one for each part, in order)."""
+        restored = restored_from(self.deferred_parts, listings)
+        if not restored:
+            return self
+        assert isinstance(self.tools, DeferredTools)
+        copy = replace(self, tools=self.tools.replaced(restored))
+        copy.restored = restored
+        return copy
+
+    async def before_live(self, tool: str, run_id: str, recorded: Mapping[str, Any] | None) -> None:
+        """Called before ``tool`` is called live in run ``run_id``, before anything of the call is
+        recorded: when it was declared from the run's record (``from_record``), its source is listed
+        (once a run) and the run refused when it now declares its tools otherwise (VersionMismatchError
+        against ``recorded``, the run's version tuple) or cannot be listed (ConfigurationError)."""
+        if not self.restored:
+            return
+        if self._restored_by_name is None:
+            self._restored_by_name = {t.name: part for part in self.restored.values() for t in part}
+        part = self._restored_by_name.get(tool)
+        if part is not None:
+            await part.check_source(run_id, recorded)
 
     def version(self) -> VersionTuple:
         """The version tuple a run of this agent records (``code_hash`` computed once per process)."""

@@ -100,6 +100,7 @@ class EffectStep:
             self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None, args: Any = None
         ) -> None: ...
         async def _check_budgets(self, step: int, *, model_call: bool) -> None: ...
+        async def _before_live(self, name: str) -> None: ...
         def _after_step(self, step: int) -> None: ...
         async def _open(self, value: Any) -> Any: ...
         def _resolve(self, args: Any) -> Any: ...
@@ -179,6 +180,7 @@ class EffectStep:
                 step, name, args, key, fn, reconcile,
                 effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
             )  # fmt: skip
+        await self._before_live(name)  # before anything of the call is recorded (deferred_tools)
         await self._check_budgets(step, model_call=False)
         # A claim is seen by other processes: the run's last effect outcome lands on the run first (a
         # process that lost the run stops here, before it claims anything).
@@ -287,6 +289,7 @@ class EffectStep:
                 if reconcile is None:
                     await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
                     raise EffectInDoubtError(self.run_id, step, key)
+                await self._before_live(name)  # a reconcile asks the tool's service
                 found = await self._reconciled(step, key, reconcile)
                 resolution = EffectResolved(
                     key=key,
@@ -308,6 +311,7 @@ class EffectStep:
                 self._after_step(step)
                 return await self._open_committed(key, state.result, state.run_id)
             # free (never claimed, released, or an earlier attempt failed): claim a new attempt, act, record.
+            await self._before_live(name)
             intent = EffectIntended(
                 step=step, name=name, key=key, args=args, args_digest=digest(args, self._cp.chain_format),
                 effect_class=effect_class, lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,

@@ -65,6 +65,7 @@ from runledger.record.events import (
     RunResumed,
     RunRetried,
     RunStarted,
+    ToolListing,
     VersionAccepted,
 )
 from runledger.record.fold import Checkpoint, fold
@@ -73,6 +74,7 @@ from runledger.record.records import Recorded
 from runledger.record.versions import differing, identity
 from runledger.sdk.agent import AgentSpec
 from runledger.sdk.crashpoints import crash_point, pause_point
+from runledger.sdk.deferred_tools import declared_for_run
 from runledger.sdk.holder import this_holder
 from runledger.sdk.run import RecordedRun, error_info
 from runledger.sdk.snapshot import SNAPSHOT, JournalLoad, JournalSnapshotter, load_journal
@@ -171,6 +173,7 @@ async def start_run(
         parent_step=parent_step,
         chain_format=recorded_chain_format(cp.chain_format),
         holder=this_holder() or None,
+        tool_listings=_tool_listings(spec),
     )
     # The run id is this process's (its agent's claim, acknowledged) before any work.
     await claim_run(client, run, spec.name, run_id, [started] if fork is None else [started, fork])
@@ -197,6 +200,12 @@ async def claim_run(client: LedgerClient, run: RecordedRun, agent: str, run_id: 
         except (TimeoutError, LedgerError):  # the refusal stands; only its naming of the holders is lost
             holders = []
         raise RunIdTakenError(run_id, agent, holders) from exc
+
+
+def _tool_listings(spec: AgentSpec) -> list[ToolListing] | None:
+    """The listings ``spec``'s tools were declared from, as ``run.started`` records them."""
+    listings = spec.tool_listings()
+    return None if listings is None else [ToolListing.model_validate(entry) for entry in listings]
 
 
 @dataclass(frozen=True)
@@ -298,10 +307,15 @@ class _Resumption:
         (runledger.sdk.snapshot), else (none verifies, or not ``from_snapshot``) every event."""
         opener = client_opener(client)
         journal = await load_journal(client, run_id, spec.name, opener) if from_snapshot else None
+        # The run's tools listed from outside the code are declared from its record (AgentSpec.from_record):
+        # their sources are listed only before a live call of one of them.
         if journal is not None:
-            return cls(client, spec, run_id, policy, opener, journal.log, journal.checkpoint, False, journal)
+            cp = journal.checkpoint
+            return cls(client, spec.from_record(cp.tool_listings), run_id, policy, opener, journal.log, cp, False,
+                       journal)  # fmt: skip
         log = await _read_whole(client, run_id, spec.name)
-        return cls(client, spec, run_id, policy, opener, log, fold(log.records), True, None)
+        cp = fold(log.records)
+        return cls(client, spec.from_record(cp.tool_listings), run_id, policy, opener, log, cp, True, None)
 
     async def settled_result(self, retry: RetryRequest | None) -> RunResult | None:
         """The result of a run with nothing to resume: completed, or failed and not being retried."""
@@ -499,7 +513,7 @@ async def open_run(
         started = RunStarted(
             agent=spec.name, version=spec.version(), budgets=spec.budgets, input=run._input,
             capture=spec.data_policy.capture, labels=labels or {}, chain_format=recorded_chain_format(cp.chain_format),
-            holder=this_holder() or None,
+            holder=this_holder() or None, tool_listings=_tool_listings(spec),
         )  # fmt: skip
         await claim_run(client, run, spec.name, run_id, [started])
         return run
@@ -648,22 +662,39 @@ async def drive(run: RecordedRun, spec: AgentSpec, *, record_nondeterminism: boo
     ChildSuspendedError) suspends the run (reason ``child``); a child's VersionMismatchError is
     the caller's error too.
     """
-    result = await _drive(run, spec, record_nondeterminism)
+    with declared_for_run(spec.restored):  # an integration's tools as this run declared them (deferred_tools)
+        result = await _drive(run, spec, record_nondeterminism)
     if result.status == "suspended" and run._snapshots is not None:
         await run._snapshots.at_suspension(run)  # so that its resume reads the snapshot and the tail
     await run.commit()
     return result
 
 
-async def _drive(run: RecordedRun, spec: AgentSpec, record_nondeterminism: bool) -> RunResult:
+async def _call_agent(run: RecordedRun, spec: AgentSpec) -> Any:
+    """The agent's output, unless the run refused a live call (``RecordedRun._live_refusal``: its tools'
+    source changed or cannot be listed): that refusal is raised, whatever the agent's code did with it."""
     try:
         output = await spec.fn(run)
+    except Exception:
+        if run._live_refusal is not None:
+            raise run._live_refusal from None
+        raise
+    if run._live_refusal is not None:
+        raise run._live_refusal
+    return output
+
+
+async def _drive(run: RecordedRun, spec: AgentSpec, record_nondeterminism: bool) -> RunResult:
+    try:
+        output = await _call_agent(run, spec)
     except SuspendedForApprovalError as exc:
         return RunResult(run.run_id, "suspended", reason="approval", error=str(exc), pending=[exc.request_id])
     except ChildSuspendedError as exc:
         return RunResult(run.run_id, "suspended", reason="child", error=str(exc), pending=list(exc.pending))
     except VersionMismatchError:
-        raise  # a child's code does not match its record (run.child): the caller's error, as on resume
+        # A child's code does not match its record (run.child), or a resumed run's tools' source changed
+        # before a live call to it (deferred_tools): the caller's error, as on resume.
+        raise
     except (EffectInDoubtError, EffectClaimedElsewhereError) as exc:
         return RunResult(run.run_id, "suspended", reason="effect_in_doubt", error=str(exc))
     except PublishError:
@@ -677,6 +708,8 @@ async def _drive(run: RecordedRun, spec: AgentSpec, record_nondeterminism: bool)
     except ApprovalDeniedError as exc:
         return await _fail(run, "approval_denied", exc, with_traceback=False)
     except Exception as exc:
+        if exc is run._live_refusal:
+            raise  # a live call refused before anything of it was recorded (its tools' source is down)
         return await _fail(run, getattr(exc, "failure_reason", "exception"), exc, with_traceback=True)
     output = jsonable(output)
     await run._append(RunCompleted(output=output))

@@ -45,6 +45,7 @@ from runledger.errors import (
     SuspendedForApprovalError,
     ToolArgumentsError,
     ToolFailedError,
+    VersionMismatchError,
 )
 from runledger.log.subjects import AGENT_WRITER, WORKER_WRITER, Writer, writer_of
 from runledger.protect.capture import (
@@ -149,6 +150,9 @@ class RecordedRun(EffectStep):
         self._snapshots: JournalSnapshotter | None = None
         self._segment_wall = time.time()
         self._seconds_at_segment = checkpoint.spent["seconds"]
+        # Why a live call was refused before anything of it was recorded (``_before_live``): the drive
+        # raises it instead of recording an outcome, even when the agent's code caught it.
+        self._live_refusal: VersionMismatchError | ConfigurationError | None = None
 
     # -- identity ------------------------------------------------------------------------------------
 
@@ -308,6 +312,16 @@ class RecordedRun(EffectStep):
     def _after_step(self, step: int) -> None:
         crash_point(f"step:{step}:recorded")
 
+    async def _before_live(self, name: str) -> None:
+        """Called before the tool or effect ``name`` runs live, before anything of the call is
+        recorded: a tool a resume declared from the run's record is checked against its source first
+        (``AgentSpec.before_live``), and a refusal there is the run's ``_live_refusal``."""
+        try:
+            await self._spec.before_live(name, self.run_id, self._cp.version)
+        except (VersionMismatchError, ConfigurationError) as exc:
+            self._live_refusal = exc
+            raise
+
     # -- model ---------------------------------------------------------------------------------------
 
     async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
@@ -441,6 +455,7 @@ class RecordedRun(EffectStep):
                     raise await self._recorded_failure(name, step, rec.error)
                 return await self._open(rec.output)
         # Live, or the next attempt of a step whose last recorded attempt failed and was to be retried.
+        await self._before_live(name)
         if declared is None:
             assert fn is not None  # _resolve_tool refuses a name without fn
             declared = Tool(name, fn)

@@ -41,7 +41,6 @@ just calls the function, unvalidated and unrecorded.
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import inspect
@@ -49,7 +48,7 @@ import re
 import types
 import typing
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, overload
 
@@ -157,52 +156,6 @@ class Tool(Generic[P, R]):
         if inspect.isawaitable(result):  # a sync function that returned a coroutine (a lambda, say)
             result = await result
         return result
-
-
-class DeferredTools(Sequence["Tool[Any, Any]"]):
-    """Tools declared from a listing made outside the code (an MCP server's), on first use.
-
-    Put on an ``AgentSpec`` like a list. The spec leaves it alone until it needs the tools: its
-    tool map, its version tuple (a run's start, a resume that drives the agent), a re-run's
-    comparison. A resume with nothing to drive (a completed run, a failed one not retried) never
-    needs them, so it never reaches what they are listed from. ``declare`` runs once, at the first
-    of those uses, and what it raises reaches that use (a spec built while the server is down
-    fails where the tools are first needed, not where it is built)."""
-
-    _declared: list[Tool[Any, Any]] | None = None
-
-    @abc.abstractmethod
-    def declare(self) -> Sequence[Tool[Any, Any]]:
-        """List and declare the tools now."""
-
-    @property
-    def is_declared(self) -> bool:
-        return self._declared is not None
-
-    def _tools(self) -> list[Tool[Any, Any]]:
-        if self._declared is None:
-            self._declared = list(self.declare())
-        return self._declared
-
-    @overload
-    def __getitem__(self, index: int) -> Tool[Any, Any]: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Tool[Any, Any]]: ...
-    def __getitem__(self, index: int | slice) -> Tool[Any, Any] | Sequence[Tool[Any, Any]]:
-        return self._tools()[index]
-
-    def __len__(self) -> int:
-        return len(self._tools())
-
-    def __iter__(self) -> Iterator[Tool[Any, Any]]:
-        return iter(self._tools())
-
-    # ``server.tools(...) + [other]`` worked when tools were a list: it still does (declaring them).
-    def __add__(self, other: Iterable[Tool[Any, Any]]) -> list[Tool[Any, Any]]:
-        return [*self, *other]
-
-    def __radd__(self, other: Iterable[Tool[Any, Any]]) -> list[Tool[Any, Any]]:
-        return [*other, *self]
 
 
 async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:

@@ -436,7 +436,9 @@ class Replayer:
             )
         return LiveModel(self.model or self.spec.model, step)
 
-    def _current_version(self) -> dict[str, Any]:
+    def _current_version(self, spec: AgentSpec) -> dict[str, Any]:
+        if spec is not self.spec:  # its listed tools declared from the recording's listings: this recording's
+            return spec.version().model_dump()
         if self._version is None:
             self._version = self.spec.version().model_dump()
         return self._version
@@ -454,6 +456,9 @@ class Replayer:
             )
         records = recording.events()
         cp = fold(records)
+        # Tools listed from outside the code (an MCP server's) are declared from the listings the run
+        # recorded, as a resume declares them: a replay never lists their source (it never calls it).
+        spec = spec.from_record(cp.tool_listings)
         recorded_status, recorded_reason = cp.status, cp.failure_reason
         if cp.status == "suspended":
             recorded_reason = _suspension_reason(records)
@@ -463,7 +468,7 @@ class Replayer:
         # yet resumed) the record ends open: the code goes on past it.
         final = final or (cp.status == "suspended" and recorded_reason == "approval" and bool(cp.pending_approvals))
         outcome = {"output": cp.output, "error": dict(cp.error or {}), "pending": sorted(cp.pending_approvals)}
-        current = self._current_version()
+        current = self._current_version(spec)
         changes = {k: (v, current.get(k)) for k, v in (cp.version or {}).items() if current.get(k) != v}
 
         live = self._live(cp)

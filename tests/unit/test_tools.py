@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from runledger import AgentSpec, ScriptedModel, Tool, tool
 from runledger.errors import ConfigurationError, ToolArgumentsError
 from runledger.sdk.context import EffectContext, bound
-from runledger.sdk.tools import DeferredTools
+from runledger.sdk.deferred_tools import DeferredTools
 
 
 class Item(BaseModel):

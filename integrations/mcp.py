@@ -20,21 +20,27 @@ the way its annotations say, from one listing made when the spec first needs the
 the run's ``tool_schema_hashes``, so a server whose tools changed (a new schema, a tool that became
 destructive) is a version change, and ``resume`` refuses it (``VersionMismatchError``).
 
-When the server is needed: a run's start lists it (its version tuple is recorded), and so does a
-resume that drives the agent, at its version check, before anything is replayed or called (so a
-changed server is refused before any step). A resume with nothing to drive (a completed run, a
-failed one not retried) never lists it and never connects: the spec's tools are not needed.
+When the server is needed: a run's start lists it, and records the listing (``tools/list`` as
+JSON, in ``run.started``'s ``tool_listings``) beside the version tuple it backs. A resume declares
+the tools from that record and lists nothing: a run whose calls left are all recorded (it completes,
+or suspends for an approval, without a live call to the server), like a completed one, resumes with
+the server stopped. Before its first live call to the server (a tool call, a reconcile), and before
+anything of that call is recorded, the resume lists the server once: a server whose tools changed is
+refused there as a version change (``VersionMismatchError``), one that cannot be listed with a
+ConfigurationError (``cannot list the tools of the MCP server ...``); either way the run is left as
+it was, for a resume once the server is back as recorded (runledger.sdk.deferred_tools). A run
+recorded before listings were has none, and its resume lists the server at its version check.
 
 In the agent, ``async with server.session(run) as session`` gives a ``RecordedSession``:
 ``await session.call_tool(name, arguments)`` is ``run.tool`` of the declared tool and returns the
-SDK's ``CallToolResult``; ``await session.list_tools()`` returns the listing the spec was built
-from (the one the version tuple pins). Live, the call goes to the server over a connection the
-session opens on its first live call (a replayed call never connects); on resume, a recorded call is
-answered from the record and a committed effect is served from its key; in a sandboxed re-run
-the agent's calls go to the host, which calls the server in ``live`` mode for a read tool named
-live, serves effects from the record in ``redrive`` and stubs them (``{"simulated": true, ...}``
-as structured content) in ``live``. The effect's key is also sent to the server in the call's
-``_meta`` (``io.runledger/idempotency-key``), for a server that honours one.
+SDK's ``CallToolResult``; ``await session.list_tools()`` returns the listing the run's tools were
+declared from, as its record keeps it (the one the version tuple pins). Live, the call goes to the
+server over a connection the session opens on its first live call (a replayed call never connects);
+on resume, a recorded call is answered from the record and a committed effect is served from its
+key; in a sandboxed re-run the agent's calls go to the host, which calls the server in ``live`` mode
+for a read tool named live, serves effects from the record in ``redrive`` and stubs them
+(``{"simulated": true, ...}`` as structured content) in ``live``. The effect's key is also sent to
+the server in the call's ``_meta`` (``io.runledger/idempotency-key``), for a server that honours one.
 
 What is recorded of a call: its arguments, and the ``CallToolResult`` as JSON (content, structured
 content, ``isError``). A tool that answers ``isError`` has still run: the result is recorded as
@@ -42,12 +48,12 @@ its output (an effect is committed with it), as MCP hands tool errors to the mod
 connection error is the step's failure.
 
 Rejected: recording the session's JSON-RPC messages (the record would hold transport framing, not
-steps that the fold, ``show`` and the projection read) and recording ``list_tools`` as a step (a
-replayed listing would hide a changed server from the version check; pinned by the version tuple,
-it cannot differ); listing where the spec is built (every resume then needed the server, even of a
-run with nothing left to do). Not covered: resources, prompts, sampling and elicitation callbacks, the
-blocking ``SyncRun``; a resume whose remaining calls are all recorded still lists the server (the
-listing is not in the record: the version check and ``list_tools`` need it).
+steps that the fold, ``show`` and the projection read) and recording ``list_tools`` as a step (the
+listing is the run's, recorded once at its start beside the hashes it backs, and a live call first
+checks the server against it); listing where the spec is built (every resume then needed the server,
+even of a run with nothing left to do); listing at every resume that drives the agent (a run whose
+calls left were all recorded needed the server). Not covered: resources, prompts, sampling and
+elicitation callbacks, the blocking ``SyncRun``.
 """
 
 from __future__ import annotations
@@ -109,10 +115,9 @@ class McpServer:
     stdio_params: StdioServerParameters | None = None
     url: str | None = None
     read_timeout_s: float | None = 60.0
-    listing: mcp.types.ListToolsResult | None = field(default=None, init=False)
-    declared: dict[str, Tool] = field(default_factory=dict, init=False)
-    # The tools of the last ``tools()`` call, until something needs them (McpTools).
-    pending: McpTools | None = field(default=None, init=False, repr=False)
+    # The tools of the last ``tools()`` call: what this server's sessions call, as the run they record
+    # declared them (``McpTools.in_this_run``: from the run's record on resume).
+    in_use: McpTools | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def stdio(
@@ -171,8 +176,8 @@ class McpServer:
         lease_s: float | None = None,
     ) -> McpTools:
         """The server's tools, to put on the agent's spec: listed when the spec first needs them
-        (a run's start, a resume that drives the agent: ``McpTools``), never here, so a resume with
-        nothing to drive (a completed run) never reaches the server. Each is declared as a runledger
+        (a run's start: ``McpTools``), never here; a resume declares them from the listing its run
+        recorded, and lists the server only before a live call to it. Each is declared as a runledger
         ``Tool``: ``effect_class_of`` its annotations unless ``effects`` names its class, ``keys`` its
         key function, ``reconcile`` its reconcile function (an effect's), its input schema as given.
         Where they are first needed, ConfigurationError names the server when it cannot be listed,
@@ -209,8 +214,7 @@ class McpServer:
         reconcile: Mapping[str, Callable[[str], Any]] | None = None,
         lease_s: float | None = None,
     ) -> list[Tool]:
-        """The runledger tools of ``listing`` (what ``tools`` does once it has listed), remembered
-        as this server's declared tools."""
+        """The runledger tools of ``listing`` (what ``tools`` does with a listing, live or recorded)."""
         names = {t.name for t in listing.tools}
         for what, given in (("keys", keys), ("effects", effects), ("reconcile", reconcile)):
             unknown = sorted(set(given or {}) - names)
@@ -224,15 +228,7 @@ class McpServer:
                                 (reconcile or {}).get(t.name), lease_s)
             for t in listing.tools
         ]  # fmt: skip
-        self.listing = listing
-        self.declared = {t.name: t for t in declared}
         return declared
-
-    def ensure_declared(self) -> None:
-        """Declare the tools of the last ``tools()`` now if nothing needed them yet (a session
-        used by code that never asked its spec for its tools)."""
-        if self.listing is None and self.pending is not None:
-            self.pending.declare_once()
 
     def _declared_tool(
         self,
@@ -281,8 +277,12 @@ class McpServer:
 
 class McpTools(DeferredTools):
     """The tools of an ``McpServer`` as its ``tools()`` call asked for them, listed and declared
-    on first use (``DeferredTools``): on the spec, that is a run's start or a resume that drives
-    the agent, never a resume with nothing to drive. Reads as the list of declared ``Tool``s."""
+    on first use (``DeferredTools``): on the spec, that is a run's start, never a resume. The
+    listing (``tools/list``, as JSON) is recorded in the run's ``run.started``; a resume declares
+    the tools from it and lists the server only before its first live call to one of them
+    (runledger.sdk.deferred_tools). Reads as the list of declared ``Tool``s."""
+
+    source = "mcp"
 
     def __init__(
         self,
@@ -295,16 +295,18 @@ class McpTools(DeferredTools):
     ) -> None:
         self.server = server
         self._options: dict[str, Any] = {"keys": keys, "effects": effects, "reconcile": reconcile, "lease_s": lease_s}
-        server.pending = self
+        server.in_use = self
 
-    def declare(self) -> list[Tool]:
-        return self.server.declare(self.server.list_now(), **self._options)
+    def list_source(self) -> dict[str, Any]:
+        """The server's listing, asked of it now, as JSON (``ListToolsResult``'s, by alias)."""
+        listing: dict[str, Any] = self.server.list_now().model_dump(mode="json", by_alias=True, exclude_none=True)
+        return listing
 
-    def declare_once(self) -> None:
-        self._tools()
+    def declare_listed(self, listing: Any) -> list[Tool]:
+        return self.server.declare(mcp.types.ListToolsResult.model_validate(listing), **self._options)
 
     def __repr__(self) -> str:
-        state = ", ".join(self.server.declared) if self.is_declared else "not listed yet"
+        state = ", ".join(t.name for t in self) if self.is_declared else "not listed yet"
         return f"<McpTools of {self.server.where}: {state}>"
 
 
@@ -396,16 +398,20 @@ class RecordedSession:
                 ready.set_exception(ConfigurationError(f"cannot connect to the MCP server {self.server.where}: {exc}"))
             raise
 
-    async def list_tools(self) -> mcp.types.ListToolsResult:
-        """The listing the run's tools were declared from (``McpServer.tools``): the one the run's
-        version tuple pins, so no step and no connection."""
-        self.server.ensure_declared()
-        if self.server.listing is None:
+    def _tools(self) -> DeferredTools:
+        """The server's tools as this run declared them: listed at its start, from its record on resume."""
+        if self.server.in_use is None:
             raise ConfigurationError(
                 f"the tools of the MCP server {self.server.where} were never declared: build the agent's spec "
                 "with tools=server.tools(...)"
             )
-        return self.server.listing
+        return self.server.in_use.in_this_run()
+
+    async def list_tools(self) -> mcp.types.ListToolsResult:
+        """The listing the run's tools were declared from (``McpServer.tools``), as the run's record
+        keeps it (``run.started``'s ``tool_listings``): the same live and on resume, no step and no
+        connection (at a run's start, the listing its spec made)."""
+        return mcp.types.ListToolsResult.model_validate(self._tools().listing())
 
     async def call_tool(
         self,
@@ -421,12 +427,12 @@ class RecordedSession:
 
         Raises ConfigurationError for a tool the spec does not declare, or a ``key`` for a read
         tool; ToolFailedError when the call failed (recorded), and what ``run.tool`` raises."""
-        self.server.ensure_declared()
-        declared = self.server.declared.get(name)
+        tools = {t.name: t for t in self._tools()}
+        declared = tools.get(name)
         if declared is None:
             raise ConfigurationError(
                 f"MCP tool {name!r} is not among the declared tools of {self.server.where} "
-                f"({', '.join(sorted(self.server.declared)) or 'none declared: tools=server.tools(...)'})"
+                f"({', '.join(sorted(tools)) or 'it lists none'})"
             )
         args = dict(arguments or {})
         if key is None:

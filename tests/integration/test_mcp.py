@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from runledger.cli.exits import Exit
 from tests.integration.processes import ROOT, runledger, start_agent, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -263,6 +264,47 @@ def test_a_resume_needs_the_server_only_when_a_tool_call_is_left_to_make(
     assert executed(shop.witness) == calls
     cp = checkpoint(nats_url, "mcp-down")
     assert cp["status"] == "completed" and cp["output"]["paid"]["refunded"] == 5
+
+
+async def test_a_resume_whose_calls_left_are_all_recorded_needs_no_server(
+    nats_url: str, client: Any, shop: Shop, tmp_path: Path
+) -> None:
+    from runledger.ops.decisions import approve
+    from runledger.protect.loading import load_run
+    from runledger.record.fold import fold
+
+    # Held after its last tool call was recorded, before its approval, and killed: every call the
+    # agent has left to make is in the record, the listing its tools were declared from too.
+    mark = tmp_path / "noted"
+    env = shop.agent_env(MCP_AGENT_MARK=str(mark), MCP_AGENT_HOLD_AFTER="note", MCP_AGENT_APPROVAL="1")
+    agent = start_agent(nats_url, AGENT, "mcp-recorded", json.dumps({"order": "A1"}), env)
+    try:
+        wait_for(mark, 60)
+    finally:
+        kill(agent)
+    calls = executed(shop.witness)
+    assert [c["tool"] for c in calls] == ["lookup_order", "refund", "add_note"]
+
+    shop.take_down()
+    env = shop.agent_env(MCP_AGENT_APPROVAL="1")
+    # Replayed, the listing included, to the approval, which suspends the run: nothing went to the server.
+    waiting = runledger(nats_url, "resume", "mcp-recorded", "--agent", AGENT, env=env)
+    assert waiting.returncode == Exit.SUSPENDED, (waiting.stdout, waiting.stderr)
+    assert "run mcp-recorded: suspended (approval)" in waiting.stdout, waiting.stdout
+    still = runledger(nats_url, "resume", "mcp-recorded", "--agent", AGENT, env=env)  # nothing to drive
+    assert still.returncode == Exit.SUSPENDED, (still.stdout, still.stderr)
+
+    [request] = fold((await load_run(client, "mcp-recorded")).records).pending_approvals
+    await approve(client, "mcp-recorded", request, by="op")
+    done = runledger(nats_url, "resume", "mcp-recorded", "--agent", AGENT, env=env)
+    assert done.returncode == Exit.OK, (done.stdout, done.stderr)
+    assert "run mcp-recorded: completed" in done.stdout, done.stdout
+    assert executed(shop.witness) == calls  # nothing was called again
+    cp = fold((await load_run(client, "mcp-recorded")).records)
+    assert cp.status == "completed" and cp.output["paid"]["refunded"] == 5
+    listed = ["add_note", "echo", "find_refund", "keep", "lookup_order", "refund"]
+    assert cp.output["listed"] == listed  # the listing the record kept
+    assert [entry["source"] for entry in cp.tool_listings] == ["mcp"]
 
 
 async def test_the_example_closes_its_ticket_once_and_a_resume_reads_it_from_the_record(

@@ -4,9 +4,10 @@ reconcile asks the server's ``find_refund``), a note (a non-destructive write ke
 
 The server is reached as ``$MCP_TEST_URL`` says (streamable HTTP) or, without it, spawned over
 stdio with ``$MCP_WITNESS`` and ``$MCP_SCHEMA`` handed on. ``$MCP_AGENT_MARK`` names a file the agent
-writes after the lookup and before the refund, then waits there to be killed (a moment to kill it at,
-held: the kill cannot land after the refund); ``$MCP_NO_RECONCILE`` declares
-the refund without its reconcile function."""
+writes after the lookup and before the refund (or, with ``$MCP_AGENT_HOLD_AFTER=note``, after its last
+call), then waits there to be killed (a moment to kill it at, held: the kill cannot land after the
+next call); ``$MCP_AGENT_APPROVAL`` makes it ask for an approval after its calls; ``$MCP_NO_RECONCILE``
+declares the refund without its reconcile function."""
 
 from __future__ import annotations
 
@@ -42,18 +43,26 @@ async def reconcile_refund(key: str) -> Any:
     return found.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+async def hold(after: str) -> None:
+    """Write ``$MCP_AGENT_MARK`` and wait to be killed, if the agent is to be held ``after`` that call."""
+    mark = os.environ.get("MCP_AGENT_MARK")
+    if mark and os.environ.get("MCP_AGENT_HOLD_AFTER", "lookup") == after:
+        Path(mark).write_text(after)
+        await asyncio.Event().wait()  # held here until killed
+
+
 async def shop(run: Run) -> dict[str, Any]:
     assert SERVER is not None
     order = run.input["order"]
     async with SERVER.session(run) as mcp:
         listed = sorted(t.name for t in (await mcp.list_tools()).tools)
         found = await mcp.call_tool("lookup_order", {"order": order})
-        mark = os.environ.get("MCP_AGENT_MARK")
-        if mark:
-            Path(mark).write_text("looked up")
-            await asyncio.Event().wait()  # held here until killed
+        await hold("lookup")
         paid = await mcp.call_tool("refund", {"order": order, "amount": 5})
         noted = await mcp.call_tool("add_note", {"order": order, "text": "refunded"}, key=f"note:{order}")
+        await hold("note")
+    if os.environ.get("MCP_AGENT_APPROVAL"):
+        await run.approval("close the case", {"order": order})
     return {"listed": listed, "found": found.structured_content, "paid": paid.structured_content,
             "noted": noted.structured_content}  # fmt: skip
 

@@ -218,11 +218,13 @@ def test_a_server_whose_tools_changed_is_refused_at_resume_as_a_version_change(
     assert not executed(shop.witness, "refund")
 
     shop.start(schema="v2")  # refund now takes a required reason: another input schema
-    refused = resume(nats_url, "mcp-v", shop)
-    assert refused.returncode != 0
+    steps = checkpoint(nats_url, "mcp-v")["steps"]
+    refused = resume(nats_url, "mcp-v", shop)  # the lookup replays; the server is listed before the refund
+    assert refused.returncode == Exit.REFUSED, (refused.stdout, refused.stderr)
     assert "different version tuple" in refused.stderr and "tool_schema_hashes" in refused.stderr, refused.stderr
     assert not executed(shop.witness, "refund")  # nothing was called
-    assert checkpoint(nats_url, "mcp-v")["status"] == "running"
+    cp = checkpoint(nats_url, "mcp-v")
+    assert cp["status"] == "running" and cp["steps"] == steps  # nothing of the refund was written
 
     shop.start()  # the server as recorded: the resume goes on
     resumed = resume(nats_url, "mcp-v", shop)
@@ -244,10 +246,12 @@ def test_a_resume_needs_the_server_only_when_a_tool_call_is_left_to_make(
         kill(agent)
 
     shop.take_down()
+    steps = checkpoint(nats_url, "mcp-down")["steps"]
     refused = resume(nats_url, "mcp-down", shop)  # the refund must go to the server: it is needed
-    assert refused.returncode != 0
+    assert refused.returncode == Exit.ERROR, (refused.stdout, refused.stderr)
     assert "cannot list the tools of the MCP server" in refused.stderr, refused.stderr
-    assert checkpoint(nats_url, "mcp-down")["status"] == "running"  # refused before anything was written
+    cp = checkpoint(nats_url, "mcp-down")
+    assert cp["status"] == "running" and cp["steps"] == steps  # stopped before anything of the refund was written
     assert not executed(shop.witness, "refund")
 
     shop.start()

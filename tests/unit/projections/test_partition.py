@@ -22,6 +22,7 @@ from runledger.record.events import (
     EffectSimulated,
     ErrorInfo,
     RunStarted,
+    ToolListing,
     decode,
 )
 from runledger.record.fold import fold
@@ -55,9 +56,10 @@ def _workload() -> Stream:
     ]
     for i in range(12):
         rng.choice(builders)(i)
-    # A long run interleaved with the others' tails.
+    # A long run interleaved with the others' tails, its tools declared from a listing it records.
     long = run_chain(stream, "long")
-    long.add(RunStarted(agent="support", version=VERSION))
+    listed = {"tools": [{"name": "lookup", "inputSchema": {"type": "object"}}]}
+    long.add(RunStarted(agent="support", version=VERSION, tool_listings=[ToolListing(source="mcp", listing=listed)]))
     for step in range(30):
         long.add(model(step) if step % 2 == 0 else tool(step, output={"i": step}))
         if step % 10 == 0:
@@ -104,6 +106,7 @@ def test_checkpoints_equal_the_fold_of_each_run(tmp_path: Path) -> None:
     assert set(rows) == set(runs)
     for run_id, recs in runs.items():
         assert rows[run_id] == fold(recs).to_dict(), run_id
+    assert rows["long"]["tool_listings"][0]["source"] == "mcp"  # carried into the projection's checkpoint
     steps = store.con.execute("SELECT run_id, step, kind, status, seq FROM steps ORDER BY ALL").fetchall()
     expected = sorted(
         (run_id, s.step, s.kind, s.status, s.seq) for run_id, recs in runs.items() for s in fold(recs).steps.values()

@@ -268,7 +268,7 @@ def test_a_reconcile_that_raises_leaves_the_key_in_doubt_and_the_run_resumable(n
     assert crashed.returncode == -9 and len(calls(log)) == 1  # it acted, then died before recording
 
     stopped = runledger(nats_url, "resume", "unreach", "--agent", agent, env=env)
-    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.returncode == 5, stopped.stderr  # Exit.SUSPENDED: waiting on a human
     assert stopped.stdout == (
         "run unreach: suspended (effect_in_doubt)\n"
         "run unreach step 0: effect 'charge:inv-2' was claimed but has no recorded outcome (the process died "

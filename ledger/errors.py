@@ -20,6 +20,7 @@
     ├── LedgerReadError               a subject or the stream could not be read completely and in order
     │   └── StreamGapError            a stream sequence went missing between two messages
     ├── ReaderUnavailableError        the fast readers cannot speak to this server (nats-py reads instead)
+    ├── DirectGetDenied               these credentials may not read a stream by direct get (a consumer reads)
     ├── KeyStoreError                 a run's keys cannot be created, read or used (erased, altered, unreachable)
     ├── MasterKeyError                the master key that wraps run keys is malformed or unusable
     │   ├── MasterKeyMissingError     no master key is configured for this process
@@ -317,6 +318,11 @@ class StreamGapError(LedgerReadError):
 
 class ReaderUnavailableError(LedgerError):
     """The fast readers cannot talk to this server (TLS, credentials files...): use nats-py's."""
+
+
+class DirectGetDenied(LedgerError):
+    """The server refused this login a direct get on a stream (its permissions): read through a
+    consumer where the role may create one (``runledger.log.fastread.read_subject`` does)."""
 
 
 class KeyStoreError(LedgerError):

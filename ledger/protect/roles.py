@@ -76,7 +76,15 @@ from typing import Any
 from runledger.errors import ConfigurationError
 from runledger.log.credentials import RoleCredentials
 from runledger.log.private import private_dir, write_private
-from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, KEY_BUCKET, KEY_STREAM, LEDGER_STREAM
+from runledger.log.subjects import (
+    BLOB_BUCKET,
+    CMD_STREAM,
+    KEY_BUCKET,
+    KEY_STREAM,
+    LEDGER_STREAM,
+    RERUN_CONSUMER,
+    RERUN_SUBJECT,
+)
 from runledger.protect.keystore import WORKER_KID_PREFIX
 from runledger.record.ids import is_subject_token
 
@@ -87,18 +95,8 @@ ROLES = ("agent", "analyst", "operator", "worker", "admin")
 GRANTABLE = ("analyst",)
 GRANTS_FILE = "grants.json"
 DATA_STREAMS = (LEDGER_STREAM, BLOB_STREAM, KEY_STREAM)
-# Consumer API subjects, as (action, what follows the stream name): create (named, filtered),
-# create (unnamed), durable create, delete, pull the next messages.
-_CONSUMER_ACTIONS = (
-    ("CONSUMER.CREATE", ".>"),
-    ("CONSUMER.CREATE", ""),
-    ("CONSUMER.DURABLE.CREATE", ".*"),
-    ("CONSUMER.INFO", ".*"),
-    ("CONSUMER.NAMES", ""),
-    ("CONSUMER.LIST", ""),
-    ("CONSUMER.DELETE", ".*"),
-    ("CONSUMER.MSG.NEXT", ".*"),
-)
+# The work queue's one consumer, as its API subjects name it.
+_WORK_QUEUE = f"{CMD_STREAM}.{RERUN_CONSUMER}"
 
 
 def _reads() -> list[str]:
@@ -107,27 +105,21 @@ def _reads() -> list[str]:
         f"{API}.STREAM.INFO.{LEDGER_STREAM}",  # read_raw counts messages per subject
         f"{API}.STREAM.INFO.{BLOB_STREAM}",  # object_store()
         f"{API}.STREAM.INFO.{KEY_STREAM}",  # key_value()
-        f"{API}.CONSUMER.CREATE.{BLOB_STREAM}",  # blob bodies (sealed per run) via ordered consumers
-        f"{API}.CONSUMER.CREATE.{BLOB_STREAM}.>",
+        f"{API}.DIRECT.GET.{BLOB_STREAM}",  # blob chunks (sealed per run), batches by sequence and subject
         f"{API}.DIRECT.GET.{BLOB_STREAM}.$O.{BLOB_BUCKET}.M.>",  # object metadata
         f"{API}.STREAM.MSG.GET.{BLOB_STREAM}",  # object metadata (nats-py's get_info uses this form)
-        "$JS.FC.>",  # flow-control replies of push consumers
-        f"{API}.STREAM.NAMES",  # nats-py looks up the stream of a subscription (blob chunks) by name
+        f"{API}.STREAM.NAMES",  # nats-py looks up the stream of a subject by name
     ]
 
 
 def content_denials() -> list[str]:
-    """The API subjects through which run keys are read (direct gets, message gets, consumers on
-    the bucket's stream): denied to a role without the content grant."""
+    """The API subjects through which run keys are read (direct gets and message gets on the
+    bucket's stream; no role but the admin creates consumers): denied to a role without the content
+    grant."""
     return [
         f"{API}.DIRECT.GET.{KEY_STREAM}",
         f"{API}.DIRECT.GET.{KEY_STREAM}.>",
         f"{API}.STREAM.MSG.GET.{KEY_STREAM}",
-        *(
-            f"{API}.{action}.{KEY_STREAM}{suffix}"
-            for action, suffix in _CONSUMER_ACTIONS
-            if action != "CONSUMER.DELETE"
-        ),
     ]
 
 
@@ -146,22 +138,25 @@ def permissions(role: str, agent: str | None = None, *, content: bool = False) -
             f"$O.{BLOB_BUCKET}.>",
             f"$KV.{KEY_BUCKET}.{agent}.>",
             *_reads(),
+            # Its own runs and keys through consumers whose filter is in the API subject (a direct get
+            # by sequence or filter cannot be scoped); flow control of nats-py's ordered consumer.
             f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.{own}.>",
             f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.ledger.effect.{agent}.>",
+            "$JS.FC.>",
             f"{API}.DIRECT.GET.{LEDGER_STREAM}.{own}.>",
             f"{API}.DIRECT.GET.{LEDGER_STREAM}.ledger.effect.{agent}.>",
             f"{API}.DIRECT.GET.{KEY_STREAM}.$KV.{KEY_BUCKET}.{agent}.>",
         ]
         return {"publish": {"allow": allow}, "subscribe": {"allow": [f"{inbox_prefix('agent', agent)}.>"]}}
-    # Readers manage their own consumers on the data streams (runledger.log.fastread deletes the
-    # ones it made); the work queue's consumers are the workers' alone: nobody else may pull
-    # (and so take) a re-run request, or delete or replace the workers' durable consumer.
+    # Readers read by direct gets and create no consumer: a role that may create one may make it a
+    # push consumer delivering to any subject it names (the server never checks a deliver subject
+    # against the creator's permissions), and may delete another reader's. The work queue's one
+    # consumer is the workers' alone: nobody else may pull (and so take) a re-run request.
     read_all = [
         *_reads(),
         f"{API}.STREAM.LIST",
         f"{API}.STREAM.INFO.*",
-        *(f"{API}.{action}.{stream}{suffix}" for stream in DATA_STREAMS for action, suffix in _CONSUMER_ACTIONS),
-        f"{API}.CONSUMER.INFO.{CMD_STREAM}.*",
+        f"{API}.CONSUMER.INFO.{_WORK_QUEUE}",
         f"{API}.CONSUMER.NAMES.{CMD_STREAM}",
         f"{API}.CONSUMER.LIST.{CMD_STREAM}",
         f"{API}.DIRECT.GET.>",
@@ -191,8 +186,11 @@ def permissions(role: str, agent: str | None = None, *, content: bool = False) -
             "ledger.effect.*.*.w",
             f"$O.{BLOB_BUCKET}.>",
             f"$KV.{KEY_BUCKET}.{WORKER_KID_PREFIX}.>",  # its branches' keys only: never purge an agent's run's key
-            f"$JS.ACK.{CMD_STREAM}.>",
-            *(f"{API}.{action}.{CMD_STREAM}{suffix}" for action, suffix in _CONSUMER_ACTIONS),
+            # The work queue's consumer: its settings (the admin made it a pull consumer with the streams,
+            # and the server never turns a pull consumer into a push one), its requests and their acks.
+            f"{API}.CONSUMER.CREATE.{_WORK_QUEUE}.{RERUN_SUBJECT}",
+            f"{API}.CONSUMER.MSG.NEXT.{_WORK_QUEUE}",
+            f"$JS.ACK.{_WORK_QUEUE}.>",
         ]
         deny = ["ledger.cmd.>"]
     else:

@@ -8,18 +8,19 @@ role              may
 agent-<NAME>      write (as ``a``) and read only its own runs (``ledger.run.<NAME>.>``), claim and read
                   its own effect keys (``ledger.effect.<NAME>.>``: another agent's are out of reach), store
                   blobs, create and read its own runs' keys (``$KV.LEDGER_KEYS.<NAME>.>``)
-analyst           read everything but run keys (streams, blobs); publish nothing to the ledger; no
-                  consumer on the re-run work queue (nobody but workers may take a request). Run
+analyst           read everything but run keys (streams, blobs) by direct gets; publish nothing to
+                  the ledger; no consumer (nobody but workers may take a re-run request). Run
                   keys (``LEDGER_KEYS``) too once an operator grants it content
                   (``runledger up --secure --grant-content analyst``)
 operator          what an analyst may, plus publish re-run commands (``ledger.cmd.>``), and the
                   decisions only an operator may make, on the operator subjects (``o``): approvals,
                   budget grants, accepted versions, erasure notices, effect resolutions; and erase
                   (delete a run's key, purge its blobs)
-worker            consume re-run commands (the only role with consumers on ``LEDGER_CMD``), read
-                  parents, write branch runs and their effects (as ``w``: never an agent's run or a
-                  key that is claimed or committed, never a decision), create branch runs' keys
-                  (``=w.<agent>.<run_id>``: never an agent's run's key)
+worker            consume re-run commands (the only role that pulls from ``LEDGER_CMD``, through
+                  its one consumer ``rerun-workers``), read parents, write branch runs and their
+                  effects (as ``w``: never an agent's run or a key that is claimed or committed,
+                  never a decision), create branch runs' keys (``=w.<agent>.<run_id>``: never an
+                  agent's run's key)
 admin             everything (creates and updates the streams: ``runledger up``)
 ================  ==========================================================================
 
@@ -36,14 +37,22 @@ Nobody but admin may create, update, delete or purge a stream (``$JS.API.STREAM.
 DELETE|PURGE``): JetStream permission violations surface in nats-py as timeouts, so a
 forbidden action fails slowly but surely; the reason reaches ``error_cb``.
 
-How reads are scoped (nats-py behaviour, checked by tests/integration/test_ledger_roles.py): an
-ordered consumer created through the unnamed API subject
-``$JS.API.CONSUMER.CREATE.<stream>`` cannot be restricted to a filter, so ``runledger.log.reader``
-names its consumers, which puts the filter into the API subject
-(``$JS.API.CONSUMER.CREATE.LEDGER.<name>.<filter>``) where a permission can match it. Direct
-gets by subject (fencing checks, KV reads) are scoped the same way. Each user gets its own
-inbox prefix (``_INBOX_<user>``) and may subscribe only there, so nobody can listen to the
-replies and deliveries of another.
+How reads are scoped (checked by tests/integration/test_jetstream_api.py, which sends every API
+call with each role's credentials; docs/data-protection.md has the table): readers read by direct
+gets (``$JS.API.DIRECT.GET.<stream>``, a batch from a sequence on a subject filter), which read and
+create nothing, and no role but the admin creates, updates or deletes a consumer. A role that may
+create a consumer may make it a push consumer delivering to any subject it names (the server never
+checks a deliver subject against the creator's permissions: a reader pushed blob chunks onto
+another agent's operator subject, where a stream stored them), and a role that may delete its own
+consumers may delete anyone's. Two exceptions a permission can hold to a subject: an agent creates
+consumers filtered to its own runs and keys (``$JS.API.CONSUMER.CREATE.LEDGER.<name>.<filter>``: a
+direct get by sequence or filter cannot be scoped, the filter is in the request body), and a
+worker updates the work queue's one consumer, ``rerun-workers``, which the admin creates as a pull
+consumer with the streams (the server never updates a pull consumer into a push one). Direct gets
+of a subject's last message (fencing checks, KV reads) are scoped by the subject in the API
+subject. Each user gets its own inbox prefix (``_INBOX_<user>``) and may subscribe only there, so
+nobody can listen to the replies and deliveries of another, nor make an agent's push consumer
+deliver (a push consumer delivers only where a subscription listens).
 
 What an agent can still see of other agents: ``$JS.API.STREAM.INFO.LEDGER`` (which
 ``read_raw`` uses to count messages) answers with subject names and counts for any filter,
@@ -142,7 +151,7 @@ def permissions(role: str, agent: str | None = None, *, content: bool = False) -
             # by sequence or filter cannot be scoped); flow control of nats-py's ordered consumer.
             f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.{own}.>",
             f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.ledger.effect.{agent}.>",
-            "$JS.FC.>",
+            f"$JS.FC.{LEDGER_STREAM}.>",
             f"{API}.DIRECT.GET.{LEDGER_STREAM}.{own}.>",
             f"{API}.DIRECT.GET.{LEDGER_STREAM}.ledger.effect.{agent}.>",
             f"{API}.DIRECT.GET.{KEY_STREAM}.$KV.{KEY_BUCKET}.{agent}.>",

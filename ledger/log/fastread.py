@@ -58,7 +58,6 @@ from urllib.parse import unquote
 
 from runledger.errors import DirectGetDenied, LedgerError, LedgerReadError, ReaderUnavailableError, StreamGapError
 from runledger.log.client import LedgerClient
-from runledger.log.permissions import watch_of
 from runledger.log.subjects import LEDGER_STREAM
 from runledger.record.records import RawRecord
 
@@ -450,8 +449,7 @@ async def contiguous(
 def reads_by_consumer(client: LedgerClient, stream: str) -> bool:
     """An agent's login reads LEDGER through consumers filtered to its own subjects (its permissions
     scope them; a direct get by sequence or filter cannot be scoped); every other read is a direct get."""
-    watch = watch_of(client.nc)
-    return stream == LEDGER_STREAM and watch is not None and watch.role == "agent"
+    return stream == LEDGER_STREAM and getattr(client, "role", None) == "agent"
 
 
 async def read_subject(

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
         PublishError,
         RunNotFoundError,
         StaleClaimError,
+        StaleFencingTokenError,
         SuspendedForApproval,
         SuspendedForApprovalError,
         ToolFailedError,
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
     from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
     from runledger.sdk.context import EffectContext
+    from runledger.sdk.fencing import FencingTokens
     from runledger.sdk.lifecycle import RunResult, open_run, resume_run, start_run
     from runledger.sdk.models import (
         DEFAULT_RETRY,
@@ -133,6 +135,7 @@ _MODULE_OF: dict[str, str] = {
             "PayloadUnavailableError",
             "PublishError",
             "StaleClaimError",
+            "StaleFencingTokenError",
             "SuspendedForApproval",
             "SuspendedForApprovalError",
             "ToolFailedError",
@@ -152,6 +155,7 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["ModelAdapter", "ModelResponse", "OpenAIChatModel", "ScriptedModel"], "runledger.sdk.models"),
     **dict.fromkeys(["Run"], "runledger.sdk.protocol"),
     **dict.fromkeys(["EffectContext"], "runledger.sdk.context"),
+    **dict.fromkeys(["FencingTokens"], "runledger.sdk.fencing"),
     **dict.fromkeys(["Retry"], "runledger.sdk.retry"),
     **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),
     **dict.fromkeys(["NOT_FOUND", "DeferredTools", "Tool", "tool"], "runledger.sdk.tools"),
@@ -204,6 +208,7 @@ __all__ = [
     "EffectResultErasedError",
     "Event",
     "FencedError",
+    "FencingTokens",
     "GraphCheckpointed",
     "GraphCheckpointsDeleted",
     "GraphWritesSaved",
@@ -231,6 +236,7 @@ __all__ = [
     "ScriptedModel",
     "SecretResolver",
     "StaleClaimError",
+    "StaleFencingTokenError",
     "StepRecord",
     "SuspendedForApproval",
     "SuspendedForApprovalError",

@@ -38,6 +38,7 @@
     ├── StaleClaimError               an effect's claim no longer lets its attempt act (``EffectContext.check``)
     │   ├── LeaseExpiredError         the claim's lease ran out by this process's clock
     │   └── ClaimTakenOverError       the key was written after the claim (a resume took it over, a resolution)
+    ├── StaleFencingTokenError        a service refused a call: a newer attempt's fencing token holds its key
     ├── BudgetExhaustedError          a run hit a turn, token or wall-clock limit
     ├── ApprovalDeniedError
     ├── SuspendedForApprovalError     not a failure (alias SuspendedForApproval): the run waits for an approval
@@ -658,6 +659,27 @@ class ClaimTakenOverError(StaleClaimError):
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self.key, self.run_id, self.step, self.attempt, self.fencing_token, self.last_seq)
         return (type(self), args, self.__dict__)
+
+
+class StaleFencingTokenError(LedgerError):
+    """A call carried a fencing token older than one the service already admitted for its key
+    (``runledger.sdk.fencing.FencingTokens``): a newer attempt at the effect holds the key (a resume
+    took the claim over after its lease). Nothing was done. Raised at the service, and by an effect
+    function that got the refusal: its attempt stops, and never retries with another number (only
+    the ledger hands out tokens, by a new claim)."""
+
+    def __init__(self, key: str, token: int, highest: int) -> None:
+        self.key = key
+        self.token = token
+        self.highest = highest
+        super().__init__(
+            f"stale fencing token {token} for key {key!r}: a newer attempt holds {highest}, so this call was refused "
+            "and nothing was done. Its claim was taken over; stop this attempt (do not retry it), and see the key: "
+            f"`runledger effects show {key}`"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.token, self.highest), self.__dict__)
 
 
 class BudgetExhaustedError(LedgerError):

@@ -544,7 +544,7 @@ class MemoryJetStream:
         durable: str | None = None, stream: str | None = None, config: ConsumerConfig | None = None,
         **_: Any,
     ) -> _Subscription:  # fmt: skip
-        """An ordered push consumer (what the readers use where they cannot speak the protocol)."""
+        """An ordered push consumer (what an agent's reads use where they cannot speak the protocol)."""
         target = self._ledger.stream(stream) if stream else self._ledger.stream_of(subject)
         start = (config.opt_start_seq if config is not None else None) or 1
         return _Subscription(target, subject, start, cb)

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
         PublishError,
         RunNotFoundError,
         StaleClaimError,
+        StaleFencingTokenError,
         SuspendedForApproval,
         SuspendedForApprovalError,
         ToolFailedError,
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
     from runledger.sdk.agent import AgentSpec, load_agent
     from runledger.sdk.context import EffectContext
     from runledger.sdk.deferred_tools import DeferredTools
+    from runledger.sdk.fencing import FencingTokens
     from runledger.sdk.lifecycle import RunResult, open_run, resume_run, start_run
     from runledger.sdk.models import (
         DEFAULT_RETRY,
@@ -134,6 +136,7 @@ _MODULE_OF: dict[str, str] = {
             "PayloadUnavailableError",
             "PublishError",
             "StaleClaimError",
+            "StaleFencingTokenError",
             "SuspendedForApproval",
             "SuspendedForApprovalError",
             "ToolFailedError",
@@ -153,6 +156,7 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["ModelAdapter", "ModelResponse", "OpenAIChatModel", "ScriptedModel"], "runledger.sdk.models"),
     **dict.fromkeys(["Run"], "runledger.sdk.protocol"),
     **dict.fromkeys(["EffectContext"], "runledger.sdk.context"),
+    **dict.fromkeys(["FencingTokens"], "runledger.sdk.fencing"),
     **dict.fromkeys(["Retry"], "runledger.sdk.retry"),
     **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),
     **dict.fromkeys(["NOT_FOUND", "Tool", "tool"], "runledger.sdk.tools"),
@@ -206,6 +210,7 @@ __all__ = [
     "EffectResultErasedError",
     "Event",
     "FencedError",
+    "FencingTokens",
     "GraphCheckpointed",
     "GraphCheckpointsDeleted",
     "GraphWritesSaved",
@@ -233,6 +238,7 @@ __all__ = [
     "ScriptedModel",
     "SecretResolver",
     "StaleClaimError",
+    "StaleFencingTokenError",
     "StepRecord",
     "SuspendedForApproval",
     "SuspendedForApprovalError",

@@ -20,6 +20,7 @@
     ├── LedgerReadError               a subject or the stream could not be read completely and in order
     │   └── StreamGapError            a stream sequence went missing between two messages
     ├── ReaderUnavailableError        the fast readers cannot speak to this server (nats-py reads instead)
+    ├── DirectGetDenied               these credentials may not read a stream by direct get (a consumer reads)
     ├── KeyStoreError                 a run's keys cannot be created, read or used (erased, altered, unreachable)
     ├── MasterKeyError                the master key that wraps run keys is malformed or unusable
     │   ├── MasterKeyMissingError     no master key is configured for this process
@@ -37,6 +38,7 @@
     ├── StaleClaimError               an effect's claim no longer lets its attempt act (``EffectContext.check``)
     │   ├── LeaseExpiredError         the claim's lease ran out by this process's clock
     │   └── ClaimTakenOverError       the key was written after the claim (a resume took it over, a resolution)
+    ├── StaleFencingTokenError        a service refused a call: a newer attempt's fencing token holds its key
     ├── BudgetExhaustedError          a run hit a turn, token or wall-clock limit
     ├── ApprovalDeniedError
     ├── SuspendedForApprovalError     not a failure (alias SuspendedForApproval): the run waits for an approval
@@ -317,6 +319,11 @@ class StreamGapError(LedgerReadError):
 
 class ReaderUnavailableError(LedgerError):
     """The fast readers cannot talk to this server (TLS, credentials files...): use nats-py's."""
+
+
+class DirectGetDenied(LedgerError):
+    """The server refused this login a direct get on a stream (its permissions): read through a
+    consumer where the role may create one (``runledger.log.fastread.read_subject`` does)."""
 
 
 class KeyStoreError(LedgerError):
@@ -652,6 +659,27 @@ class ClaimTakenOverError(StaleClaimError):
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self.key, self.run_id, self.step, self.attempt, self.fencing_token, self.last_seq)
         return (type(self), args, self.__dict__)
+
+
+class StaleFencingTokenError(LedgerError):
+    """A call carried a fencing token older than one the service already admitted for its key
+    (``runledger.sdk.fencing.FencingTokens``): a newer attempt at the effect holds the key (a resume
+    took the claim over after its lease). Nothing was done. Raised at the service, and by an effect
+    function that got the refusal: its attempt stops, and never retries with another number (only
+    the ledger hands out tokens, by a new claim)."""
+
+    def __init__(self, key: str, token: int, highest: int) -> None:
+        self.key = key
+        self.token = token
+        self.highest = highest
+        super().__init__(
+            f"stale fencing token {token} for key {key!r}: a newer attempt holds {highest}, so this call was refused "
+            "and nothing was done. Its claim was taken over; stop this attempt (do not retry it), and see the key: "
+            f"`runledger effects show {key}`"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.token, self.highest), self.__dict__)
 
 
 class BudgetExhaustedError(LedgerError):

@@ -2,38 +2,33 @@
 
 Two readers with one contract (``StreamReader``): ``next_batch`` returns the next records in
 stream order, each exactly one sequence after the previous (``SequenceGapError`` otherwise),
-or ``[]`` when nothing arrived within ``wait``.
+or ``[]`` when nothing arrived within ``wait``. Both read by batch direct gets, which create
+nothing on the server (no consumer to leave behind or to point at another subject: the roles
+that read everything may create none, runledger.protect.roles), and check that each answer names
+the one before it.
 
-``PullReader`` (the default; runledger.log.fastread) speaks the NATS protocol itself on a connection of its own: an
-ephemeral pull consumer (no acks) asked for large batches, whose messages are parsed
-straight from the socket buffer. nats-py spends ~30 us a message in its parser, header
-parsing, ``Msg`` objects and a task queue (measured here: ~11k msg/s with ``fetch()``, ~30-60k
-with an ordered push consumer); this reader spends ~5 us, and TCP flow control replaces
-the client-side slow-consumer drop that makes ordered consumers lose messages. It supports
-plain connections with user/password or token in the URL.
+``PullReader`` (the default; runledger.log.fastread) speaks the NATS protocol itself on a
+connection of its own and parses messages straight from the socket buffer. nats-py spends ~30 us
+a message in its parser, header parsing, ``Msg`` objects and a task queue; this reader spends
+~5 us, and TCP flow control replaces the client-side slow-consumer drop. It supports plain
+connections with user/password or token in the URL.
 
-``OrderedReader`` (nats-py's ordered push consumer with a callback) is the fallback for
-what ``PullReader`` does not speak (TLS, credentials files, nkeys). It treats a
-slow-consumer error as fatal and checks sequences, since the client can drop messages
-after advancing its own sequence tracking (observed: 52 of 3,000 delivered).
+``OrderedReader`` (the same requests through nats-py: runledger.log.directget) is the fallback for
+what ``PullReader`` does not speak (TLS, credentials files, nkeys) and the in-memory ledger's.
 
-Rejected: ``fetch()`` (a task per message), and trusting either consumer's delivery count
-without checking stream sequences.
+Rejected: consumers (a pull consumer's ``fetch()`` spends a task per message, an ordered push
+consumer loses messages behind a slow callback, and creating either is what the roles deny), and
+trusting a delivery count without checking stream sequences.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections import deque
-from typing import Any, Protocol
+from typing import Protocol
 
-import nats
-from nats.js.api import ConsumerConfig, DeliverPolicy
-
-from runledger.errors import ReaderUnavailableError
+from runledger.errors import DirectGetDenied, ReaderUnavailableError
 from runledger.log import fastread
 from runledger.log.client import LedgerClient
+from runledger.log.directget import DirectReader
 from runledger.log.fastread import PULL_BATCH as PULL_BATCH
 from runledger.log.fastread import PULL_MAX_BYTES as PULL_MAX_BYTES
 from runledger.log.fastread import ProtocolParser as ProtocolParser
@@ -53,11 +48,6 @@ class StreamReader(Protocol):
     async def close(self) -> None: ...
 
 
-def _check_next(expected: int, got: int) -> None:
-    if got != expected:
-        raise SequenceGapError(expected, got)
-
-
 def parse_ack_subject(reply: bytes) -> tuple[int, int]:
     """(stream sequence, pending) from a JetStream delivery's reply subject (v1 or v2 form)."""
     return fastread.parse_ack_subject(reply, StreamReadError)
@@ -71,63 +61,30 @@ class PullReader(fastread.StreamFollower):
 
 
 class OrderedReader:
-    """nats-py's ordered push consumer with a callback: the fallback reader."""
+    """nats-py's batch direct gets (runledger.log.directget): the fallback reader."""
 
-    def __init__(self, client: LedgerClient, stream: str, subject: str = "ledger.>") -> None:
+    def __init__(self, client: LedgerClient, stream: str) -> None:
         self.client = client
         self.stream = stream
-        self.subject = subject
         self.pending = 0
-        self._queue: deque[RawRecord] = deque()
-        self._arrived = asyncio.Event()
-        self._sub: Any = None
+        self._reader = DirectReader(client, stream, StreamReadError)
         self._next_seq = 0
-        self._slow_before = 0
 
     async def start(self, start_seq: int) -> None:
         self._next_seq = max(1, start_seq)
-        self._slow_before = self.client.slow_consumer_errors
-
-        async def on_msg(msg: Any) -> None:
-            meta = msg.metadata  # never block here: the client drops messages behind a slow callback
-            self.pending = meta.num_pending
-            self._queue.append(RawRecord(meta.sequence.stream, msg.subject, msg.data))
-            self._arrived.set()
-
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start_seq > 1 else DeliverPolicy.ALL,
-            opt_start_seq=start_seq if start_seq > 1 else None,
-        )
-        try:
-            self._sub = await self.client.js.subscribe(
-                self.subject, stream=self.stream, config=config, cb=on_msg, ordered_consumer=True,
-                pending_msgs_limit=1_000_000, pending_bytes_limit=1024 * 1024 * 1024,
-            )  # fmt: skip
-        except (TimeoutError, nats.errors.Error) as exc:
-            raise StreamReadError(f"could not subscribe to {self.stream}: {exc}") from exc
+        await self._reader.open()
 
     async def next_batch(self, max_records: int, wait: float) -> list[RawRecord]:
-        if not self._queue:
-            self._arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), timeout=wait)
-        if self.client.slow_consumer_errors != self._slow_before:
-            raise StreamReadError(
-                "the client dropped messages (slow consumer); nothing past the last batch was committed"
+        try:
+            out, self.pending, self._next_seq = await fastread.contiguous(
+                self._reader.batch, self._next_seq, PULL_BATCH, max_records, wait, SequenceGapError
             )
-        out: list[RawRecord] = []
-        while self._queue and len(out) < max_records:
-            rec = self._queue.popleft()
-            _check_next(self._next_seq, rec.stream_seq)
-            self._next_seq = rec.stream_seq + 1
-            out.append(rec)
+        except DirectGetDenied as exc:
+            raise StreamReadError(f"{exc}: read the stream with a role that reads everything") from exc
         return out
 
     async def close(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(nats.errors.Error):
-                await self._sub.unsubscribe()
-            self._sub = None
+        await self._reader.close()
 
 
 async def open_reader(client: LedgerClient, stream: str, start_seq: int, kind: str = "auto") -> StreamReader:

@@ -33,11 +33,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from runledger.log.client import LedgerClient
+from runledger.log.subjects import RERUN_SUBJECT
 from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.errors import RerunRequestError
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult, check_names
-from runledger.sandbox.worker import RERUN_SUBJECT
 from runledger.sdk.agent import CodeAllowList
 
 BRANCH_PREFIX = "br-"  # RerunRequest.branch_run_id: "br-<request id>"

@@ -1,12 +1,14 @@
 """Re-run workers: pull requests from the LEDGER_CMD work queue and execute them in sandboxes.
 
-Several workers share one durable pull consumer, so each request goes to one worker at
-a time. A request is acknowledged only after its branch run recorded an outcome; while
-it runs the worker signals progress. If the worker dies, the server redelivers the
-request after ``ack_wait`` and the next worker resumes the same branch run (its id is
-derived from the request id), fenced on the branch's last event: completed once. The
-sandboxes a dead worker leaves on the same Docker engine and host are removed by any
-worker still alive there, every ``reap_interval_s`` (their owner pid is gone).
+Several workers share one durable pull consumer (``rerun-workers``, made by the admin with the
+streams: runledger.log.streams), so each request goes to one worker at a time; a worker sets its
+``ack_wait`` and ``max_deliver`` on it when it starts (the last worker started sets them). A
+request is acknowledged only after its branch run recorded an outcome; while it runs the worker
+signals progress. If the worker dies, the server redelivers the request after ``ack_wait`` and the
+next worker resumes the same branch run (its id is derived from the request id), fenced on the
+branch's last event: completed once. The sandboxes a dead worker leaves on the same Docker engine
+and host are removed by any worker still alive there, every ``reap_interval_s`` (their owner pid
+is gone).
 
 Poison requests. Nothing one request does ends the worker. A request that fails its worker
 (any unexpected error while handling it, or a worker that died on it and the server
@@ -48,21 +50,28 @@ from dataclasses import dataclass
 from typing import Any
 
 import nats
-from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
-from runledger.errors import CodeNotAllowedError, PublishError, RunNotFoundError, VersionMismatchError
+from runledger.errors import (
+    CodeNotAllowedError,
+    PermissionDeniedError,
+    PublishError,
+    RunNotFoundError,
+    VersionMismatchError,
+)
 from runledger.log.client import LedgerClient
-from runledger.log.subjects import CMD_PREFIX, CMD_STREAM
+from runledger.log.permissions import refused_at_once
+from runledger.log.streams import rerun_consumer_config
+from runledger.log.subjects import CMD_STREAM, RERUN_CONSUMER
+from runledger.log.subjects import RERUN_SUBJECT as RERUN_SUBJECT
 from runledger.sandbox.containers import SandboxPolicy, SandboxPool
-from runledger.sandbox.errors import RerunDeadLetteredError, RerunRequestError
+from runledger.sandbox.errors import RerunDeadLetteredError, RerunRequestError, SandboxError
 from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult, check_names, describe
 from runledger.sdk.agent import CodeAllowList
 
 logger = logging.getLogger(__name__)
 
-RERUN_SUBJECT = f"{CMD_PREFIX}.rerun"
-CONSUMER = "rerun-workers"
+CONSUMER = RERUN_CONSUMER
 PERMANENT = (RerunRequestError, VersionMismatchError, RunNotFoundError)
 # The consumer's max_deliver is this many deliveries above max_attempts: room for the delivery
 # that dead-letters a request whose last worker died, and for retrying that write.
@@ -154,13 +163,20 @@ class Worker:
 
     @classmethod
     async def open(cls, client: LedgerClient, docker: Any, policy: SandboxPolicy, settings: WorkerSettings) -> Worker:
-        """Join the shared durable consumer (creating it if this is the first worker) and remove the
-        sandboxes that dead workers left on this engine and host."""
-        config = ConsumerConfig(
-            durable_name=CONSUMER, ack_policy=AckPolicy.EXPLICIT, ack_wait=settings.ack_wait_s,
-            max_deliver=settings.max_attempts + BACKSTOP, filter_subject=RERUN_SUBJECT,
-        )  # fmt: skip
-        sub = await client.js.pull_subscribe(RERUN_SUBJECT, durable=CONSUMER, stream=CMD_STREAM, config=config)
+        """Join the shared durable consumer (setting it to this worker's ``ack_wait`` and
+        ``max_deliver``: a pull consumer stays one, whoever updates it) and remove the sandboxes that
+        dead workers left on this engine and host."""
+        config = rerun_consumer_config(settings.ack_wait_s, settings.max_attempts + BACKSTOP)
+        api = f"$JS.API.CONSUMER.CREATE.{CMD_STREAM}.{CONSUMER}.{RERUN_SUBJECT}"
+        try:
+            await refused_at_once(client.js, api, client.js.add_consumer(CMD_STREAM, config))
+        except (TimeoutError, nats.errors.Error, PermissionDeniedError) as exc:
+            raise SandboxError(
+                f"cannot join the re-run queue's consumer {CONSUMER} on {CMD_STREAM} ({type(exc).__name__}: {exc}): "
+                "a worker connects with the worker's credentials (runledger up --secure writes them), and the "
+                "admin creates the consumer with the streams (runledger up)"
+            ) from exc
+        sub = await client.js.pull_subscribe(RERUN_SUBJECT, durable=CONSUMER, stream=CMD_STREAM)
         attempts = await _attempts(sub, settings.max_attempts)
         pool = SandboxPool(docker, policy, size=settings.pool_size)
         await asyncio.to_thread(pool.reap_orphans)

@@ -7,7 +7,8 @@ so ``runledger.log.memory`` answers what the server answers.
   ``publish_fenced`` turns it into FencedError; nothing is stored; a run's first message is fenced
   on every agent's subjects of its id (the claim of the id), its later ones on the run's own;
 - the fence is checked before the msg id; a msg id stored already, under a fence that holds, is
-  acknowledged as a duplicate with the first sequence, and stored once;
+  acknowledged as a duplicate with the first sequence, and stored once; such an ack is believed only
+  over the stored bytes (another writer's message under the run's next msg id fences the writer);
 - a subject is read back in stream order, from a sequence; its last message by a direct get;
 - an atomic batch is stored whole, or refused whole on a stale fence;
 - run keys (KV, update with an expected revision) and blobs (by sha256) round-trip.
@@ -20,7 +21,7 @@ from nats.js.errors import BadRequestError
 
 from runledger.errors import FencedError, KeyStoreError
 from runledger.log.client import LedgerClient
-from runledger.log.publish import RetryPolicy, last_subject_seq, publish_fenced
+from runledger.log.publish import RetryPolicy, SubjectWriter, last_subject_seq, publish_fenced
 from runledger.log.reader import read_raw, subject_counts
 from runledger.log.subjects import FENCE_HEADER, FENCE_SUBJECT_HEADER, LEDGER_STREAM, run_subject
 from runledger.log.window import ATOMIC_MIN, Window, WindowedWriter
@@ -81,6 +82,24 @@ class LogContract:
         # A retry whose first ack was lost: publish_fenced finds its own message and returns it.
         assert await publish_fenced(js, AGENT_SUBJECT, b"one", "r1:0", 0, QUICK) == seq
         assert len(await read_raw(self.client, AGENT_SUBJECT)) == 1
+
+    async def test_another_writers_bytes_under_the_runs_next_msg_id_fence_the_writer(self) -> None:
+        """Msg ids are compared stream-wide, the payload never: another writer (another agent, on its
+        own subject) stores anything under the run's next msg id first, and the server answers the
+        run's append with a duplicate ack of that message. The writer must not take it for its own
+        event (docs/architecture.md: a duplicate ack is believed only if the stored bytes are ours):
+        it is fenced, and the run holds its one message."""
+        js = self.client.js
+        writer = SubjectWriter(js, AGENT_SUBJECT, run_id="r1", agent="a", msg_id_prefix="r1", policy=QUICK)
+        await writer.append(ToolCalled(step=0, name="t", args={"n": 0}, args_digest="d0"))
+        forged = await js.publish(
+            run_subject("mallory", "m1"), b'{"not": "the run\'s"}', headers={"Nats-Msg-Id": "r1:1"}
+        )
+        with pytest.raises(FencedError) as fenced:
+            await writer.append(ToolCalled(step=1, name="t", args={"n": 1}, args_digest="d1"))
+        assert fenced.value.actual == forged.seq
+        assert writer.next_seq == 1  # the writer did not move past the event it never stored
+        assert len(await read_raw(self.client, "ledger.run.a.r1.*")) == 1
 
     async def test_subjects_read_back_in_stream_order(self) -> None:
         js = self.client.js

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from runledger import AgentSpec, DataPolicy, ModelResponse, Run, SyncRun, tool
 from runledger.sdk.sync import sync_agent
+from tests.killed import killed
 
 if TYPE_CHECKING:
     from runledger.log.client import LedgerClient
@@ -202,12 +203,7 @@ async def resumed(client: LedgerClient, run_id: str, stop_after: int, make: Call
     from runledger.sdk.lifecycle import resume_run, start_run
 
     STOP_AFTER.append(stop_after)
-    try:
-        await start_run(client, make(), {"order": run_id}, run_id=run_id)
-    except Killed:
-        pass
-    else:
-        raise AssertionError("the first drive was not killed")
+    await killed(start_run(client, make(), {"order": run_id}, run_id=run_id), Killed)
     STOP_AFTER.clear()
     result = await resume_run(client, make(), run_id)
     assert result.status == "completed", result

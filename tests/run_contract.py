@@ -31,6 +31,7 @@ from runledger.log.client import LedgerClient
 from runledger.protect.loading import load_run
 from runledger.record.events import Event
 from runledger.sdk.sync import sync_agent
+from tests.killed import killed
 
 AGENT = "contract"
 VERSION = "contract-v1"
@@ -261,12 +262,7 @@ async def resumed(client: LedgerClient, run_id: str, stop_after: int) -> Drive:
     from runledger.sdk.lifecycle import resume_run, start_run
 
     STOP_AFTER.append(stop_after)
-    try:
-        await start_run(client, spec(), INPUT, run_id=run_id)
-    except Killed:
-        pass
-    else:
-        raise AssertionError("the first drive was not killed")
+    await killed(start_run(client, spec(), INPUT, run_id=run_id), Killed)
     STOP_AFTER.clear()
     OBSERVED.clear()
     result = await resume_run(client, spec(), run_id)

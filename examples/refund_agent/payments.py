@@ -6,7 +6,13 @@ count. With an ``Idempotency-Key`` header, a repeated key returns the first refu
 with another body is refused (422). Without the header every call refunds again: the service is
 deliberately not idempotent on its own. The keys are remembered in the log, so a restarted
 service still honors them. GET /refunds?order=ID lists the refunds of an order (what a reconcile
-function asks); GET /stats counts refunds and replayed calls.
+function asks); GET /stats counts refunds, replayed calls and calls refused for a stale token.
+
+Fencing tokens (``fencing=FencingTokens(...)``, ``--fencing-tokens FILE``): a call that sends a
+``Fencing-Token`` with its ``Idempotency-Key`` (``EffectContext.fencing_headers()``) is refunded
+only if no higher token was admitted for that key; an older one is refused (409) and nothing is
+refunded (runledger.sdk.fencing). ``honour_keys=False`` ignores idempotency keys, to show what the
+tokens alone do (tests/integration/test_fencing_helper.py).
 
 Run it alone: ``python -m runledger.examples.refund_agent.payments --port 8099 --log payments.log``.
 """
@@ -22,10 +28,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from runledger import FencingTokens, StaleFencingTokenError
+from runledger.errors import ConfigurationError
+from runledger.sdk.fencing import read_fencing_headers
+
 
 class PaymentsService:
-    def __init__(self, log: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        log: Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        fencing: FencingTokens | None = None,
+        honour_keys: bool = True,
+    ) -> None:
         self.log = log
+        self.fencing = fencing
+        self.honour_keys = honour_keys
+        self.stale_refused = 0  # calls refused for a fencing token older than one admitted for their key
         self.lock = threading.Lock()
         # Idempotency key -> the refund it made, rebuilt from the log: a restart forgets no key.
         self.by_key: dict[str, dict[str, Any]] = {
@@ -56,14 +77,22 @@ class PaymentsService:
                 except (ValueError, KeyError, TypeError):
                     self._send(400, {"error": "body must be {order, amount}"})
                     return
-                code, answer, replayed = service.refund(order, amount, self.headers.get("Idempotency-Key"))
+                try:
+                    fenced = read_fencing_headers(dict(self.headers.items())) if service.fencing else None
+                except ConfigurationError as exc:
+                    self._send(400, {"error": str(exc)})
+                    return
+                code, answer, replayed = service.fenced_refund(
+                    order, amount, self.headers.get("Idempotency-Key"), fenced
+                )
                 self._send(code, answer, replayed)
 
             def do_GET(self) -> None:
                 url = urlparse(self.path)
                 if url.path == "/stats":
                     with service.lock:
-                        self._send(200, {"refunds": len(service.calls()), "replayed": service.replayed})
+                        stats = {"refunds": len(service.calls()), "replayed": service.replayed}
+                        self._send(200, {**stats, "stale_refused": service.stale_refused})
                     return
                 order = parse_qs(url.query).get("order", [""])[0]
                 self._send(200, [c for c in service.calls() if c.get("order") == order])
@@ -71,8 +100,25 @@ class PaymentsService:
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.url = f"http://{host}:{self.server.server_address[1]}"
 
+    def fenced_refund(
+        self, order: str, amount: float, key: str | None, fenced: tuple[str, int] | None
+    ) -> tuple[int, dict[str, Any], bool]:
+        """``refund``, admitted by the fencing tokens first when the call sent one (409, nothing done,
+        for a token older than one admitted for its key)."""
+        if self.fencing is None or fenced is None:
+            return self.refund(order, amount, key)
+        try:
+            with self.fencing.admit(*fenced):  # the key held while its refund is applied
+                return self.refund(order, amount, key)
+        except StaleFencingTokenError as exc:
+            with self.lock:
+                self.stale_refused += 1
+            return 409, {"error": str(exc), "key": exc.key, "token": exc.token, "highest": exc.highest}, False
+
     def refund(self, order: str, amount: float, key: str | None) -> tuple[int, dict[str, Any], bool]:
-        """Refund ``amount`` on ``order`` once per idempotency ``key``: (status, answer, replayed)."""
+        """Refund ``amount`` on ``order`` once per idempotency ``key`` (unless ``honour_keys`` is off):
+        (status, answer, replayed)."""
+        key = key if self.honour_keys else None
         with self.lock:  # check and refund as one step: two calls with one key race for nothing
             first = self.by_key.get(key) if key else None
             if first is not None:
@@ -114,8 +160,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--fencing-tokens", metavar="FILE", help="keep the highest fencing token per key in FILE")
     args = parser.parse_args()
-    service = PaymentsService(Path(args.log), port=args.port)
+    fencing = FencingTokens(args.fencing_tokens) if args.fencing_tokens else None
+    service = PaymentsService(Path(args.log), port=args.port, fencing=fencing)
     # This is the program's main, and its URL is its output: whoever starts it reads the first
     # line of stdout to find the port it got (tests/integration/test_ledger_crash.py does).
     print(service.url, flush=True)

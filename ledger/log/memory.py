@@ -23,10 +23,16 @@ What it keeps of the log's contract, as nats-server 2.12 on one node does:
 - ``deny_delete``/``deny_purge``, one message per subject where the stream says so (the key
   bucket), rollup headers; the key bucket is nats-py's own ``KeyValue`` over these calls.
 
-Not kept: clustering, retention by age, consumers other than the ordered push consumer the
-readers use (``runledger.log.fastread`` speaks the protocol on a socket: it reports itself
-unavailable here, and the readers fall back to ``js.subscribe``), and permissions (every role
-may do everything). Blobs live in a plain dict (``MemoryObjectStore``), not in chunk messages.
+- batch direct gets (``$JS.API.DIRECT.GET.<stream>`` with ``seq``, ``batch``, ``next_by_subj``),
+  answered on a subscription of the connection as the server answers them: each message with its
+  stream sequence, subject, the count still pending and the sequence before it, then the batch's
+  end (what runledger.log.directget reads; runledger.log.fastread speaks the protocol on a socket:
+  it reports itself unavailable here, and the readers read through nats-py's calls instead).
+
+Not kept: clustering, retention by age, consumers other than the ordered push consumer an
+agent's reads use where the socket cannot go (and a consumer's name and settings, kept as they
+were created), and permissions (every role may do everything). Blobs live in a plain dict
+(``MemoryObjectStore``), not in chunk messages.
 """
 
 from __future__ import annotations
@@ -40,7 +46,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple, cast
 
-from nats.js.api import ConsumerConfig, ObjectInfo, PubAck, RawStreamMsg, StreamConfig, StreamInfo, StreamState
+from nats.js.api import (
+    ConsumerConfig,
+    ConsumerInfo,
+    ObjectInfo,
+    PubAck,
+    RawStreamMsg,
+    StreamConfig,
+    StreamInfo,
+    StreamState,
+)
 from nats.js.errors import (
     APIError,
     BucketNotFoundError,
@@ -63,6 +78,7 @@ NO_ATOMIC = 10174
 DUPLICATE_IN_BATCH = 10201
 ROLLUP_HEADER = "Nats-Rollup"
 _BATCH_ID = "Nats-Batch-Id"
+_DIRECT_GET = "$JS.API.DIRECT.GET."
 _BATCH_COMMIT = "Nats-Batch-Commit"
 
 
@@ -101,6 +117,7 @@ class _Stream:
     last_seq: int = 0
     msg_ids: dict[str, tuple[int, float]] = field(default_factory=dict)  # msg id: (sequence, monotonic time)
     subscriptions: list[_Subscription] = field(default_factory=list)
+    consumers: dict[str, ConsumerConfig] = field(default_factory=dict)  # by name: as created, nothing delivered
 
     def holds(self, subject: str) -> bool:
         return any(subject_matches(p, subject) for p in self.config.subjects or [])
@@ -170,6 +187,7 @@ class MemoryLedger:
         self.streams: dict[str, _Stream] = {}
         self.blobs: dict[str, MemoryObjectStore] = {}
         self._batches: dict[str, list[tuple[str, bytes, dict[str, str]]]] = {}
+        self.inboxes: list[_CoreSubscription] = []
         self._ready = False
 
     async def connect(self) -> LedgerClient:
@@ -201,6 +219,36 @@ class MemoryLedger:
         for name, s in self.streams.items():
             if stream is None or name == stream:
                 out += [s.raw(m) for m in s.messages.values() if subject_matches(pattern, m.subject)]
+        return out
+
+    def deliver(self, msg: _CoreMsg) -> None:
+        """Hand ``msg`` to every plain subscription on its subject."""
+        for sub in self.inboxes:
+            if subject_matches(sub.pattern, msg.subject):
+                sub.queue.put_nowait(msg)
+
+    def direct_get(self, stream_name: str, request: dict[str, Any]) -> list[tuple[dict[str, str], bytes]]:
+        """The server's answers to a direct get by sequence (``seq``, ``next_by_subj``, ``batch``):
+        each message with the stream's headers after its own, then a batch's end (204 EOB); 404
+        when nothing is stored at or after the sequence. ``max_bytes`` is not kept."""
+        stream = self.stream(stream_name)
+        seq, pattern = int(request.get("seq") or 0), request.get("next_by_subj") or ">"
+        batch = int(request.get("batch") or 0)
+        found = [m for s, m in stream.messages.items() if s >= seq and subject_matches(pattern, m.subject)]
+        if not found:
+            return [({"Status": "404", "Description": "Message Not Found"}, b"")]
+        out: list[tuple[dict[str, str], bytes]] = []
+        pending, before = len(found), 0
+        for msg in found[: max(batch, 1)]:
+            pending -= 1
+            answer = {str(k): str(v) for k, v in (stream.raw(msg).headers or {}).items()}
+            if batch:
+                answer |= {"Nats-Num-Pending": str(pending), "Nats-Last-Sequence": str(before)}
+            out.append((answer, msg.data))
+            before = msg.seq
+        if batch:
+            out.append(({"Status": "204", "Description": "EOB", "Nats-Num-Pending": str(pending),
+                         "Nats-Last-Sequence": str(before)}, b""))  # fmt: skip
         return out
 
     def publish(self, subject: str, data: bytes, headers: dict[str, str] | None) -> PubAck:
@@ -257,10 +305,45 @@ class _Reply:
     headers: dict[str, str] | None = None
 
 
+class _CoreMsg(NamedTuple):
+    subject: str
+    data: bytes
+    headers: dict[str, str] | None
+    reply: str = ""
+
+
+class _CoreSubscription:
+    """A plain subscription (an inbox): the messages published to its subject, in order, to its
+    callback or to ``next_msg``."""
+
+    def __init__(self, ledger: MemoryLedger, pattern: str, cb: Callable[[Any], Awaitable[None]] | None) -> None:
+        self._ledger = ledger
+        self.pattern = pattern
+        self.queue: asyncio.Queue[_CoreMsg] = asyncio.Queue()
+        self._task = asyncio.ensure_future(self._run(cb)) if cb is not None else None
+        ledger.inboxes.append(self)
+
+    async def _run(self, cb: Callable[[Any], Awaitable[None]]) -> None:
+        while True:
+            await cb(await self.queue.get())
+
+    async def next_msg(self, timeout: float | None = 1.0) -> _CoreMsg:
+        if not self.queue.empty():  # a server's answers are all in the socket already: no wait
+            return self.queue.get_nowait()
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+    async def unsubscribe(self) -> None:
+        if self in self._ledger.inboxes:
+            self._ledger.inboxes.remove(self)
+        if self._task is not None:
+            self._task.cancel()
+
+
 class MemoryNats:
     """The connection calls the library makes on ``client.nc``: a window's atomic batch
-    (runledger.log.window), closing. Not connected to any URL, so the socket readers of
-    runledger.log.fastread report themselves unavailable."""
+    (runledger.log.window), batch direct gets answered on an inbox (runledger.log.directget),
+    closing. Not connected to any URL, so the socket readers of runledger.log.fastread report
+    themselves unavailable."""
 
     connected_url = None
     connected_server_version = _Version(2, 12, 0)
@@ -270,9 +353,19 @@ class MemoryNats:
         self._ledger = ledger
         self.is_closed = False
 
+    def new_inbox(self) -> str:
+        return f"_INBOX.{uuid.uuid4().hex}"
+
+    async def subscribe(self, subject: str, queue: str = "", cb: Any = None, **_: Any) -> _CoreSubscription:
+        return _CoreSubscription(self._ledger, subject, cb)
+
     async def publish(
         self, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
     ) -> None:
+        if subject.startswith(_DIRECT_GET) and reply:
+            for answer, data in self._ledger.direct_get(subject[len(_DIRECT_GET) :], json.loads(payload or b"{}")):
+                self._ledger.deliver(_CoreMsg(reply, data, answer))
+            return
         if headers and _BATCH_ID in headers:
             self._ledger.batch(subject, payload, dict(headers))
             return
@@ -451,10 +544,24 @@ class MemoryJetStream:
         durable: str | None = None, stream: str | None = None, config: ConsumerConfig | None = None,
         **_: Any,
     ) -> _Subscription:  # fmt: skip
-        """An ordered push consumer (what the readers use where they cannot speak the protocol)."""
+        """An ordered push consumer (what an agent's reads use where they cannot speak the protocol)."""
         target = self._ledger.stream(stream) if stream else self._ledger.stream_of(subject)
         start = (config.opt_start_seq if config is not None else None) or 1
         return _Subscription(target, subject, start, cb)
+
+    async def add_consumer(self, stream: str, config: ConsumerConfig | None = None, **params: Any) -> ConsumerInfo:
+        """A consumer's name and settings, kept (nothing is delivered through it here)."""
+        config = (config or ConsumerConfig()).evolve(**params) if params else config
+        assert config is not None
+        name = config.name or config.durable_name or uuid.uuid4().hex
+        self._ledger.stream(stream).consumers[name] = config
+        return await self.consumer_info(stream, name)
+
+    async def consumer_info(self, stream: str, consumer: str, timeout: float | None = None) -> ConsumerInfo:
+        config = self._ledger.stream(stream).consumers.get(consumer)
+        if config is None:
+            raise NotFoundError(code=404, err_code=10014, description="consumer not found")
+        return ConsumerInfo(name=consumer, stream_name=stream, config=config, created=dt.datetime.now(dt.UTC))
 
     # -- buckets ----------------------------------------------------------------------------------
 

@@ -1,18 +1,26 @@
 """Reading the log back: raw records of a subject filter, decoded events of one run, every run's
 events live (``follow_events``).
 
-Reads speak the NATS protocol on a connection of their own (``runledger.log.fastread``: a filtered
-push consumer, ~5 us a message against nats-py's ~30-100) and fall back, where that reader
-cannot connect (TLS, credentials files, nkeys), to nats-py's ordered push consumer with a
-callback (the fastest reader in nats-py, as measured here). Neither is trusted blindly: a
-slow-consumer error, a pending count that skips, a read that does not drain the consumer or
-a count short of what the server reports for the filter is an error, not a shorter history.
+Reads speak the NATS protocol on a connection of their own (``runledger.log.fastread``, ~5 us a
+message against nats-py's ~30-100) and fall back, where that reader cannot connect (TLS,
+credentials files, nkeys), to the same requests through nats-py (``runledger.log.directget``).
+Both read by batch direct gets, which create nothing on the server; an agent's login reads its
+own runs and keys through a consumer filtered to them instead (its permissions can scope that,
+not a direct get: runledger.log.fastread), nats-py's ordered push consumer where the socket
+cannot go. None is trusted blindly: an answer that does not name the one before it, a
+slow-consumer error, a pending count that skips, a read that does not drain, or a count short of
+what the server reports for the filter is an error, not a shorter history.
+
+On a cluster a direct get may be answered by a replica that lags the leader by a few
+milliseconds: a read asks the leader for the filter's last stream sequence first and reads again
+until it got that far.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -23,18 +31,23 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from runledger.errors import (
+    DirectGetDenied,
     EventDecodeError,
     LedgerError,
+    LedgerReadError,
     ReaderUnavailableError,
     RunNotFoundError,
     RunOfAnotherAgentError,
 )
 from runledger.log.client import LedgerClient
-from runledger.log.fastread import read_subject
+from runledger.log.directget import DirectReader, read_direct
+from runledger.log.fastread import POLL_S, read_subject, reads_by_consumer
 from runledger.log.subjects import LEDGER_STREAM, RUN_PREFIX, any_agent_run_subject, parse_run_subject, run_filter
 from runledger.record.events import Event, decode_fast
 from runledger.record.fold import split_refused
 from runledger.record.records import Quarantined, RawRecord, Recorded
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,12 +79,12 @@ class RunLog:
         return max([r.stream_seq for r in self.records] + [q.stream_seq for q in self.quarantined], default=0)
 
 
-async def subject_counts(client: LedgerClient, subject_filter: str) -> dict[str, int]:
+async def subject_counts(client: LedgerClient, subject_filter: str, stream: str = LEDGER_STREAM) -> dict[str, int]:
     """Messages per subject matching ``subject_filter`` (from the stream's own state)."""
     try:
-        info = await client.js.stream_info(LEDGER_STREAM, subjects_filter=subject_filter)
+        info = await client.js.stream_info(stream, subjects_filter=subject_filter)
     except NotFoundError as exc:
-        raise LedgerError(f"stream {LEDGER_STREAM} does not exist: run `runledger up`") from exc
+        raise LedgerError(f"stream {stream} does not exist: run `runledger up`") from exc
     return dict(info.state.subjects or {})
 
 
@@ -108,22 +121,60 @@ async def own_run_filter(client: LedgerClient, run_id: str, agent: str | None) -
 
 
 async def read_raw(
-    client: LedgerClient, subject_filter: str, *, start_seq: int = 1, timeout: float = 30.0
+    client: LedgerClient,
+    subject_filter: str,
+    *,
+    start_seq: int = 1,
+    timeout: float = 30.0,
+    stream: str = LEDGER_STREAM,
 ) -> list[RawRecord]:
-    """Every message on ``subject_filter`` from ``start_seq`` on, in stream order.
+    """Every message on ``subject_filter`` of ``stream`` (LEDGER by default) from ``start_seq`` on,
+    in stream order.
 
     Raises LedgerError (LedgerReadError when the read was incomplete: read again)."""
+    if not client.clustered or reads_by_consumer(client, stream):
+        return await _read(client, stream, subject_filter, start_seq, timeout)
+    # A replica may answer a direct get before it has what the leader acknowledged.
     try:
-        return await read_subject(client, LEDGER_STREAM, subject_filter, start_seq=start_seq, timeout=timeout)
+        last = (await client.js.get_msg(stream, subject=subject_filter)).seq or 0
+    except NotFoundError:
+        last = 0
+    except (TimeoutError, nats.errors.Error) as exc:
+        raise LedgerReadError(f"reading {subject_filter}: the stream's leader did not answer ({exc!r})") from exc
+    for _ in range(_REPLICA_READS):
+        records = await _read(client, stream, subject_filter, start_seq, timeout)
+        if last < start_seq or (records and records[-1].stream_seq >= last):
+            return records
+        await asyncio.sleep(_REPLICA_WAIT_S)
+    raise LedgerReadError(f"reading {subject_filter}: no replica answered up to sequence {last}; read again")
+
+
+_REPLICA_READS = 40
+_REPLICA_WAIT_S = 0.05
+
+
+async def _read(
+    client: LedgerClient, stream: str, subject_filter: str, start_seq: int, timeout: float
+) -> list[RawRecord]:
+    try:
+        return await read_subject(client, stream, subject_filter, start_seq=start_seq, timeout=timeout)
     except ReaderUnavailableError:
-        pass  # TLS, a credentials file or an nkey: nats-py's reader below
-    return await _read_ordered(client, subject_filter, start_seq=start_seq, timeout=timeout)
+        pass  # TLS, a credentials file or an nkey: the same through nats-py
+    if not reads_by_consumer(client, stream):
+        try:
+            return await asyncio.wait_for(read_direct(client, stream, subject_filter, start_seq=start_seq), timeout)
+        except DirectGetDenied:
+            pass  # a server whose permissions allow this login consumers instead (configured by hand)
+        except TimeoutError as exc:
+            raise LedgerReadError(f"reading {subject_filter} timed out after {timeout:g}s") from exc
+    return await _read_ordered(client, subject_filter, start_seq=start_seq, timeout=timeout, stream=stream)
 
 
 async def _read_ordered(
-    client: LedgerClient, subject_filter: str, *, start_seq: int, timeout: float
+    client: LedgerClient, subject_filter: str, *, start_seq: int, timeout: float, stream: str = LEDGER_STREAM
 ) -> list[RawRecord]:
-    expected = sum((await subject_counts(client, subject_filter)).values())
+    """nats-py's ordered push consumer, named so a role's permissions can match its filter."""
+    expected = sum((await subject_counts(client, subject_filter, stream)).values())
     if expected == 0:
         return []
     out: list[RawRecord] = []
@@ -147,7 +198,7 @@ async def _read_ordered(
     try:
         sub = await client.js.subscribe(
             subject_filter,
-            stream=LEDGER_STREAM,
+            stream=stream,
             config=config,
             cb=on_msg,
             ordered_consumer=True,
@@ -218,31 +269,41 @@ async def follow_events(client: LedgerClient, on_event: Callable[[Event], object
     is passed to ``on_event`` (called in the client's event loop; hand slow work to a queue)::
 
         async with runledger.follow_events(client, lambda e: queue.put_nowait(e)):
-            ...  # the subscription is in place: events from here on are seen
+            ...  # the stream's position is taken: events from here on are seen
 
-    An ordered push consumer over every run subject, new messages only (events before the block
-    are not seen: read those with ``load_run``); a message that is not an event (the projections
-    quarantine it) is skipped. Raises LedgerError when the subscription cannot be made."""
-
-    async def on_msg(msg: Any) -> None:
-        if parse_run_subject(msg.subject) is None:
-            return
-        try:
-            event = decode_fast(msg.data)
-        except LedgerError:  # not an event: the projection quarantines it; nothing to follow
-            return
-        on_event(event)
-
-    # Named, as read_raw's consumers are, so a role's permissions can match the filter.
-    config = ConsumerConfig(name=f"rlfollow{uuid.uuid4().hex}", deliver_policy=DeliverPolicy.NEW)
+    Batch direct gets of every run subject from the stream's last sequence on, asked again every
+    ``POLL_S`` when nothing is new (events before the block are not seen: read those with
+    ``load_run``); a message that is not an event (the projections quarantine it) is skipped.
+    Raises LedgerError when the stream cannot be read."""
     try:
-        sub = await client.js.subscribe(
-            f"{RUN_PREFIX}.>", stream=LEDGER_STREAM, config=config, cb=on_msg, ordered_consumer=True
-        )
+        start = (await client.js.stream_info(LEDGER_STREAM)).state.last_seq + 1
     except (TimeoutError, nats.errors.Error) as exc:
         raise LedgerError(f"cannot follow the run events ({type(exc).__name__}): is the server up?") from exc
-    try:
-        yield
-    finally:
-        with contextlib.suppress(nats.errors.Error):
-            await sub.unsubscribe()
+    async with DirectReader(client, LEDGER_STREAM) as reader:
+        task = asyncio.ensure_future(_follow(reader, start, on_event))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _follow(reader: DirectReader, seq: int, on_event: Callable[[Event], object]) -> None:
+    while True:
+        try:
+            records, _ = await reader.batch(seq, 1000, f"{RUN_PREFIX}.>")
+        except LedgerReadError as exc:  # a reconnect, a server restart: ask again from where we are
+            logger.warning("following the run events: %s; asking again", exc)
+            records = []
+        for rec in records:
+            seq = rec.stream_seq + 1
+            if parse_run_subject(rec.subject) is None:
+                continue
+            try:
+                event = decode_fast(rec.data)
+            except LedgerError:  # not an event: the projection quarantines it; nothing to follow
+                continue
+            on_event(event)
+        if not records:
+            await asyncio.sleep(POLL_S)

@@ -15,7 +15,10 @@ Settings of the LEDGER stream (run events and effect claims) and why:
 - allow_atomic: a run in output durability stores each window of events as one atomic
   batch fenced on its first message (runledger.log.window; nats-server 2.12+).
 
-LEDGER_CMD is a work queue (each re-run request consumed once); LEDGER_BLOBS an
+LEDGER_CMD is a work queue (each re-run request consumed once), read through one pull consumer
+(``rerun-workers``) made here with the streams, by the admin: a worker may update its settings but
+may not create another consumer, so none of them delivers requests to a subject of its choosing
+(runledger.protect.roles); LEDGER_BLOBS an
 object store for payloads addressed by sha256 (``runledger.protect.blobs``), kept as long as the
 events (same max age); LEDGER_KEYS the KV bucket of per-run keys (``runledger.protect.keystore``),
 whose deletion erases a run's content, kept one day longer than the events so no event
@@ -33,7 +36,7 @@ import os
 from dataclasses import dataclass, replace
 
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from runledger.log.subjects import (
@@ -44,10 +47,22 @@ from runledger.log.subjects import (
     KEY_BUCKET,
     KEY_STREAM,
     LEDGER_STREAM,
+    RERUN_CONSUMER,
+    RERUN_SUBJECT,
     RUN_PREFIX,
 )
 
 DAY = 86_400.0
+
+
+def rerun_consumer_config(ack_wait_s: float = 30.0, max_deliver: int = 6) -> ConsumerConfig:
+    """The work queue's consumer: pull (no deliver subject), explicit acks. The defaults are a
+    worker's (``runledger worker``: 30 s, 3 attempts and a backstop of 3); a worker that starts with
+    other settings updates it to its own."""
+    return ConsumerConfig(
+        name=RERUN_CONSUMER, durable_name=RERUN_CONSUMER, ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s,
+        max_deliver=max_deliver, filter_subject=RERUN_SUBJECT,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -104,7 +119,8 @@ class StreamSettings:
 async def ensure_streams(
     js: JetStreamContext, settings: StreamSettings | None = None, *, clustered: bool = False
 ) -> None:
-    """Create or update LEDGER, LEDGER_CMD and the blob store. Safe to call any number of times.
+    """Create or update LEDGER, LEDGER_CMD (and its workers' consumer) and the blob store. Safe to
+    call any number of times.
 
     ``clustered``: the server is part of a JetStream cluster (new streams get 3 replicas
     unless the settings say otherwise)."""
@@ -124,6 +140,10 @@ async def ensure_streams(
                 # Only when something changed: every agent connects through here, and on a
                 # cluster each update is a round of the JetStream meta leader's consensus.
                 await js.update_stream(config)
+    try:
+        await js.consumer_info(CMD_STREAM, RERUN_CONSUMER)
+    except NotFoundError:
+        await js.add_consumer(CMD_STREAM, rerun_consumer_config())
     max_age = settings.retention_days * DAY if settings.retention_days > 0 else None
     try:
         # The stream behind the bucket (what js.object_store reads too, so no extra round trip).

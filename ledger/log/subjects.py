@@ -49,6 +49,11 @@ FENCE_SUBJECT_HEADER = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 LEDGER_STREAM = "LEDGER"
 CMD_STREAM = "LEDGER_CMD"
+# The work queue of re-run requests and the one consumer every worker pulls them from: a pull
+# consumer the admin makes with the streams (runledger.log.streams), which a worker may update but
+# never turn into a push consumer (the server refuses that) nor delete (runledger.protect.roles).
+RERUN_SUBJECT = f"{CMD_PREFIX}.rerun"
+RERUN_CONSUMER = "rerun-workers"
 # The object store of payloads by sha256 (runledger.protect.blobs) and the key-value bucket of
 # per-run keys (runledger.protect.keystore): named and created here, with the streams.
 BLOB_BUCKET = "LEDGER_BLOBS"

@@ -15,13 +15,15 @@ whatever the agent reads.
 The object store is addressed by name, not content (identical bodies under two names are
 stored twice), so objects are named by their sha256 and put only when absent: two identical bodies are stored once and a
 retried put is a no-op. ``fetch`` reads a blob as the object store lays it out: its metadata by
-one direct get, then its chunks by one subject read (runledger.log.fastread), not through
-nats-py's ``get``, which looks up the stream, creates an ordered consumer and hands each chunk to
-a worker thread (a snapshot's journal, a replayed step's large output). A blob not stored the
-usual way (a delete marker, a link, an odd chunk name) or a connection that cannot read so
-(TLS, nkeys: ``ReaderUnavailableError``) goes through nats-py's ``get``, which streams chunks into a
-temporary file (``get(name, writeinto=...)``: ``get()`` into memory is quadratic in the size).
-Either way the bytes are checked against the name (sha256) before they are returned.
+one direct get, then its chunks by batch direct gets (``runledger.log.reader.read_raw`` on the
+blob stream), not through nats-py's ``get``, which looks up the stream, creates an ordered push
+consumer and hands each chunk to a worker thread (a snapshot's journal, a replayed step's large
+output). A direct get creates nothing on the server, which is all a role but the admin may do
+there: a role that may create a consumer chooses where it delivers (runledger.protect.roles).
+Only a blob not stored the usual way (a link, an odd chunk name; runledger never writes one) and
+the in-memory ledger's go through nats-py's ``get``, which streams chunks into a temporary file
+(``get(name, writeinto=...)``: ``get()`` into memory is quadratic in the size). Either way the
+bytes are checked against the name (sha256) before they are returned.
 
 ``nats`` is imported inside ``BlobStore``'s methods: ``runledger.protect.capture`` needs this module's
 references but not the store, and the sandbox guest imports capture without a NATS client.
@@ -116,15 +118,15 @@ class BlobStore:
 
     async def _read_direct(self, sha: str) -> bytes | None:
         """The bytes of blob ``sha`` read as the object store lays them out: its metadata (one direct
-        get), then its chunks in one subject read. Raises BlobCorruptError when they are not the
+        get), then its chunks by batch direct gets. Raises BlobCorruptError when they are not the
         bytes ``sha`` names.
 
         None when the blob is not stored the usual way (no metadata, a delete marker, a link, an odd
-        chunk name) or this connection cannot read it so: ``_read_through_store`` decides then."""
+        chunk name) or could not be read so: ``_read_through_store`` decides then."""
         import nats.errors
         from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_META_PRE_TEMPLATE
 
-        from runledger.log.fastread import read_subject
+        from runledger.log.reader import read_raw
 
         name = base64.urlsafe_b64encode(sha.encode()).decode()
         meta_subject = OBJ_META_PRE_TEMPLATE.format(bucket=BLOB_BUCKET, obj=name)
@@ -142,8 +144,8 @@ class BlobStore:
             return None
         chunk_subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=BLOB_BUCKET, obj=nuid)
         try:
-            chunks = await read_subject(self._client, _BLOB_STREAM, chunk_subject)
-        except LedgerError:  # ReaderUnavailableError, a refused or incomplete read
+            chunks = await read_raw(self._client, chunk_subject, stream=_BLOB_STREAM)
+        except LedgerError:  # a refused or incomplete read
             return None
         data = b"".join(chunk.data for chunk in chunks)
         actual = hashlib.sha256(data).hexdigest()
@@ -185,13 +187,13 @@ class BlobStore:
         chunks = await self._unpurged_chunks(sha)
         if chunks is None:
             return None  # no marker, or its chunks were purged: erased
+        from runledger.log.reader import read_raw
+
         subject, count = chunks
-        sub = await self._client.js.subscribe(subject, ordered_consumer=True)
-        try:
-            parts = [(await sub.next_msg(timeout=10)).data for _ in range(count)]
-        finally:
-            await sub.unsubscribe()
-        data = b"".join(parts)
+        parts = await read_raw(self._client, subject, stream=_BLOB_STREAM)
+        if len(parts) < count:
+            return None
+        data = b"".join(part.data for part in parts)
         if hashlib.sha256(data).hexdigest() != sha:
             return None
         logger.warning("blob %s has a delete marker but its chunks were never purged: read anyway", sha)

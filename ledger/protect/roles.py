@@ -8,18 +8,19 @@ role              may
 agent-<NAME>      write (as ``a``) and read only its own runs (``ledger.run.<NAME>.>``), claim and read
                   its own effect keys (``ledger.effect.<NAME>.>``: another agent's are out of reach), store
                   blobs, create and read its own runs' keys (``$KV.LEDGER_KEYS.<NAME>.>``)
-analyst           read everything but run keys (streams, blobs); publish nothing to the ledger; no
-                  consumer on the re-run work queue (nobody but workers may take a request). Run
+analyst           read everything but run keys (streams, blobs) by direct gets; publish nothing to
+                  the ledger; no consumer (nobody but workers may take a re-run request). Run
                   keys (``LEDGER_KEYS``) too once an operator grants it content
                   (``runledger up --secure --grant-content analyst``)
 operator          what an analyst may, plus publish re-run commands (``ledger.cmd.>``), and the
                   decisions only an operator may make, on the operator subjects (``o``): approvals,
                   budget grants, accepted versions, erasure notices, effect resolutions; and erase
                   (delete a run's key, purge its blobs)
-worker            consume re-run commands (the only role with consumers on ``LEDGER_CMD``), read
-                  parents, write branch runs and their effects (as ``w``: never an agent's run or a
-                  key that is claimed or committed, never a decision), create branch runs' keys
-                  (``=w.<agent>.<run_id>``: never an agent's run's key)
+worker            consume re-run commands (the only role that pulls from ``LEDGER_CMD``, through
+                  its one consumer ``rerun-workers``), read parents, write branch runs and their
+                  effects (as ``w``: never an agent's run or a key that is claimed or committed,
+                  never a decision), create branch runs' keys (``=w.<agent>.<run_id>``: never an
+                  agent's run's key)
 admin             everything (creates and updates the streams: ``runledger up``)
 ================  ==========================================================================
 
@@ -36,14 +37,22 @@ Nobody but admin may create, update, delete or purge a stream (``$JS.API.STREAM.
 DELETE|PURGE``): JetStream permission violations surface in nats-py as timeouts, so a
 forbidden action fails slowly but surely; the reason reaches ``error_cb``.
 
-How reads are scoped (nats-py behaviour, checked by tests/integration/test_ledger_roles.py): an
-ordered consumer created through the unnamed API subject
-``$JS.API.CONSUMER.CREATE.<stream>`` cannot be restricted to a filter, so ``runledger.log.reader``
-names its consumers, which puts the filter into the API subject
-(``$JS.API.CONSUMER.CREATE.LEDGER.<name>.<filter>``) where a permission can match it. Direct
-gets by subject (fencing checks, KV reads) are scoped the same way. Each user gets its own
-inbox prefix (``_INBOX_<user>``) and may subscribe only there, so nobody can listen to the
-replies and deliveries of another.
+How reads are scoped (checked by tests/integration/test_jetstream_api.py, which sends every API
+call with each role's credentials; docs/data-protection.md has the table): readers read by direct
+gets (``$JS.API.DIRECT.GET.<stream>``, a batch from a sequence on a subject filter), which read and
+create nothing, and no role but the admin creates, updates or deletes a consumer. A role that may
+create a consumer may make it a push consumer delivering to any subject it names (the server never
+checks a deliver subject against the creator's permissions: a reader pushed blob chunks onto
+another agent's operator subject, where a stream stored them), and a role that may delete its own
+consumers may delete anyone's. Two exceptions a permission can hold to a subject: an agent creates
+consumers filtered to its own runs and keys (``$JS.API.CONSUMER.CREATE.LEDGER.<name>.<filter>``: a
+direct get by sequence or filter cannot be scoped, the filter is in the request body), and a
+worker updates the work queue's one consumer, ``rerun-workers``, which the admin creates as a pull
+consumer with the streams (the server never updates a pull consumer into a push one). Direct gets
+of a subject's last message (fencing checks, KV reads) are scoped by the subject in the API
+subject. Each user gets its own inbox prefix (``_INBOX_<user>``) and may subscribe only there, so
+nobody can listen to the replies and deliveries of another, nor make an agent's push consumer
+deliver (a push consumer delivers only where a subscription listens).
 
 What an agent can still see of other agents: ``$JS.API.STREAM.INFO.LEDGER`` (which
 ``read_raw`` uses to count messages) answers with subject names and counts for any filter,
@@ -76,7 +85,15 @@ from typing import Any
 from runledger.errors import ConfigurationError
 from runledger.log.credentials import RoleCredentials
 from runledger.log.private import private_dir, write_private
-from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, KEY_BUCKET, KEY_STREAM, LEDGER_STREAM
+from runledger.log.subjects import (
+    BLOB_BUCKET,
+    CMD_STREAM,
+    KEY_BUCKET,
+    KEY_STREAM,
+    LEDGER_STREAM,
+    RERUN_CONSUMER,
+    RERUN_SUBJECT,
+)
 from runledger.protect.keystore import WORKER_KID_PREFIX
 from runledger.record.ids import is_subject_token
 
@@ -87,18 +104,8 @@ ROLES = ("agent", "analyst", "operator", "worker", "admin")
 GRANTABLE = ("analyst",)
 GRANTS_FILE = "grants.json"
 DATA_STREAMS = (LEDGER_STREAM, BLOB_STREAM, KEY_STREAM)
-# Consumer API subjects, as (action, what follows the stream name): create (named, filtered),
-# create (unnamed), durable create, delete, pull the next messages.
-_CONSUMER_ACTIONS = (
-    ("CONSUMER.CREATE", ".>"),
-    ("CONSUMER.CREATE", ""),
-    ("CONSUMER.DURABLE.CREATE", ".*"),
-    ("CONSUMER.INFO", ".*"),
-    ("CONSUMER.NAMES", ""),
-    ("CONSUMER.LIST", ""),
-    ("CONSUMER.DELETE", ".*"),
-    ("CONSUMER.MSG.NEXT", ".*"),
-)
+# The work queue's one consumer, as its API subjects name it.
+_WORK_QUEUE = f"{CMD_STREAM}.{RERUN_CONSUMER}"
 
 
 def _reads() -> list[str]:
@@ -107,27 +114,21 @@ def _reads() -> list[str]:
         f"{API}.STREAM.INFO.{LEDGER_STREAM}",  # read_raw counts messages per subject
         f"{API}.STREAM.INFO.{BLOB_STREAM}",  # object_store()
         f"{API}.STREAM.INFO.{KEY_STREAM}",  # key_value()
-        f"{API}.CONSUMER.CREATE.{BLOB_STREAM}",  # blob bodies (sealed per run) via ordered consumers
-        f"{API}.CONSUMER.CREATE.{BLOB_STREAM}.>",
+        f"{API}.DIRECT.GET.{BLOB_STREAM}",  # blob chunks (sealed per run), batches by sequence and subject
         f"{API}.DIRECT.GET.{BLOB_STREAM}.$O.{BLOB_BUCKET}.M.>",  # object metadata
         f"{API}.STREAM.MSG.GET.{BLOB_STREAM}",  # object metadata (nats-py's get_info uses this form)
-        "$JS.FC.>",  # flow-control replies of push consumers
-        f"{API}.STREAM.NAMES",  # nats-py looks up the stream of a subscription (blob chunks) by name
+        f"{API}.STREAM.NAMES",  # nats-py looks up the stream of a subject by name
     ]
 
 
 def content_denials() -> list[str]:
-    """The API subjects through which run keys are read (direct gets, message gets, consumers on
-    the bucket's stream): denied to a role without the content grant."""
+    """The API subjects through which run keys are read (direct gets and message gets on the
+    bucket's stream; no role but the admin creates consumers): denied to a role without the content
+    grant."""
     return [
         f"{API}.DIRECT.GET.{KEY_STREAM}",
         f"{API}.DIRECT.GET.{KEY_STREAM}.>",
         f"{API}.STREAM.MSG.GET.{KEY_STREAM}",
-        *(
-            f"{API}.{action}.{KEY_STREAM}{suffix}"
-            for action, suffix in _CONSUMER_ACTIONS
-            if action != "CONSUMER.DELETE"
-        ),
     ]
 
 
@@ -146,22 +147,25 @@ def permissions(role: str, agent: str | None = None, *, content: bool = False) -
             f"$O.{BLOB_BUCKET}.>",
             f"$KV.{KEY_BUCKET}.{agent}.>",
             *_reads(),
+            # Its own runs and keys through consumers whose filter is in the API subject (a direct get
+            # by sequence or filter cannot be scoped); flow control of nats-py's ordered consumer.
             f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.{own}.>",
             f"{API}.CONSUMER.CREATE.{LEDGER_STREAM}.*.ledger.effect.{agent}.>",
+            f"$JS.FC.{LEDGER_STREAM}.>",
             f"{API}.DIRECT.GET.{LEDGER_STREAM}.{own}.>",
             f"{API}.DIRECT.GET.{LEDGER_STREAM}.ledger.effect.{agent}.>",
             f"{API}.DIRECT.GET.{KEY_STREAM}.$KV.{KEY_BUCKET}.{agent}.>",
         ]
         return {"publish": {"allow": allow}, "subscribe": {"allow": [f"{inbox_prefix('agent', agent)}.>"]}}
-    # Readers manage their own consumers on the data streams (runledger.log.fastread deletes the
-    # ones it made); the work queue's consumers are the workers' alone: nobody else may pull
-    # (and so take) a re-run request, or delete or replace the workers' durable consumer.
+    # Readers read by direct gets and create no consumer: a role that may create one may make it a
+    # push consumer delivering to any subject it names (the server never checks a deliver subject
+    # against the creator's permissions), and may delete another reader's. The work queue's one
+    # consumer is the workers' alone: nobody else may pull (and so take) a re-run request.
     read_all = [
         *_reads(),
         f"{API}.STREAM.LIST",
         f"{API}.STREAM.INFO.*",
-        *(f"{API}.{action}.{stream}{suffix}" for stream in DATA_STREAMS for action, suffix in _CONSUMER_ACTIONS),
-        f"{API}.CONSUMER.INFO.{CMD_STREAM}.*",
+        f"{API}.CONSUMER.INFO.{_WORK_QUEUE}",
         f"{API}.CONSUMER.NAMES.{CMD_STREAM}",
         f"{API}.CONSUMER.LIST.{CMD_STREAM}",
         f"{API}.DIRECT.GET.>",
@@ -191,8 +195,11 @@ def permissions(role: str, agent: str | None = None, *, content: bool = False) -
             "ledger.effect.*.*.w",
             f"$O.{BLOB_BUCKET}.>",
             f"$KV.{KEY_BUCKET}.{WORKER_KID_PREFIX}.>",  # its branches' keys only: never purge an agent's run's key
-            f"$JS.ACK.{CMD_STREAM}.>",
-            *(f"{API}.{action}.{CMD_STREAM}{suffix}" for action, suffix in _CONSUMER_ACTIONS),
+            # The work queue's consumer: its settings (the admin made it a pull consumer with the streams,
+            # and the server never turns a pull consumer into a push one), its requests and their acks.
+            f"{API}.CONSUMER.CREATE.{_WORK_QUEUE}.{RERUN_SUBJECT}",
+            f"{API}.CONSUMER.MSG.NEXT.{_WORK_QUEUE}",
+            f"$JS.ACK.{_WORK_QUEUE}.>",
         ]
         deny = ["ledger.cmd.>"]
     else:

@@ -6,11 +6,13 @@ over after its lease claims attempt 2, and so on), the model's ``tool_call_id`` 
 from one, the ``fencing_token`` (the stream sequence of this attempt's claim on the key's subject:
 it grows with every attempt) and the claim's ``lease_s``.
 
-Pass ``ctx.key`` downstream as the service's idempotency key. Two attempts at one effect (a paused
-holder that wakes up after a resume took its claim over) call the service with the same key, so a
-service that honors it applies the effect once; the ledger fences the older attempt's writes
-(``FencedError``). A service that also stores the fencing token can refuse any call with a
-smaller one.
+Pass ``ctx.key`` downstream as the service's idempotency key, and the fencing token with it:
+``ctx.fencing_headers()`` gives both as HTTP headers (``Idempotency-Key``, ``Fencing-Token``). Two
+attempts at one effect (a paused holder that wakes up after a resume took its claim over) call the
+service with the same key, so a service that honors it applies the effect once; the ledger fences
+the older attempt's writes (``FencedError``). A service that keeps the highest token per key
+(``runledger.sdk.fencing.FencingTokens``, or the same few lines in any language: docs/wire.md)
+refuses the older attempt's call once the newer one's has arrived, even where it ignores the key.
 
 How a function receives it:
 
@@ -72,6 +74,9 @@ from typing import Any, Protocol
 from runledger.errors import ClaimTakenOverError, ConfigurationError, LeaseExpiredError
 
 _CURRENT: ContextVar[EffectContext | None] = ContextVar("runledger_effect_context", default=None)
+# The headers an attempt's call carries to a service (docs/wire.md, "The key in the world").
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+FENCING_TOKEN_HEADER = "Fencing-Token"
 
 
 if hasattr(time, "CLOCK_BOOTTIME"):
@@ -132,6 +137,12 @@ class EffectContext:
     def current() -> EffectContext | None:
         """The context of the effect function running in this task or thread; None outside one."""
         return _CURRENT.get()
+
+    def fencing_headers(self) -> dict[str, str]:
+        """The headers this attempt's calls send: its idempotency key and its fencing token
+        (``Idempotency-Key``, ``Fencing-Token``), for a service that answers a key once and keeps
+        the highest token per key (``runledger.sdk.fencing.FencingTokens``)."""
+        return {IDEMPOTENCY_KEY_HEADER: self.key, FENCING_TOKEN_HEADER: str(self.fencing_token)}
 
     def lease_left(self) -> float | None:
         """Seconds left of this attempt's lease by this process's clock (negative once it ran out);

@@ -1,6 +1,7 @@
 """An agent that pays an order once, at a payments service that IGNORES idempotency keys, and whose
 effect function checks its claim right before the call (tests/integration/test_frozen_holder_check.py
-drives it in a process of its own, as ``tests.integration.frozen_payer:spec``).
+and tests/integration/test_fencing_helper.py drive it in a process of its own, as
+``tests.integration.frozen_payer:spec``).
 
 The effect function sends no ``Idempotency-Key``, so the example's payments service pays every call:
 only the ledger and the function's own check stand between a woken holder and a second payment.
@@ -8,12 +9,16 @@ Configured by the environment, read at each call (the holder's process and the r
 process set it differently):
 
 - ``FROZEN_PAYMENTS_URL``: the payments service (runledger.examples.refund_agent.payments);
-- ``FROZEN_CHECK``: ``clock`` (``ctx.check()``), ``ledger`` (``await ctx.acheck(ledger=True)``) or
-  ``none`` (the old behaviour: no check);
+- ``FROZEN_CHECK``: ``clock`` (``ctx.check()``), ``ledger`` (``await ctx.acheck(ledger=True)``),
+  ``none`` (the old behaviour: no check), or ``token`` (``ctx.check()``, then the call sends the
+  attempt's key and fencing token, ``ctx.fencing_headers()``, for a service that keeps the highest
+  token per key);
 - ``FROZEN_MARKERS``: a directory where the function marks ``entered`` when it starts,
-  ``checking`` right before its check (the test freezes it between the two), and
-  ``refused-<error type>`` when the check refused;
-- ``FROZEN_PREP_S``: seconds of work (blocking, as a real function's) between the two.
+  ``checking`` right before its check (the test freezes it between the two), ``checked`` after a
+  ``token`` check, and ``refused-<error type>`` when the check or the service refused;
+- ``FROZEN_PREP_S``: seconds of work (blocking, as a real function's) between the two;
+- ``FROZEN_GO``: after a ``token`` check, the function holds until this file exists (the test
+  freezes it there: after its check, before its call).
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from runledger import NOT_FOUND, AgentSpec, EffectContext, Run, ScriptedModel, StaleClaimError
+from runledger import NOT_FOUND, AgentSpec, EffectContext, Run, ScriptedModel, StaleClaimError, StaleFencingTokenError
 
 
 def _mark(name: str) -> None:
@@ -34,16 +40,32 @@ def _mark(name: str) -> None:
         Path(markers, name).touch()
 
 
-def _post(args: dict[str, Any]) -> dict[str, Any]:
+def _post(args: dict[str, Any], fencing: dict[str, str] | None = None) -> dict[str, Any]:
     req = urllib.request.Request(
         f"{os.environ['FROZEN_PAYMENTS_URL']}/refunds",
         data=json.dumps({"order": args["order"], "amount": args["amount"]}).encode(),
-        headers={"Content-Type": "application/json"},  # no Idempotency-Key: the service pays every call
+        # Without fencing headers no Idempotency-Key: the service pays every call. With them the key
+        # goes too, and the service (honour_keys=False) still ignores it: only the token counts.
+        headers={"Content-Type": "application/json", **(fencing or {})},
         method="POST",
     )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        paid: dict[str, Any] = json.loads(resp.read())
-        return paid
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            paid: dict[str, Any] = json.loads(resp.read())
+            return paid
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise
+        refused = json.loads(exc.read())
+        _mark("refused-StaleFencingTokenError")
+        raise StaleFencingTokenError(refused["key"], refused["token"], refused["highest"]) from None
+
+
+def _hold() -> None:
+    """Hold until the test's go file exists (it freezes this process meanwhile)."""
+    go = os.environ.get("FROZEN_GO")
+    while go and not Path(go).exists():
+        time.sleep(0.005)
 
 
 async def pay(args: dict[str, Any], ctx: EffectContext) -> dict[str, Any]:
@@ -54,13 +76,17 @@ async def pay(args: dict[str, Any], ctx: EffectContext) -> dict[str, Any]:
     _mark("checking")
     check = os.environ.get("FROZEN_CHECK", "clock")
     try:
-        if check == "clock":
+        if check in ("clock", "token"):
             ctx.check()
         elif check == "ledger":
             await ctx.acheck(ledger=True)
     except StaleClaimError as exc:
         _mark(f"refused-{type(exc).__name__}")
         raise
+    if check == "token":
+        _mark("checked")
+        _hold()
+        return _post(args, ctx.fencing_headers())
     return _post(args)
 
 

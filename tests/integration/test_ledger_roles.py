@@ -37,6 +37,7 @@ from runledger.log.subjects import (
     KEY_BUCKET,
     LEDGER_STREAM,
     OPERATOR_WRITER,
+    RERUN_CONSUMER,
     WORKER_WRITER,
     any_agent_run_subject,
     effect_subject,
@@ -228,9 +229,15 @@ async def test_an_analyst_reads_everything_and_publishes_nothing(
             f"$JS.API.CONSUMER.DELETE.{CMD_STREAM}.rerun-workers",
         )  # fmt: skip
         await refused(
-            secure_server, short.pull_subscribe("ledger.cmd.rerun", durable="thief", stream=CMD_STREAM),
-            f"$JS.API.CONSUMER.CREATE.{CMD_STREAM}.thief",
+            secure_server, short.add_consumer(CMD_STREAM, durable_name="thief"),
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{CMD_STREAM}.thief",
         )  # fmt: skip
+
+        async def take_a_request() -> None:
+            sub = await short.pull_subscribe("ledger.cmd.rerun", durable=RERUN_CONSUMER, stream=CMD_STREAM)
+            await sub.fetch(1, timeout=1.0)
+
+        await refused(secure_server, take_a_request(), f"$JS.API.CONSUMER.MSG.NEXT.{CMD_STREAM}.{RERUN_CONSUMER}")
     finally:
         await analyst.close()
     # The CLI connects with a credentials file.
@@ -251,7 +258,7 @@ async def test_operator_and_worker(admin: LedgerClient, secure_server: ServerSta
             secure_server, operator.nc.jetstream(timeout=1.0).delete_stream(LEDGER_STREAM), "STREAM.DELETE.LEDGER"
         )
         # Worker: consumes commands, publishes branch runs, may not issue commands.
-        sub = await worker.js.pull_subscribe("ledger.cmd.rerun", durable="workers", stream=CMD_STREAM)
+        sub = await worker.js.pull_subscribe("ledger.cmd.rerun", durable=RERUN_CONSUMER, stream=CMD_STREAM)
         [msg] = await sub.fetch(1, timeout=5)
         assert json.loads(msg.data) == {"parent": "x"}
         await msg.ack_sync()

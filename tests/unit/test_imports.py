@@ -39,6 +39,8 @@ PUBLIC = [
     "open_run", "require_extra",
     # What a reader of runs needs (the OTLP exporter): a run as read, its steps, content stand-ins, runs live.
     "RunLog", "StepRecord", "follow_events", "is_placeholder",
+    # What a service author needs to honour fencing tokens (runledger.sdk.fencing).
+    "FencingTokens", "StaleFencingTokenError",
 ]  # fmt: skip
 
 

@@ -59,7 +59,7 @@ def test_an_analyst_reads_run_keys_only_when_granted_content(tmp_path: Path) -> 
     generate(tmp_path, ["alpha"])  # a restart keeps the grant
     conf = (tmp_path / "auth.conf").read_text()
     analyst = next(line for line in conf.splitlines() if '"analyst"' in line)
-    assert "KV_LEDGER_KEYS.>" in analyst and "DIRECT.GET.KV_LEDGER_KEYS" not in analyst.split('"deny"')[1]
+    assert '"$JS.API.DIRECT.GET.>"' in analyst and "DIRECT.GET.KV_LEDGER_KEYS" not in analyst.split('"deny"')[1]
     generate(tmp_path, ["alpha"], revoke_content=("analyst",))
     assert content_grants(tmp_path) == frozenset()
     analyst = next(line for line in (tmp_path / "auth.conf").read_text().splitlines() if '"analyst"' in line)

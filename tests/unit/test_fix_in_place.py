@@ -64,7 +64,10 @@ def test_an_edit_in_place_reruns_as_an_agent_counterfactual_and_resume_still_ref
     code, out, _ = cli(capsys, "rerun", "trip-TR-02", "--agent", ref, "--mode", "counterfactual", "--set", model,
                        "--base-mode", "live", "--plan")  # fmt: skip
     assert code == Exit.OK, out
-    assert "from step 2;" in out and "fork at step 2: the decision: the last model call at or before step 3" in out
+    assert (
+        "on live from step 2\n" in out
+        and "fork at step 2: the decision: the last model call at or before step 3" in out
+    )
     assert "exercised: the model is called from the fork on (step 2 in the record)" in out, out
     code, out, _ = cli(capsys, "rerun", "trip-TR-02", "--agent", ref, "--mode", "counterfactual", "--set", model,
                        "--at-step", "3", "--plan", "--json")  # fmt: skip

@@ -196,12 +196,12 @@ def _one_round(
         assert "another writer owns ledger.run." in err, err
         assert [e.type for e in events] == ["effect.intended", "effect.committed"]
         assert cp.steps[3].status == "committed" and resume_s < lease
-        assert stats == {"refunds": 1, "replayed": 0}, stats
+        assert stats == {"refunds": 1, "replayed": 0, "stale_refused": 0}, stats
         return {"resume_s": resume_s}
     # Woken after the resume settled its claim: its write to the key was fenced.
     assert "another writer owns ledger.effect." in err, err
     # Frozen before its call: the holder's call came second and was answered from the first.
-    assert stats == {"refunds": 1, "replayed": 1 if frozen_at == "claimed" else 0}, stats
+    assert stats == {"refunds": 1, "replayed": 1 if frozen_at == "claimed" else 0, "stale_refused": 0}, stats
     # The ledger: the claim was settled only after its whole lease, then (if nothing was paid) a second
     # attempt. The lease is measured between the server's stamps on the key's raw messages, not between the
     # times the system wrote into its own events.

@@ -9,15 +9,17 @@ which extra to install.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runledger import ConfigurationError, LedgerClient, require_extra
+from runledger import ConfigurationError, require_extra
 from runledger.cli.connect import with_client  # CLI glue: the connection options `export` parses
+
+if TYPE_CHECKING:  # the NATS client loads when the command connects, not when `export` is registered
+    from runledger import LedgerClient
 
 # What the OpenTelemetry SDK reads, in the order it reads them; --endpoint wins over both.
 _ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -65,6 +67,8 @@ def cmd_export_otlp(args: argparse.Namespace) -> int:
         if not args.follow:
             print(f"exported {len(result.runs)} runs ({result.spans} spans) to {endpoint}")
             return 0
+        import asyncio
+
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

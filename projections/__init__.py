@@ -2,31 +2,74 @@
 
 Needs the ``projections`` extra (``pip install 'runledger[projections]'``): importing this
 package without it raises ``MissingExtraError`` saying so.
+
+Names are imported on first use (PEP 562), as ``runledger``'s are: the package's sub-commands
+(``runledger.projections.cli``) are registered for every ``runledger`` command, ``--help``
+included, and must not load DuckDB, pyarrow and numpy for it (tests/unit/test_cli_imports.py).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from runledger.extras import require_extra
 
 require_extra("projections", "runledger.projections")
 
-# ruff: noqa: E402  (the check above must run before DuckDB is imported)
+if TYPE_CHECKING:
+    from runledger.projections.content import content_session
+    from runledger.projections.errors import (
+        ContentNotGrantedError,
+        EventsExpiredError,
+        ProjectionError,
+        ProjectionFileError,
+        ProjectionLockedError,
+        QueryError,
+        SchemaTooNewError,
+        SequenceGapError,
+        StreamMismatchError,
+        StreamReadError,
+    )
+    from runledger.projections.partition import BatchRows, PartitionProjector
+    from runledger.projections.projector import (
+        Projector,
+        ProjectResult,
+        default_db_path,
+        project,
+        rebuild,
+        stream_status,
+    )
+    from runledger.projections.queries import QueryResult, checkpoint_at, export_parquet, format_result, run_sql
+    from runledger.projections.store import ProjectionStore, ProjectorState, StreamIdentity
 
-from runledger.projections.content import content_session
-from runledger.projections.errors import (
-    ContentNotGrantedError,
-    EventsExpiredError,
-    ProjectionError,
-    ProjectionFileError,
-    ProjectionLockedError,
-    QueryError,
-    SchemaTooNewError,
-    SequenceGapError,
-    StreamMismatchError,
-    StreamReadError,
-)
-from runledger.projections.partition import BatchRows, PartitionProjector
-from runledger.projections.projector import Projector, ProjectResult, default_db_path, project, rebuild, stream_status
-from runledger.projections.queries import QueryResult, checkpoint_at, export_parquet, format_result, run_sql
-from runledger.projections.store import ProjectionStore, ProjectorState, StreamIdentity
+_MODULE_OF: dict[str, str] = {
+    "content_session": "runledger.projections.content",
+    **dict.fromkeys(
+        [
+            "ContentNotGrantedError",
+            "EventsExpiredError",
+            "ProjectionError",
+            "ProjectionFileError",
+            "ProjectionLockedError",
+            "QueryError",
+            "SchemaTooNewError",
+            "SequenceGapError",
+            "StreamMismatchError",
+            "StreamReadError",
+        ],
+        "runledger.projections.errors",
+    ),
+    **dict.fromkeys(["BatchRows", "PartitionProjector"], "runledger.projections.partition"),
+    **dict.fromkeys(
+        ["Projector", "ProjectResult", "default_db_path", "project", "rebuild", "stream_status"],
+        "runledger.projections.projector",
+    ),
+    **dict.fromkeys(
+        ["QueryResult", "checkpoint_at", "export_parquet", "format_result", "run_sql"], "runledger.projections.queries"
+    ),
+    **dict.fromkeys(["ProjectionStore", "ProjectorState", "StreamIdentity"], "runledger.projections.store"),
+}
 
 __all__ = [
     "BatchRows",
@@ -57,3 +100,16 @@ __all__ = [
     "run_sql",
     "stream_status",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:  # a submodule (``from runledger.projections import rows``) is imported by Python then
+        raise AttributeError(f"module 'runledger.projections' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -8,31 +8,32 @@ commands catch the file up with the stream first unless ``--no-sync`` is given.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import signal
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runledger.cli.connect import with_client
 from runledger.errors import ConfigurationError
-from runledger.log.client import LedgerClient
-from runledger.projections.content import content_session
-from runledger.projections.errors import StreamReadError
-from runledger.projections.failures import failure_classes, render_classes
 from runledger.projections.progress import ProgressLine
-from runledger.projections.projector import ProjectResult, default_db_path, project, rebuild
-from runledger.projections.queries import FORMATS, export_parquet, format_result, quarantined, run_sql
-from runledger.projections.selection import select_runs
-from runledger.projections.store import ProjectionStore
+from runledger.projections.queries import FORMATS
+
+# Registering the commands builds parsers only: DuckDB, pyarrow and the projector load in the
+# commands that use them, not for `runledger --help` (tests/unit/test_cli_imports.py).
+if TYPE_CHECKING:
+    from runledger.log.client import LedgerClient
+    from runledger.projections.projector import ProjectResult
+    from runledger.projections.store import ProjectionStore
 
 T = TypeVar("T")
 
 
 def _db(args: argparse.Namespace) -> Path:
+    from runledger.projections.projector import default_db_path
+
     return Path(args.db) if args.db else default_db_path()
 
 
@@ -49,6 +50,8 @@ def _summary(result: ProjectResult) -> str:
 
 def _sync(args: argparse.Namespace, *, quiet: bool) -> ProjectResult:
     """Catch the file up with the stream, printing progress only when it takes a while."""
+    from runledger.projections.projector import project
+
     progress = ProgressLine(enabled=True)
     result = with_client(args, lambda c: project(c, _db(args), progress=progress))
     if not quiet or progress.shown:
@@ -57,6 +60,11 @@ def _sync(args: argparse.Namespace, *, quiet: bool) -> ProjectResult:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from runledger.projections.errors import StreamReadError
+    from runledger.projections.projector import project, rebuild
+
     path = _db(args)
     progress = ProgressLine(enabled=not args.quiet)
 
@@ -96,6 +104,8 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 
 def _open_for_reading(args: argparse.Namespace) -> ProjectionStore:
+    from runledger.projections.store import ProjectionStore
+
     if not args.no_sync:
         _sync(args, quiet=True)
     return ProjectionStore(_db(args), writer=False)
@@ -104,6 +114,8 @@ def _open_for_reading(args: argparse.Namespace) -> ProjectionStore:
 def _reading(args: argparse.Namespace, work: Callable[[Any], T]) -> T:
     """``work(con)`` on the projection, caught up first unless --no-sync; with --content, in a session
     that opens content for this caller (runledger.projections.content), or ContentNotGrantedError."""
+    from runledger.projections.content import content_session
+
     with _open_for_reading(args) as store:
         if not args.content:
             return work(store.con)
@@ -111,6 +123,8 @@ def _reading(args: argparse.Namespace, work: Callable[[Any], T]) -> T:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    from runledger.projections.queries import format_result, run_sql
+
     result = _reading(args, lambda con: run_sql(con, args.query))
     print(format_result(result, args.format))
     return 0
@@ -119,6 +133,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if not args.parquet:
         raise ConfigurationError("`runledger export` needs --parquet DIR, or a mode: `runledger export otlp -h`")
+    from runledger.projections.queries import export_parquet
+
     counts = _reading(args, lambda con: export_parquet(con, Path(args.parquet)))
     for name, rows in counts.items():
         print(f"{name:<12} {rows:>10,} rows  -> {Path(args.parquet) / name}")
@@ -134,6 +150,8 @@ def _selecting(mode: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
             raise ConfigurationError("give RUN ids or --where, not both")
 
         async def selected(client: LedgerClient) -> list[str]:
+            from runledger.projections.selection import select_runs
+
             if not args.where:
                 return list(args.runs)
             return await select_runs(client, args.where, _db(args), sync=not args.no_sync, branches=args.branches)
@@ -146,6 +164,8 @@ def _selecting(mode: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 
 def cmd_failures(args: argparse.Namespace) -> int:
     """The classes of failure of recorded runs (runledger.projections.failures), the most frequent first."""
+    from runledger.projections.failures import failure_classes, render_classes
+
     classes = _reading(args, lambda con: failure_classes(con, agent=args.agent))
     if args.json:
         print(json.dumps([c.to_dict() for c in classes], indent=2, ensure_ascii=False))
@@ -155,6 +175,8 @@ def cmd_failures(args: argparse.Namespace) -> int:
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
+    from runledger.projections.queries import format_result, quarantined
+
     with _open_for_reading(args) as store:
         result = quarantined(store.con, args.limit)
     if args.json:

@@ -2,6 +2,9 @@
 
 Everything here reads an open DuckDB connection of a projection file and nothing else, so
 it answers the same whether the file was just caught up or copied to a laptop.
+
+DuckDB and the event models are imported by the functions that use them: the CLI reads ``FORMATS``
+to build ``runledger sql``'s parser, also for ``runledger --help`` (tests/unit/test_cli_imports.py).
 """
 
 from __future__ import annotations
@@ -15,15 +18,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from runledger.log.private import private_dir, private_umask, tighten
 from runledger.projections.errors import ProjectionError, QueryError
-from runledger.record.events import Event
-from runledger.record.fold import Checkpoint, fold
-from runledger.record.records import Recorded
+
+if TYPE_CHECKING:
+    from runledger.record.fold import Checkpoint
+    from runledger.record.records import Recorded
 
 FORMATS = ("table", "csv", "json")
 
@@ -37,6 +39,8 @@ class QueryResult:
 
 def run_sql(con: Any, sql: str, params: Sequence[Any] | None = None) -> QueryResult:
     """Run one statement and fetch its rows. Raises QueryError with DuckDB's reason."""
+    import duckdb
+
     try:
         cursor = con.execute(sql, params) if params is not None else con.execute(sql)
         description = cursor.description or []
@@ -143,6 +147,8 @@ def export_parquet(con: Any, directory: Path) -> dict[str, int]:
 
 
 def _export(con: Any, directory: Path) -> dict[str, int]:
+    import duckdb
+
     counts: dict[str, int] = {}
     for name, partitions, select in EXPORTS:
         target = directory / name
@@ -189,6 +195,9 @@ def run_records(con: Any, run_id: str, *, upto_step: int | None = None) -> list[
     with ``model_construct`` (no second validation). With ``upto_step``, stops where
     ``fold(..., upto_step=K)`` would stop anyway.
     """
+    from runledger.record.events import Event
+    from runledger.record.records import Recorded
+
     bounds = con.execute("SELECT first_stream_seq, last_stream_seq FROM runs WHERE run_id = ?", [run_id]).fetchall()
     if not bounds:
         raise ProjectionError(
@@ -219,4 +228,6 @@ def run_records(con: Any, run_id: str, *, upto_step: int | None = None) -> list[
 
 def checkpoint_at(con: Any, run_id: str, step: int | None = None) -> Checkpoint:
     """``fold`` of the run's projected events up to ``step``: the same fold resume uses."""
+    from runledger.record.fold import fold
+
     return fold(run_records(con, run_id, upto_step=step), upto_step=step)

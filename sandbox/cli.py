@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import logging
@@ -19,27 +18,23 @@ from runledger.cli.connect import nats_url, run_async, with_client
 from runledger.cli.exits import Exit, of_error, of_status
 from runledger.errors import ConfigurationError, LedgerError, RunNotFoundError
 from runledger.extras import require_extra
-from runledger.log.client import LedgerClient, connect
-from runledger.ops.trace import render_run
-from runledger.protect.loading import load_run
-from runledger.record.fold import fold
-from runledger.sandbox.containers import LABEL, OWNER, SandboxPolicy, SandboxPool
-from runledger.sandbox.diff import diff, render
-from runledger.sandbox.image import IMAGE_REPO, current_image, docker_client
-from runledger.sandbox.image_extras import build_sandbox_image
-from runledger.sandbox.rerun import Rerunner, RerunRequest, RerunResult
-from runledger.sandbox.resume import branch_to_resume
-from runledger.sandbox.worker import run_worker, submit
 
+# Registering the commands builds parsers only: Docker, the re-runner and the projections load in
+# the commands that use them, not for `runledger --help` (tests/unit/test_cli_imports.py).
 if TYPE_CHECKING:
+    from runledger.log.client import LedgerClient
     from runledger.sandbox.gate import GateReport
     from runledger.sandbox.matrix import MatrixReport
+    from runledger.sandbox.rerun import RerunRequest, RerunResult
 
 DEAD_LETTERED = " dead-lettered after "  # in the message of a RerunDeadLetteredError, as its branch records it
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger sandbox build`")
+    from runledger.sandbox.image import IMAGE_REPO
+    from runledger.sandbox.image_extras import build_sandbox_image
+
     # Agents that import a framework (a LangGraph graph) need its packages in the guest: --extra adds
     # them, and a build without it keeps those the current image holds (runledger.sandbox.image_extras).
     tag, kept = build_sandbox_image(
@@ -56,6 +51,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def _request(args: argparse.Namespace) -> RerunRequest:
+    from runledger.sandbox.rerun import RerunRequest
+
     change: dict[str, str] = {}
     for item in args.set or []:
         key, sep, value = item.partition("=")
@@ -85,6 +82,11 @@ def _print(result: Any) -> int:
 
 
 async def _wait_for(client: LedgerClient, run_id: str, timeout: float) -> Any:
+    import asyncio
+
+    from runledger.protect.loading import load_run
+    from runledger.record.fold import fold
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -135,9 +137,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> GateReport | MatrixReport:
     """Select the runs, re-drive them (one sweep, or one per candidate) and return the report."""
     require_extra("sandbox", "`runledger rerun --where`")
+    from runledger.log.client import connect
     from runledger.ops.prices import PriceTable
     from runledger.projections.projector import default_db_path
+    from runledger.sandbox.containers import SandboxPolicy, SandboxPool
     from runledger.sandbox.gate import GateReport, load_check
+    from runledger.sandbox.image import current_image, docker_client
     from runledger.sandbox.matrix import matrix, parse_candidates
     from runledger.sandbox.sweep import projection_prices, select_runs, sweep
 
@@ -190,6 +195,8 @@ def _sweep(args: argparse.Namespace) -> GateReport | MatrixReport:
 
 def _plan(args: argparse.Namespace) -> int:
     """``rerun --plan``: what each step would be in the branch (``runledger.sandbox.plan``); queues nothing."""
+    from runledger.protect.loading import load_run
+    from runledger.record.fold import fold
     from runledger.sandbox.plan import plan_branch, render_plan
 
     async def show(client: LedgerClient) -> int:
@@ -211,6 +218,8 @@ async def _candidate_in_image(plan: Any, request: RerunRequest, timeout: float) 
     """Add to ``plan`` whether the code the branch runs (``--set agent=``'s candidate, else ``--agent``)
     loads in the sandbox image (runledger.sandbox.plan.check_image: ``Refusal.IMAGE``). Starts one
     sandbox, loads the agent there and removes it."""
+    from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+    from runledger.sandbox.image import current_image, docker_client
     from runledger.sandbox.plan import check_image
 
     try:
@@ -241,6 +250,15 @@ def _check_samples(args: argparse.Namespace) -> None:
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger rerun`")
+    from runledger.log.client import connect
+    from runledger.ops.trace import render_run
+    from runledger.protect.loading import load_run
+    from runledger.record.fold import fold
+    from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+    from runledger.sandbox.image import current_image, docker_client
+    from runledger.sandbox.rerun import Rerunner
+    from runledger.sandbox.worker import submit
+
     if args.failure_class:  # a sweep over the failed runs of one class of failure (`runledger failures`)
         from runledger.projections.failures import class_condition
 
@@ -305,6 +323,12 @@ def cmd_resume_branch(args: argparse.Namespace) -> int:
     (its mode, its ``--allow-effects`` or not); ``--agent`` only names the code of a branch recorded
     before branches held their request."""
     require_extra("sandbox", "`runledger resume` of a branch")
+    from runledger.log.client import connect
+    from runledger.sandbox.containers import SandboxPolicy, SandboxPool
+    from runledger.sandbox.image import current_image, docker_client
+    from runledger.sandbox.rerun import Rerunner
+    from runledger.sandbox.resume import branch_to_resume
+
     if getattr(args, "retry", False) or getattr(args, "accept_version", None):
         raise ConfigurationError(
             f"run {args.run} is a branch: it is neither retried nor continued with other code; re-run its parent"
@@ -347,6 +371,8 @@ def _print_result(request: RerunRequest, outcome: RerunResult | Exception) -> No
 
 def _remove_own_sandboxes(docker: Any) -> int:
     """Remove every sandbox this process owns on the engine, whichever pool made it. Returns how many."""
+    from runledger.sandbox.containers import LABEL, OWNER
+
     removed = 0
     for container in docker.api.containers(all=True, filters={"label": f"{LABEL}.owner={OWNER}"}):
         with contextlib.suppress(Exception):  # docker-py raises several types; gone already is fine
@@ -374,6 +400,13 @@ def _arm_watchdog(docker: Any, after_s: float, finished: threading.Event) -> Non
 
 def cmd_worker(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger worker`")
+    import asyncio
+
+    from runledger.log.client import connect
+    from runledger.sandbox.containers import SandboxPolicy
+    from runledger.sandbox.image import current_image, docker_client
+    from runledger.sandbox.worker import run_worker
+
     if not logging.getLogger().handlers:  # the worker's own warnings (retries, dead letters) reach stderr
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
     docker = docker_client()
@@ -440,6 +473,8 @@ def cmd_reruns(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    from runledger.sandbox.diff import diff, render
+
     result = with_client(args, lambda c: diff(c, args.run, args.branch))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True, ensure_ascii=False, default=str))

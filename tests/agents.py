@@ -286,3 +286,15 @@ async def refunder(run: Run) -> Any:
 
 def refunder_spec() -> AgentSpec:
     return AgentSpec("refunder", refunder, ScriptedModel([]), agent_version="v1")
+
+
+# -- an approval: the run waits for `runledger approve`, then `runledger resume` finishes it -------------------
+
+
+async def approver(run: Run) -> str:
+    await run.approval("go", {"what": "answer"})
+    return (await run.model([{"role": "user", "content": "go"}])).content
+
+
+def approver_spec() -> AgentSpec:
+    return AgentSpec("approver", approver, ScriptedModel(["done"], name="fixed"), agent_version="v1")

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import sys
-import traceback
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -98,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (closing stdout again at exit would raise)
         return Exit.OK
     except Exception:  # a bug, not a verdict: Python's own exit code (1) would read as a failed run
+        import traceback
+
         traceback.print_exc()
         return Exit.ERROR
 

@@ -1,4 +1,9 @@
-"""The ``ledger`` package's sub-commands of ``runledger``."""
+"""The ``ledger`` package's sub-commands of ``runledger``.
+
+Registering them builds argparse parsers and nothing more: each command imports what it uses
+(the NATS client, the event models, the fold, the SDK) inside its function, so ``runledger --help``
+and a command that needs none of it do not pay for it (tests/unit/test_cli_imports.py).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runledger.cli.connect import with_client
 from runledger.cli.exits import Exit, of_status
 from runledger.cli.up import add_down, add_status, add_up
 from runledger.errors import BranchOnHostError, ConfigurationError, LedgerError
-from runledger.log.client import LedgerClient
-from runledger.protect.loading import load_run
-from runledger.record.events import json_schemas
-from runledger.record.fold import fold
+
+if TYPE_CHECKING:
+    from runledger.log.client import LedgerClient
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -36,6 +40,8 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from runledger.record.events import json_schemas
+
     schemas = json_schemas()
     if args.out:
         out = Path(args.out)
@@ -95,6 +101,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from runledger.ops.trace import child_tree, load_named_run, record_status, render_run
+    from runledger.record.fold import fold
 
     async def show(client: LedgerClient) -> int:
         log = await load_named_run(client, args.run)  # a run id, or a thread id as its user wrote it
@@ -189,6 +196,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from runledger.protect.loading import load_run
+    from runledger.record.fold import fold
+
     async def cp(client: LedgerClient) -> int:
         log = await load_run(client, args.run)
         checkpoint = fold(log.records, upto_step=args.at_step)
@@ -248,6 +258,7 @@ async def _served_from_earlier(client: LedgerClient, run_id: str, agent: str) ->
     """A line for each effect of the run whose result was served from a key another run committed
     earlier (``effect.committed`` ``via: "record"``): nothing was done this time, and the output says so."""
     from runledger.errors import RunNotFoundError
+    from runledger.protect.loading import load_run
     from runledger.sdk.effects import read_key
 
     try:
@@ -381,6 +392,8 @@ def cmd_effects_resolve(args: argparse.Namespace) -> int:
 async def _after_resolution(client: LedgerClient, state: Any) -> str:
     """What to run after an in-doubt key of run ``state.run_id`` was resolved, by the run's status."""
     from runledger.errors import RunNotFoundError
+    from runledger.protect.loading import load_run
+    from runledger.record.fold import fold
 
     run_id = state.run_id or "?"
     try:
@@ -416,6 +429,7 @@ async def _key_view(client: LedgerClient, shown: dict[str, Any]) -> dict[str, An
     from runledger.log.reader import read_run
     from runledger.protect.capture import client_opener, is_placeholder
     from runledger.protect.erasure import erased_value
+    from runledger.record.fold import fold
 
     opener = client_opener(client)
     if shown.get("result") is not None:

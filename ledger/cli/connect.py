@@ -1,22 +1,27 @@
 """How a sub-command reaches the ledger: which server (``--nats``, ``$RUNLEDGER_NATS_URL``, the
 local cluster, else the embedded server), with which credentials, and one connection per command.
 Every package's sub-commands share these, so the three packages' commands agree on where the log is.
+
+Every sub-command's registration imports this module, so it imports nothing heavy at its top: the
+NATS client, the cluster's state and the master key are imported by the functions that connect
+(``runledger --help`` builds every parser and connects nowhere; tests/unit/test_cli_imports.py).
+Finding the server costs two small file reads (``<home>/cluster.json``, ``<home>/server.json``)
+and a pid check (well under a millisecond): nothing there is worth caching across calls.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runledger.errors import LedgerError
-from runledger.log.client import ENV_URL, LedgerClient, connect
-from runledger.log.cluster import LocalCluster
-from runledger.log.server import NO_LOGINS_WARNING, EmbeddedServer
-from runledger.protect.keystore import ensure_master_key
+from runledger.log.server import ENV_URL, NO_LOGINS_WARNING, EmbeddedServer
+
+if TYPE_CHECKING:
+    from runledger.log.client import LedgerClient
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,8 @@ def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
     url: str | None = getattr(args, "nats", None) or os.environ.get(ENV_URL)
     if url:
         return url
+    from runledger.log.cluster import LocalCluster
+
     cluster = LocalCluster().state()
     if cluster is not None:
         return cluster.url
@@ -36,6 +43,8 @@ def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
     if state is None:
         if not start:
             raise LedgerError("no embedded server is running: start it with `runledger up`")
+        from runledger.protect.keystore import ensure_master_key
+
         state = server.start()
         ensure_master_key(server.home)  # as `runledger up` does: the runs recorded here wrap their keys under it
         log.warning("started the embedded nats-server at %s (data in %s)", state.url, state.data_dir)
@@ -56,7 +65,16 @@ def credentials(args: argparse.Namespace) -> str | None:
     return None
 
 
+async def connect(url: str, **options: Any) -> LedgerClient:
+    """``runledger.log.client.connect``, imported when a command connects (tests replace this name)."""
+    from runledger.log.client import connect as open_client
+
+    return await open_client(url, **options)
+
+
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    import asyncio  # here, not at the top: `runledger --help` runs no loop
+
     return asyncio.run(coro)
 
 

@@ -10,21 +10,23 @@ import signal
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runledger.cli.connect import run_async, with_client
 from runledger.cli.exits import Exit
 from runledger.errors import ConfigurationError
-from runledger.log.client import ENV_URL, LedgerClient, connect
-from runledger.log.cluster import LocalCluster
-from runledger.log.server import NO_LOGINS_WARNING, EmbeddedServer, pid_alive
-from runledger.log.streams import StreamSettings
-from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, LEDGER_STREAM
-from runledger.protect.keystore import MasterKeySource, ensure_master_key
-from runledger.protect.roles import GRANTABLE, content_grants, secure
+from runledger.log.server import ENV_URL, NO_LOGINS_WARNING, EmbeddedServer, pid_alive
+
+if TYPE_CHECKING:
+    from runledger.log.client import LedgerClient
+    from runledger.protect.keystore import MasterKeySource
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from runledger.log.cluster import LocalCluster
+    from runledger.protect.keystore import ensure_master_key
+    from runledger.protect.roles import content_grants, secure
+
     if args.cluster:
         return _up_cluster(args)
     if LocalCluster().state() is not None:
@@ -51,10 +53,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     master = ensure_master_key(server.home)
 
     async def streams() -> None:
+        from runledger.log.client import connect
+
         client = await connect(state.url, user_credentials=admin)
         await client.close()
 
     run_async(streams())
+    from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, LEDGER_STREAM
+
     print(("already running" if already else "started") + f": {state.url}  (pid {state.pid}, data {state.data_dir})")
     print(f"streams {LEDGER_STREAM}, {CMD_STREAM} and object store {BLOB_BUCKET} are ready; log: {state.log}")
     print(f"use it from other shells with: export RUNLEDGER_NATS_URL={state.url}")
@@ -83,6 +89,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _up_cluster(args: argparse.Namespace) -> int:
+    from runledger.log.cluster import LocalCluster
+    from runledger.log.streams import StreamSettings
+    from runledger.log.subjects import BLOB_BUCKET, CMD_STREAM, LEDGER_STREAM
+    from runledger.protect.keystore import ensure_master_key
+
     if args.secure or args.port:
         raise ConfigurationError("--cluster takes neither --secure nor --port (see deploy/nats/cluster/ for both)")
     if EmbeddedServer().state() is not None:
@@ -94,6 +105,8 @@ def _up_cluster(args: argparse.Namespace) -> int:
     )
 
     async def streams() -> None:
+        from runledger.log.client import connect
+
         # New streams get as many replicas as there are nodes, up to 3.
         settings = StreamSettings.from_env()
         if settings.replicas is None:
@@ -124,6 +137,8 @@ def _print_master_key(master: MasterKeySource) -> None:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from runledger.log.cluster import LocalCluster
+
     stopped = EmbeddedServer().stop()
     print("stopped the embedded nats-server" if stopped else "no embedded nats-server was running")
     if LocalCluster().stop():
@@ -132,6 +147,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from runledger.log.cluster import LocalCluster
+    from runledger.log.subjects import CMD_STREAM, LEDGER_STREAM
+
     state = EmbeddedServer().state()
     cluster = LocalCluster().state()
     if state is None and cluster is None and not (args.nats or os.environ.get(ENV_URL)):
@@ -166,6 +184,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grantable(role: str) -> str:
+    """A role content may be granted to (runledger.protect.roles.GRANTABLE), checked when the option is
+    given: the roles module is not imported to build the parser (argparse's ``choices`` would)."""
+    from runledger.protect.roles import GRANTABLE
+
+    if role not in GRANTABLE:
+        raise argparse.ArgumentTypeError(f"invalid choice: {role!r} (choose from {', '.join(map(repr, GRANTABLE))})")
+    return role
+
+
 def add_up(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("up", help="start the embedded nats-server and create the streams")
     p.add_argument("--data-dir", help="JetStream store directory (default ~/.runledger/data or $RUNLEDGER_HOME/data)")
@@ -177,12 +205,12 @@ def add_up(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--secure", action="store_true", help="require logins: generate users and permissions for the roles")
     p.add_argument("--agent", action="append", metavar="NAME", help="with --secure: an agent user (repeatable)")
     p.add_argument(
-        "--grant-content", action="append", metavar="ROLE", choices=GRANTABLE,
+        "--grant-content", action="append", metavar="ROLE", type=_grantable,
         help="with --secure: let ROLE (analyst) read run keys, so with the master key it opens content "
         "(show, sql --content); kept across restarts",
     )  # fmt: skip
     p.add_argument(
-        "--revoke-content", action="append", metavar="ROLE", choices=GRANTABLE,
+        "--revoke-content", action="append", metavar="ROLE", type=_grantable,
         help="with --secure: take the content grant back",
     )  # fmt: skip
     p.add_argument(

@@ -16,9 +16,9 @@ from nats.js import JetStreamContext
 from runledger.errors import ConnectionFailedError
 from runledger.log.permissions import watch
 from runledger.log.publish import retrying
+from runledger.log.server import ENV_URL as ENV_URL
 from runledger.log.streams import StreamSettings, ensure_streams
 
-ENV_URL = "RUNLEDGER_NATS_URL"
 # JetStream error codes of a cluster that is not ready yet, beyond what publish.is_transient
 # waits out: "insufficient resources" (peers still joining).
 _NOT_READY = frozenset({10023})

@@ -20,8 +20,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -177,6 +175,9 @@ class LocalCluster:
 
     def healthy(self, name: str) -> bool:
         """The node's /healthz: JetStream enabled and its streams current with the leader."""
+        import urllib.error  # here: every CLI command reads the cluster's state, few ask its health
+        import urllib.request
+
         node = self._require().node(name)
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{node.monitor_port}/healthz", timeout=1) as resp:

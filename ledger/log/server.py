@@ -30,6 +30,8 @@ from runledger.errors import DataDirError, PortInUseError, ServerError
 from runledger.log.private import open_private, private_dir, private_umask, write_private
 
 ENV_HOME = "RUNLEDGER_HOME"
+# The server every command connects to unless --nats says otherwise (runledger.cli.connect).
+ENV_URL = "RUNLEDGER_NATS_URL"
 # What `runledger up` without --secure (and a server started on first use) must say.
 NO_LOGINS_WARNING = (
     "WARNING: no logins (start it with `runledger up --secure`): any local process can read and write the ledger"

@@ -18,13 +18,29 @@ with no server (docs/testing.md, "Fast tests on the in-memory ledger").
     ├── replayer        Replayer, ReplayResult, Divergence: RecordedRun's journal over a recording
     ├── cli             ``runledger export jsonl`` (a mode of ``export``, entry point ``runledger.export``)
     └── pytest_plugin   ``--runledger-replay`` / ``--runledger-agent`` (entry point ``pytest11``)
+
+Names are imported on first use (PEP 562), as ``runledger``'s are: ``runledger export jsonl`` is
+registered from ``runledger.testing.cli`` for every ``runledger`` command, ``--help`` included, which
+must not load the replayer and the in-memory ledger for it (tests/unit/test_cli_imports.py).
 """
 
 from __future__ import annotations
 
-from runledger.log.memory import MemoryLedger
-from runledger.testing.recording import FORMAT_VERSION, Recording, read_recordings, write_recordings
-from runledger.testing.replayer import Divergence, Replayer, ReplayResult
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runledger.log.memory import MemoryLedger
+    from runledger.testing.recording import FORMAT_VERSION, Recording, read_recordings, write_recordings
+    from runledger.testing.replayer import Divergence, Replayer, ReplayResult
+
+_MODULE_OF: dict[str, str] = {
+    "MemoryLedger": "runledger.log.memory",
+    **dict.fromkeys(
+        ["FORMAT_VERSION", "Recording", "read_recordings", "write_recordings"], "runledger.testing.recording"
+    ),
+    **dict.fromkeys(["Divergence", "ReplayResult", "Replayer"], "runledger.testing.replayer"),
+}
 
 __all__ = [
     "FORMAT_VERSION",
@@ -36,3 +52,16 @@ __all__ = [
     "read_recordings",
     "write_recordings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:  # a submodule (``from runledger.testing import replayer``) is imported by Python then
+        raise AttributeError(f"module 'runledger.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runledger.cli.connect import with_client
 from runledger.errors import ConfigurationError
-from runledger.log.client import LedgerClient
+
+if TYPE_CHECKING:  # the NATS client loads when the command connects, not when `export` is registered
+    from runledger.log.client import LedgerClient
 
 
 def cmd_export_jsonl(args: argparse.Namespace) -> int:

@@ -12,11 +12,11 @@ import contextlib
 import json
 import signal
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runledger.cli.connect import with_client
+from runledger.cli.registry import registered
 from runledger.errors import ConfigurationError
 from runledger.projections.progress import ProgressLine
 from runledger.projections.queries import FORMATS
@@ -246,7 +246,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     selection.add_argument("--where", metavar="SQL", help="export every run matching this condition on the runs table")
     selection.add_argument("--branches", action="store_true",
                            help="with --where: branches of re-runs too (recorded runs only by default)")  # fmt: skip
-    modes = sorted(entry_points(group="runledger.export"), key=lambda ep: ep.name)
+    modes = registered("runledger.export")  # sorted by name
     if modes:
         targets = p.add_subparsers(dest="export_mode", metavar="MODE")
         for ep in modes:

@@ -14,12 +14,12 @@ import contextlib
 import logging
 import os
 import sys
-from importlib.metadata import entry_points
 from typing import Any
 
 from runledger.cli import commands
 from runledger.cli.connect import common_parser
 from runledger.cli.exits import Exit, of_error
+from runledger.cli.registry import registered
 from runledger.errors import LedgerError, MissingExtraError
 from runledger.extras import COMMANDS_OF_EXTRA, require_extra
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = common_parser()
-    registrars = {ep.name: ep for ep in entry_points(group="runledger.commands")}
+    registrars = {ep.name: ep for ep in registered("runledger.commands")}
     if "ledger" not in registrars:  # running from a source tree that was never installed
         commands.register(sub, common)
     for name in sorted(registrars):

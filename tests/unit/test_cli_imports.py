@@ -32,13 +32,16 @@ def test_help_and_the_help_of_every_sub_command_import_no_third_party_module(tmp
     commands = _help_commands(build_parser())
     assert ["rerun", "--help"] in commands and ["export", "otlp", "--help"] in commands  # every package's
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "RUNLEDGER_HOME": str(tmp_path / "home")}
-    for ran in imported_by(commands, tmp_path / "report.json", env=env):
-        assert ran.code == 0 and "usage: runledger" in ran.out, (ran.argv, ran.err)
-        # A module is counted for the first command that loaded it: the first offender is named.
-        assert ran.third_party == frozenset(), (
-            f"`runledger {' '.join(ran.argv)}` imported {sorted(ran.third_party)}: registering "
-            "a sub-command must only build its parser; import what the command uses inside its function"
-        )
+    # Twice: the first call reads the entry points' metadata, the second their cache (runledger.cli.registry).
+    for attempt in ("metadata read", "cache used"):
+        for ran in imported_by(commands, tmp_path / "report.json", env=env):
+            assert ran.code == 0 and "usage: runledger" in ran.out, (ran.argv, ran.err)
+            # A module is counted for the first command that loaded it: the first offender is named.
+            assert ran.third_party == frozenset(), (
+                f"`runledger {' '.join(ran.argv)}` ({attempt}) imported {sorted(ran.third_party)}: registering "
+                "a sub-command must only build its parser; import what the command uses inside its function"
+            )
+    assert list((tmp_path / "cache" / "runledger").glob("entry-points-*.json")), "the entry points were not cached"
 
 
 def test_a_role_content_cannot_be_granted_to_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

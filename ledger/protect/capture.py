@@ -56,12 +56,15 @@ from runledger.protect.data_policy import DEFAULT_BLOB_THRESHOLD as DEFAULT_BLOB
 from runledger.protect.data_policy import Capture as Capture
 from runledger.protect.data_policy import DataPolicy as DataPolicy
 from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
-from runledger.protect.redaction import Redactor, SecretResolver, off_loop
 from runledger.record.canonical import CONTENT_FORMAT, canonical_json, jsonable
 from runledger.record.events import Event, Payload
 
 if TYPE_CHECKING:
     from runledger.log.client import LedgerClient
+    from runledger.protect.redaction import SecretResolver
+
+# Redaction (its detectors' patterns, ~30 ms to import) is imported by the write side when a run's
+# protector is made: readers of content (``runledger show``, ``runs``) open sealed values and never redact.
 
 # DataPolicy, Capture and DEFAULT_BLOB_THRESHOLD (imported above, importable from here) have a module
 # of their own, runledger.protect.data_policy: an agent module makes a DataPolicy at import, and
@@ -143,6 +146,9 @@ class PayloadProtector:
         # Without keys (capture=full, no sealing) tokens of resolved secrets still need a key:
         # a process-local one is fine, since they are never joined across runs.
         token_key = keys.token_key if keys is not None else hashlib.sha256(b"runledger-full-capture").digest()
+        from runledger.protect.redaction import Redactor, SecretResolver, off_loop
+
+        self._off_loop = off_loop
         self.redactor = Redactor(token_key, policy.redaction)
         self.resolver = resolver or SecretResolver()
         self.resolver.on_resolve = lambda name, value: self.redactor.add_secret(value, f"secret:{name}")
@@ -175,7 +181,7 @@ class PayloadProtector:
                 text = getattr(error, name)
                 if isinstance(text, str):
                     text = text[-MAX_TRACEBACK:] if name == "traceback" else text
-                    texts[name] = await off_loop(text, self.protect_text, text)  # a large text: in a worker thread
+                    texts[name] = await self._off_loop(text, self.protect_text, text)  # large: in a worker thread
             updates["error"] = error.model_copy(update=texts)
         return body.model_copy(update=updates)
 
@@ -199,7 +205,7 @@ class PayloadProtector:
     async def protect_value(self, name: str, value: Any, encoded: bytes | None = None) -> Any:
         """The recorded form of the content field ``name``. ``encoded``: ``value``'s canonical JSON in
         ``CONTENT_FORMAT``, if the caller has it (used when redaction leaves ``value`` as it is)."""
-        cleaned = await off_loop(value, self._clean, name, value)  # a large value: in a worker thread
+        cleaned = await self._off_loop(value, self._clean, name, value)  # a large value: in a worker thread
         if is_placeholder(cleaned):
             return cleaned
         # In the format of the chain it is recorded in (CONTENT_FORMAT); the caller's bytes are of ``value``.

@@ -27,13 +27,15 @@ from runledger.record.versions import VersionTuple as VersionTuple
 class Payload(BaseModel):
     """Base of every event payload. Subclasses set TYPE and VERSION and are registered."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: a model's validator and serializer are built at its first use, not at import (a
+    # command that reads five event types builds five of the thirty): 3% of `runledger runs`' start.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     TYPE: ClassVar[str]
     VERSION: ClassVar[int] = 1
 
 
 class ErrorInfo(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     type: str
     message: str
     traceback: str | None = None
@@ -41,7 +43,7 @@ class ErrorInfo(BaseModel):
 
 
 class Usage(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     input_tokens: int = 0
     output_tokens: int = 0
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,14 @@ def test_a_role_content_cannot_be_granted_to_is_a_usage_error(capsys: pytest.Cap
     assert "invalid choice: 'operator' (choose from 'analyst')" in capsys.readouterr().err
     args = build_parser().parse_args(["up", "--secure", "--grant-content", "analyst", "--revoke-content", "analyst"])
     assert (args.grant_content, args.revoke_content) == (["analyst"], ["analyst"])
+
+
+def test_reading_runs_does_not_load_redaction() -> None:
+    """``runs``, ``show`` and ``verify`` open sealed content and never redact: redaction (its detectors'
+    patterns, ~10% of ``runledger runs``' start) loads when a run's protector is made, on the write side."""
+    code = (
+        "import sys\nimport runledger.ops.trace, runledger.ops.verify, runledger.protect.loading\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('runledger.protect.redaction')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == []

@@ -135,6 +135,7 @@ PARTS: list[Part] = [
     Part("load", "bench.load", "concurrent agents on a node and a 3-node cluster vs raw publish", runner=_load_part),
     Part("ui", "bench.ui", "the page's server time: the run list over 100,000 runs, a 1,000-step run's page"),
     Part("replay", "bench.replay", "200 exported runs replayed in-process by the pytest replayer (runledger.testing)"),
+    Part("cli", "bench.cli", "runledger --help, runs, show RUN as fresh processes, beside python -c pass"),
     Part("rerun", "bench.rerun", "200 re-drives, warm pool vs cold containers (Docker)"),
 ]
 

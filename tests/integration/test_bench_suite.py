@@ -25,19 +25,21 @@ from tests.conftest import IN_CI
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-RUN = ["record", "resume", "project", "protect"]
+RUN = ["record", "resume", "project", "protect", "cli"]
 SKIPPED = ["rerun", "channel", "load", "ui", "replay"]  # replay: tests/integration/test_replay_export.py
 TABLES = {  # a heading of each part's table, and a cell its first row must have
     "record": ("ms per step", "| SDK | all |"),
     "resume": ("ms to resume / load", "| 10 | runledger resume→first live |"),
     "project": ("analyst queries on", "| Q1 |"),
     "protect": ("per policy", "| full, unsealed (no protection) |"),
+    "cli": ("seconds per call", "| `python -c pass` |"),
 }
 PLOTS = {
     "record": ["record-cdf.png", "record-p50.png"],
     "resume": ["resume.png"],
     "project": ["project-rates.png", "project-queries.png"],
     "protect": ["protect.png"],
+    "cli": [],
 }
 
 

@@ -30,6 +30,20 @@ if TYPE_CHECKING:
 DEAD_LETTERED = " dead-lettered after "  # in the message of a RerunDeadLetteredError, as its branch records it
 
 
+def docker_client() -> Any:
+    """``runledger.sandbox.image.docker_client``, imported when a command needs the engine (tests replace it here)."""
+    from runledger.sandbox.image import docker_client as client
+
+    return client()
+
+
+def current_image(docker: Any) -> str:
+    """``runledger.sandbox.image.current_image``, imported when a command needs it (tests replace it here)."""
+    from runledger.sandbox.image import current_image as image
+
+    return image(docker)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger sandbox build`")
     from runledger.sandbox.image import IMAGE_REPO
@@ -142,7 +156,6 @@ def _sweep(args: argparse.Namespace) -> GateReport | MatrixReport:
     from runledger.projections.projector import default_db_path
     from runledger.sandbox.containers import SandboxPolicy, SandboxPool
     from runledger.sandbox.gate import GateReport, load_check
-    from runledger.sandbox.image import current_image, docker_client
     from runledger.sandbox.matrix import matrix, parse_candidates
     from runledger.sandbox.sweep import projection_prices, select_runs, sweep
 
@@ -219,7 +232,6 @@ async def _candidate_in_image(plan: Any, request: RerunRequest, timeout: float) 
     loads in the sandbox image (runledger.sandbox.plan.check_image: ``Refusal.IMAGE``). Starts one
     sandbox, loads the agent there and removes it."""
     from runledger.sandbox.containers import SandboxPolicy, SandboxPool
-    from runledger.sandbox.image import current_image, docker_client
     from runledger.sandbox.plan import check_image
 
     try:
@@ -255,7 +267,6 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     from runledger.protect.loading import load_run
     from runledger.record.fold import fold
     from runledger.sandbox.containers import SandboxPolicy, SandboxPool
-    from runledger.sandbox.image import current_image, docker_client
     from runledger.sandbox.rerun import Rerunner
     from runledger.sandbox.worker import submit
 
@@ -325,7 +336,6 @@ def cmd_resume_branch(args: argparse.Namespace) -> int:
     require_extra("sandbox", "`runledger resume` of a branch")
     from runledger.log.client import connect
     from runledger.sandbox.containers import SandboxPolicy, SandboxPool
-    from runledger.sandbox.image import current_image, docker_client
     from runledger.sandbox.rerun import Rerunner
     from runledger.sandbox.resume import branch_to_resume
 
@@ -404,7 +414,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from runledger.log.client import connect
     from runledger.sandbox.containers import SandboxPolicy
-    from runledger.sandbox.image import current_image, docker_client
     from runledger.sandbox.worker import run_worker
 
     if not logging.getLogger().handlers:  # the worker's own warnings (retries, dead letters) reach stderr

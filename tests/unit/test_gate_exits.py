@@ -13,7 +13,6 @@ import pytest
 
 import runledger.cli.connect
 import runledger.sandbox.cli as sandbox_cli
-import runledger.sandbox.image
 from runledger.cli.app import main
 from runledger.cli.exits import Exit
 from runledger.log.memory import MEMORY_URL, MemoryLedger
@@ -34,9 +33,8 @@ def _free_url() -> str:
 @pytest.fixture
 def no_docker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sweep gets as far as the server without a Docker engine (an image name, no client)."""
-    # Where the commands import them from when they run (runledger.sandbox.cli imports nothing heavy at its top).
-    monkeypatch.setattr(runledger.sandbox.image, "docker_client", lambda: object())
-    monkeypatch.setattr(runledger.sandbox.image, "current_image", lambda docker: "runledger-sandbox:test")
+    monkeypatch.setattr(sandbox_cli, "docker_client", lambda: object())
+    monkeypatch.setattr(sandbox_cli, "current_image", lambda docker: "runledger-sandbox:test")
 
 
 def _report(monkeypatch: pytest.MonkeyPatch, report: GateReport | MatrixReport) -> None:

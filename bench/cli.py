@@ -128,7 +128,8 @@ def import_profile(env: dict[str, str], top: int = 12) -> tuple[Table, list[tupl
 def run_suite(opts: SuiteOptions) -> Section:
     rounds = 2 if opts.quick else 10
     section = Section(part="cli", title="the command line's start: --help, runs, show beside python -c pass")
-    section.workload = " ".join((__doc__ or "").split("\n\n")[1].split()).removeprefix("Workload: ")
+    workload = " ".join((__doc__ or "").split("\n\n")[1].split()).removeprefix("Workload: ")
+    section.workload = workload[:1].upper() + workload[1:]
     with server() as state, tempfile.TemporaryDirectory(prefix="runledger-bench-cli-") as tmp:
         run_id = _record(state.url)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "RUNLEDGER_NATS_URL")}

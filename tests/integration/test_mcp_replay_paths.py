@@ -11,7 +11,6 @@ at a random step.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import socket
@@ -26,12 +25,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from runledger.log.memory import MemoryLedger
 from tests import mcp_paths as probe
 from tests.integration.processes import ROOT
 from tests.replay_paths import differences
 from tests.run_contract import InProcessPool
-from tests.unit.test_replay_paths import JSON
+from tests.unit.test_replay_paths import JSON, on_memory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 SERVER = ROOT / "tests" / "mcp_agents" / "server.py"
@@ -71,17 +69,6 @@ def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.kill()
         proc.wait()
-
-
-def on_memory(drive: Any) -> Any:
-    async def go() -> Any:
-        client = await MemoryLedger().connect()
-        try:
-            return await drive(client)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
 
 
 @ON_SERVER

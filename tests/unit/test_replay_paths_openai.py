@@ -12,7 +12,6 @@ replayer, for the async client and the blocking one. On the in-memory ledger.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 from typing import Any
@@ -20,10 +19,9 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from runledger.log.memory import MemoryLedger
 from tests import openai_paths as probe
 from tests.replay_paths import differences
-from tests.unit.test_replay_paths import JSON, NAMES, NUMBERS
+from tests.unit.test_replay_paths import JSON, NAMES, NUMBERS, on_memory
 from tests.unit.test_replay_paths import PROPERTY as PROBE_PROPERTY
 
 OBJECTS = st.dictionaries(NAMES, JSON, max_size=4)  # in the order drawn: not sorted
@@ -90,17 +88,6 @@ HOSTILE = {
 SPECS = {"async": probe.spec, "blocking": probe.sync_spec}
 PROPERTY = settings(PROBE_PROPERTY, max_examples=30)  # each example drives seven SDK calls live and again
 _ids = itertools.count()
-
-
-def on_memory(drive: Any) -> Any:
-    async def go() -> Any:
-        client = await MemoryLedger().connect()
-        try:
-            return await drive(client)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
 
 
 @PROPERTY

@@ -17,7 +17,6 @@ On the in-memory ledger.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import tempfile
 from typing import Any
@@ -26,10 +25,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from runledger.integrations.langgraph import RunledgerSaver
-from runledger.log.memory import MemoryLedger
 from tests import langgraph_paths as probe
 from tests.run_contract import InProcessPool
-from tests.unit.test_replay_paths import NAMES
+from tests.unit.test_replay_paths import NAMES, on_memory
 from tests.unit.test_replay_paths import PROPERTY as PROBE_PROPERTY
 
 # What a graph's state can hold with any checkpointer: LangGraph's serializer (msgpack) refuses an
@@ -88,17 +86,6 @@ HOSTILE = {
 }  # fmt: skip
 PROPERTY = settings(PROBE_PROPERTY, max_examples=40)  # each example drives two threads of a four-node graph
 _threads = itertools.count()
-
-
-def on_memory(drive: Any) -> Any:
-    async def go() -> Any:
-        client = await MemoryLedger().connect()
-        try:
-            return await drive(client)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
 
 
 async def index(client: Any, thread: str) -> tuple[Any, Any, Any]:

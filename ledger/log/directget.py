@@ -22,7 +22,7 @@ import nats
 
 from runledger.errors import DirectGetDenied, LedgerError, LedgerReadError, PermissionDeniedError
 from runledger.log.client import LedgerClient
-from runledger.log.fastread import PULL_BATCH, PULL_MAX_BYTES, REQUEST_SLACK_S
+from runledger.log.fastread import PULL_BATCH, PULL_MAX_BYTES, REQUEST_SLACK_S, read_to_end
 from runledger.log.permissions import refused_at_once
 from runledger.record.records import RawRecord
 
@@ -141,14 +141,5 @@ async def read_direct(client: LedgerClient, stream: str, subject_filter: str, *,
     complete (``runledger.log.fastread.read_subject``'s direct read, through nats-py).
 
     Raises LedgerReadError (read again), DirectGetDenied (this login may not)."""
-    out: list[RawRecord] = []
     async with DirectReader(client, stream) as reader:
-        seq = start_seq
-        while True:
-            records, pending = await reader.batch(seq, PULL_BATCH, subject_filter)
-            out += records
-            if pending == 0:
-                return out
-            if not records:
-                raise LedgerReadError(f"reading {subject_filter}: {pending} pending, none sent; read again")
-            seq = records[-1].stream_seq + 1
+        return await read_to_end(reader.batch, start_seq, subject_filter)

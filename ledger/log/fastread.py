@@ -475,16 +475,7 @@ async def _read_direct(
     await socket.open()
     try:
         async with asyncio.timeout(timeout):
-            out: list[RawRecord] = []
-            seq = start_seq
-            while True:
-                records, pending = await socket.batch(seq, PULL_BATCH, subject_filter)
-                out += records
-                if pending == 0:
-                    return out
-                if not records:
-                    raise LedgerReadError(f"reading {subject_filter}: {pending} pending, none sent; read again")
-                seq = records[-1].stream_seq + 1
+            return await read_to_end(socket.batch, start_seq, subject_filter)
     except TimeoutError as exc:
         raise LedgerReadError(f"reading {subject_filter} timed out after {timeout:g}s") from exc
     except (OSError, ValueError) as exc:
@@ -607,3 +598,22 @@ def _created(data: bytes, subject_filter: str) -> int:
         )
     delivered = int((info.get("delivered") or {}).get("consumer_seq") or 0)
     return int(info.get("num_pending") or 0) + delivered
+
+
+BatchFn = Callable[[int, int, str], Awaitable[tuple[list[RawRecord], int]]]
+
+
+async def read_to_end(batch: BatchFn, start_seq: int, subject_filter: str) -> list[RawRecord]:
+    """Every message on ``subject_filter`` from ``start_seq`` on, by batches of direct gets (``batch(seq,
+    count, filter)`` answering the records and how many are still pending): complete when nothing is
+    pending; a batch that sends nothing while some are pending raises LedgerReadError (read again)."""
+    out: list[RawRecord] = []
+    seq = start_seq
+    while True:
+        records, pending = await batch(seq, PULL_BATCH, subject_filter)
+        out += records
+        if pending == 0:
+            return out
+        if not records:
+            raise LedgerReadError(f"reading {subject_filter}: {pending} pending, none sent; read again")
+        seq = records[-1].stream_seq + 1

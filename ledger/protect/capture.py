@@ -56,7 +56,7 @@ from runledger.protect.data_policy import DEFAULT_BLOB_THRESHOLD as DEFAULT_BLOB
 from runledger.protect.data_policy import Capture as Capture
 from runledger.protect.data_policy import DataPolicy as DataPolicy
 from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
-from runledger.record.canonical import CONTENT_FORMAT, canonical_json, jsonable
+from runledger.record.canonical import CONTENT_FORMAT, canonical_json, jsonable, read_back
 from runledger.record.events import Event, Payload
 
 if TYPE_CHECKING:
@@ -350,7 +350,7 @@ def missing_key_reason(kid: str) -> str:
 
 
 def _loads(data: bytes) -> Any:
-    return json.loads(data)
+    return read_back(json.loads(data), data)
 
 
 async def run_protector(

@@ -39,6 +39,7 @@ import contextvars
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -254,9 +255,46 @@ def jsonable(value: Any) -> Any:
 def as_recorded(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> Any:
     """``value`` as a replay will return it: through the canonical JSON the record keeps (keys
     sorted, numbers as JSON reads them back: in format 2 an integral float comes back an
-    integer). What an agent receives live goes through this, so code that serializes a result
-    into its next prompt sends the same text live and on resume."""
-    return json.loads(canonical_json(value, chain_format))
+    integer, one beyond 64 bits a float: ``read_back``). What an agent receives live goes through
+    this, so code that serializes a result into its next prompt sends the same text live and on resume."""
+    raw = canonical_json(value, chain_format)
+    return read_back(json.loads(raw), raw)
+
+
+# A JSON integer beyond 64 bits, as digits: 19 after a minus sign (below -2**63) or 20 (2**64 and up).
+_LONG_BYTES = re.compile(rb"-[0-9]{19}|[0-9]{20}")
+_LONG_TEXT = re.compile(r"-[0-9]{19}|[0-9]{20}")
+_ES6_DIGITS_BELOW = 10**21  # ECMAScript writes a double's digits below 1e21, an exponent from there
+
+
+def read_back(value: Any, raw: bytes | str) -> Any:
+    """``value``, just parsed from the record's bytes ``raw``, with the one reading rule every path
+    back to an agent shares: a whole number beyond 64 bits whose digits are exactly those JCS writes
+    for a double (``-9223372036854776000`` for ``-9.223372036854776e18``) reads back as that double.
+
+    JCS writes every double below 1e21 without an exponent, so such a float reads back an integer
+    no 64-bit field holds: msgpack (LangGraph's checkpoints), DuckDB's BIGINT and most frameworks
+    refuse it where the float was fine. An integer the agent gave (the chain format's extension writes
+    it exactly) keeps its type unless it is that same round number (``10**19``): the one value the
+    bytes cannot tell apart, read as the double JSON numbers are. Within 64 bits nothing changes.
+    Costs a regular-expression scan of ``raw``; the value is walked only when it may hold such a number."""
+    search = _LONG_BYTES.search if isinstance(raw, (bytes, bytearray, memoryview)) else _LONG_TEXT.search
+    if search(raw) is None:  # type: ignore[arg-type]
+        return value
+    return _doubles(value)
+
+
+def _doubles(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _doubles(v) for k, v in value.items()}
+    if kind is list:
+        return [_doubles(v) for v in value]
+    if kind is int and not _MIN_NATIVE_INT <= value < _MAX_NATIVE_INT and -_ES6_DIGITS_BELOW < value < _ES6_DIGITS_BELOW:
+        double = float(value)  # the nearest double: JCS wrote its shortest digits, padded with zeros
+        if es6_number(double) == str(value):
+            return double
+    return value
 
 
 def digest(value: Any, chain_format: int = LEGACY_CHAIN_FORMAT) -> str:

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import SchemaValidator, from_json
 
 from runledger.errors import EventDecodeError, UnknownSchemaVersionError
-from runledger.record.canonical import CHAIN_FORMATS, LEGACY_CHAIN_FORMAT, canonical_json
+from runledger.record.canonical import CHAIN_FORMATS, LEGACY_CHAIN_FORMAT, canonical_json, read_back
 from runledger.record.ids import new_id
 from runledger.record.payloads import (
     PAYLOADS,
@@ -312,7 +312,13 @@ def decode(raw: bytes) -> Event:
     # (A walk of the payload's structure: a few microseconds; most bytes are inside strings.)
     if not _finite(event.payload):
         raise EventDecodeError(f"event {event.run_id}/{event.seq}: NaN or infinity in the payload (not JSON)", raw)
-    return event
+    return _read_back(event, raw)
+
+
+def _read_back(event: Event, raw: bytes) -> Event:
+    """``event`` with a double JCS wrote as digits beyond 64 bits read back as a double (``read_back``)."""
+    payload = read_back(event.payload, raw)
+    return event if payload is event.payload else event.model_copy(update={"payload": payload})
 
 
 def _int_paths(cls: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -417,7 +423,7 @@ def decode_fast(raw: bytes) -> Event:
     event = _decode_fast(raw)
     if event is None or not _finite(event.payload):
         return decode(raw)  # which says what is wrong
-    return event
+    return _read_back(event, raw)
 
 
 def _decode_fast(raw: bytes) -> Event | None:

@@ -389,7 +389,7 @@ class EffectStep:
         await self._append_key(state, committed)
         crash_point(f"effect:{key}:recorded")
         await self._mirror(committed, step)
-        return json.loads(result_json)
+        return canonical.read_back(json.loads(result_json), result_json)
 
     async def _protected(self, body: P, encoded: Mapping[str, bytes] | None = None) -> P:
         """``body`` as the run records it, protected once for the run and the key alike (the same

@@ -55,7 +55,7 @@ from runledger.protect.capture import (
     is_placeholder,
 )
 from runledger.record import canonical
-from runledger.record.canonical import as_recorded, digest, jsonable
+from runledger.record.canonical import as_recorded, digest, jsonable, read_back
 from runledger.record.events import (
     ApprovalRequested,
     ChildCompleted,
@@ -401,7 +401,7 @@ class RecordedRun(EffectStep):
         # The whole response as a replay rebuilds it from the record (key order, integral floats, nested
         # framework objects): one rule for every path back to the agent (record/canonical.as_recorded).
         response_type = getattr(self._spec.model, "response_type", ModelResponse)
-        return response_from_record({**json.loads(response_json), "usage": usage.model_dump()}, response_type)
+        return response_from_record({**read_back(json.loads(response_json), response_json), "usage": usage.model_dump()}, response_type)
 
     # -- tools ---------------------------------------------------------------------------------------
 
@@ -518,7 +518,7 @@ class RecordedRun(EffectStep):
         self._after_step(step)
         if info is not None:
             raise ToolFailedError(name, step, info.type, info.message, retryable=info.retryable) from failure
-        return json.loads(output_json)  # as_recorded(output): the value a replay returns
+        return read_back(json.loads(output_json), output_json)  # as_recorded(output): the value a replay returns
 
     # -- effects: runledger.sdk.effect_step (EffectStep, this class's base) --------------------------
 

@@ -77,7 +77,7 @@ from runledger.log.subjects import (
 from runledger.protect.blobs import MEDIA_JSON, BlobStore, is_blob_ref
 from runledger.protect.capture import PayloadOpener, is_placeholder, is_sealed_text, missing_key_reason
 from runledger.protect.keystore import ALG, RunKeys, run_kid
-from runledger.record.canonical import canonical_json
+from runledger.record.canonical import canonical_json, read_back
 from runledger.record.events import JournalSnapshotted, decode_fast
 from runledger.record.fold import Checkpoint, StepRecord, apply
 from runledger.record.records import RawRecord, Recorded
@@ -261,9 +261,10 @@ def _parsed(data: bytes) -> Any:
     """The JSON value of ``data``: pydantic-core's parser (twice as fast as ``json.loads``), and
     ``json.loads`` for what it refuses that the standard library reads (escaped lone surrogates)."""
     try:
-        return from_json(data)
+        value = from_json(data)
     except ValueError:
-        return json.loads(data)
+        value = json.loads(data)
+    return read_back(value, data)
 
 
 @dataclass

@@ -50,6 +50,7 @@ from runledger.errors import (
 )
 from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.protect.capture import PayloadOpener
+from runledger.record.canonical import as_recorded as canonical_as_recorded
 from runledger.record.canonical import canonical_json, digest, jsonable
 from runledger.record.events import Event, Payload, Usage
 from runledger.record.failures import decision_step
@@ -313,7 +314,7 @@ class ReplayRun(RecordedRun):
                                   kind="model") from exc  # fmt: skip
         recorded = jsonable(response.model_dump(exclude={"input_tokens", "output_tokens"}))
         usage = Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens)
-        as_recorded = json.loads(canonical_json(recorded, self._cp.chain_format))
+        as_recorded = canonical_as_recorded(recorded, self._cp.chain_format)
         response_type = getattr(adapter, "response_type", getattr(self._spec.model, "response_type", ModelResponse))
         return response_from_record({**as_recorded, "usage": usage.model_dump()}, response_type)
 

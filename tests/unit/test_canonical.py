@@ -17,6 +17,7 @@ from runledger.record.canonical import (
     digest,
     es6_number,
     jcs,
+    read_back,
     recorded_chain_format,
 )
 
@@ -99,6 +100,25 @@ def test_what_an_agent_receives_live_is_what_the_record_returns() -> None:
     assert as_recorded({"x": 1.0, "y": 0.5}, 2) == {"x": 1, "y": 0.5}
     assert type(as_recorded({"x": 1.0}, 2)["x"]) is int
     assert type(as_recorded({"x": 1.0})["x"]) is float
+
+
+def test_a_double_written_as_digits_beyond_64_bits_reads_back_a_double() -> None:
+    # JCS writes -9.223372036854776e18 as -9223372036854776000: an integer no 64-bit field holds
+    # (LangGraph's msgpack refused the reply live). Read back, it is the double again, on every path.
+    doubles = [-9.223372036854776e18, 2e19, -1e20, 9.999999999999999e20]
+    assert jcs(doubles) == b"[-9223372036854776000,20000000000000000000,-100000000000000000000,999999999999999900000]"
+    back = as_recorded({"x": doubles}, 2)["x"]
+    assert back == doubles and [type(v) for v in back] == [float] * 4
+    raw = jcs({"x": doubles})
+    assert read_back(json.loads(raw), raw.decode()) == {"x": doubles}
+    # Integers keep their type: within 64 bits, or digits no double has (2**64, exact), or 1e21 and beyond
+    # (a double is written with an exponent there). Only the round integer a double shares reads as it.
+    ints = [2**63, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1, 2**80, 10**21, 1234567890123456789]
+    assert all(type(v) is int for v in as_recorded(ints, 2)) and as_recorded(ints, 2) == ints
+    assert as_recorded([10**19, 2 * 10**19], 2) == [10**19, 2e19]
+    # Each is read from the digits alone: the same value by the slow path and in a long string.
+    assert read_back(["1" * 25, 2 * 10**19], b'["1111111111111111111111111",20000000000000000000]') == ["1" * 25, 2e19]
+    assert jcs(as_recorded({"x": doubles}, 2)) == raw  # reading back never changes the record's bytes
 
 
 def c_encoder(value: object) -> bytes:

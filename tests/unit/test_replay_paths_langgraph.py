@@ -78,7 +78,9 @@ HOSTILE = {
         "tool_calls": [{"name": "probe", "args": {"tag": "a1", "n": 1, "usd": 210.0}, "id": "call-1"}],
         "response_metadata": {"z": 1.0, "finish_reason": "tool_calls"}, "additional_kwargs": {"y": [1.5, 2.0]},
     },
-    "final": {"content": "done", "id": "ai-2", "response_metadata": {"b": 2, "a": 1.0}},
+    # Doubles JCS writes as digits beyond 64 bits: read back as integers, msgpack refused them live.
+    "final": {"content": "done", "id": "ai-2", "response_metadata": {"b": 2, "a": 1.0},
+              "additional_kwargs": {"low": -9.223372036854776e18, "high": 2e19}},
     "result": {"usd": 210.0, "cents": [21000, 0.5], "a": {}},
     "effect": {"paid": 30.0, "ok": True},
     # Names in code point order that RFC 8785 sorts the other way (by UTF-16 code units).

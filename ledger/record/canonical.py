@@ -290,7 +290,7 @@ def _doubles(value: Any) -> Any:
         return {k: _doubles(v) for k, v in value.items()}
     if kind is list:
         return [_doubles(v) for v in value]
-    if kind is int and not _MIN_NATIVE_INT <= value < _MAX_NATIVE_INT and -_ES6_DIGITS_BELOW < value < _ES6_DIGITS_BELOW:
+    if kind is int and not _MIN_NATIVE_INT <= value < _MAX_NATIVE_INT and abs(value) < _ES6_DIGITS_BELOW:
         double = float(value)  # the nearest double: JCS wrote its shortest digits, padded with zeros
         if es6_number(double) == str(value):
             return double

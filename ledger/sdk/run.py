@@ -401,7 +401,8 @@ class RecordedRun(EffectStep):
         # The whole response as a replay rebuilds it from the record (key order, integral floats, nested
         # framework objects): one rule for every path back to the agent (record/canonical.as_recorded).
         response_type = getattr(self._spec.model, "response_type", ModelResponse)
-        return response_from_record({**read_back(json.loads(response_json), response_json), "usage": usage.model_dump()}, response_type)
+        recorded = read_back(json.loads(response_json), response_json)
+        return response_from_record({**recorded, "usage": usage.model_dump()}, response_type)
 
     # -- tools ---------------------------------------------------------------------------------------
 

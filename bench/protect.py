@@ -215,6 +215,7 @@ ADVERSARIAL: dict[str, list[tuple[str, Callable[[int], str]]]] = {
         ('`password: ""\\n`', _fill('password: ""\n')),
         ("`max_tokens: 1\\n` (not a secret)", _fill("max_tokens: 1\n")),
         ("`password: ` + 1,000 blanks", _fill("password: " + " " * 1000 + "\n")),
+        ("`password: a,b;c ` (separators inside a value)", _fill("password: a,b;c ")),
     ],
     "card_number": [
         ("`4111 ` (digit groups)", _fill("4111 ")),
@@ -258,6 +259,12 @@ DENSE: dict[str, tuple[str, Callable[[int], str]]] = {
         _random(lambda r: " ".join(f"{r.randrange(4000, 7000)}" for _ in range(4)) + " "),
     ),
     "credential": ("`pwd=<distinct>\\n`", _random(lambda r: f"pwd={r.getrandbits(40):x}\n")),
+    # Values each ended by a list separator on one long line: each value's end is found without
+    # reading to the end of the line (the form a quadratic list rule would show).
+    "credential (list)": (
+        "`pwd=<distinct>, ` and `pwd=<distinct>,k=1 ` on one line",
+        _random(lambda r: f"pwd={r.getrandbits(40):x}, pwd=x{r.getrandbits(40):x},k=1 "),
+    ),
     "jwt": (
         "distinct JWTs",
         _random(lambda r: f"eyJ{r.getrandbits(64):x}.eyJ{r.getrandbits(64):x}.{r.getrandbits(64):x} "),

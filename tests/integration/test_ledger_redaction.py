@@ -284,7 +284,7 @@ async def test_a_secret_resolver_given_in_code(client: LedgerClient) -> None:
 PASSPHRASES = {
     "words": "quixotic zebrafish marzipan lantern",
     "symbols": "Vortex#9 plinth&quasar !jubilee",
-    "mixed": "nebula-otter 44 tamarind; aubergine",
+    "mixed": "nebula-otter 44 tamarind;aubergine",  # (after `; ` the next words are a list's next item)
 }
 
 

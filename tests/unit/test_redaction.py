@@ -72,7 +72,8 @@ SECRETS = [
     ),
     ("url_password", "postgres://admin:hunter2pw@db.internal:5432/app", "hunter2pw"),
     # A credential's value goes whole, and no more: to the end of its quoted string, of its query parameter,
-    # or, unquoted, over words to the end of the line, of a sentence, or of a password-shaped word before prose.
+    # or, unquoted, over words to the end of the line, of a sentence or list item (its punctuation kept), or of a
+    # password-shaped word before prose.
     (
         "credential",
         'config: {"password": "correct horse battery staple", "user": "ann"}',
@@ -82,7 +83,10 @@ SECRETS = [
     ("credential", "pwd=Tr0ub4dor&3\nnext line", "Tr0ub4dor&3"),
     ("credential", "login with password=Tr0ub4dor&3 ok", "Tr0ub4dor&3"),
     ("credential", "pwd=Tr0ub4dor&3 next", "Tr0ub4dor&3"),
-    ("credential", "passphrase=lima-bravo nine! ok", "lima-bravo nine!"),
+    ("credential", "passphrase=lima-bravo nine! ok", "lima-bravo nine"),
+    ("credential", "password: hunter2.", "hunter2"),
+    ("credential", "pwd=abc123, user=alice, role=admin", "abc123"),
+    ("credential", "pwd=abc123;user=alice;role=admin", "abc123"),
     ("credential", "https://x/login?user=ann&passwd=correct+horse&next=/home", "correct+horse"),
     (
         "credential",

@@ -8,6 +8,7 @@ redacted text must be the text before, the token, and the text after, byte for b
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
 
@@ -71,14 +72,18 @@ class Planted:
 
 UNQUOTED = ("line", "comment", "end")
 PLANTED = [
-    # Unquoted credentials: to the end of the line, before a comment, or before prose that follows a
-    # password-shaped word (a letter and a digit) or the end of a sentence.
+    # Unquoted credentials: to the end of the line, before a comment, before a list separator, or before
+    # prose that follows a password-shaped word (a letter and a digit) or the end of a sentence; the
+    # sentence's punctuation and the list's separator stay.
     Planted("credential", "pwd=", "Tr0ub4dor&3", boundaries=(*UNQUOTED, "prose")),
-    Planted("credential", "passphrase=", "lima-bravo nine!", boundaries=(*UNQUOTED, "prose")),
+    Planted("credential", "passphrase=", "lima-bravo nine", "!", boundaries=(*UNQUOTED, "prose")),
     Planted("credential", "password: ", "correct horse battery staple", boundaries=UNQUOTED),
-    Planted("credential", "password: ", "correct horse battery staple.", boundaries=(*UNQUOTED, "prose")),
+    Planted("credential", "password: ", "correct horse battery staple", ".", boundaries=(*UNQUOTED, "prose")),
+    Planted("credential", "password: ", "hunter2", ".", boundaries=(*UNQUOTED, "prose")),
     Planted("credential", "PASSWORD = ", "Tr0ub4dor&3 p@ss w0rd!#$%^*()_+{}|:<>?~", boundaries=(*UNQUOTED, "prose")),
-    Planted("credential", "X-Auth-Token: ", "nebula-otter 44 tamarind; aubergine", boundaries=UNQUOTED),
+    Planted("credential", "X-Auth-Token: ", "nebula-otter 44 tamarind", "; aubergine", boundaries=UNQUOTED),
+    Planted("credential", "pwd=", "abc123", ", user=alice, role=admin", boundaries=("any",)),
+    Planted("credential", "pwd=", "abc123", ",user=alice,role=admin", boundaries=("any",)),
     Planted("credential", "client_secret=", "Vortex#9 plinth&quasar !jubilee", boundaries=UNQUOTED),
     Planted("credential", "Authorization: Digest ", "username=ann, response=6629fae4", boundaries=("line", "end")),
     # Quoted, escaped, in a query.
@@ -156,10 +161,20 @@ def _has_letter_and_digit(word: str) -> bool:
     return any(c in LETTERS for c in word) and any(c in DIGITS for c in word)
 
 
+# A list separator inside a word: before a ``name=`` or ``name:`` (the end of a list item).
+_GLUED_SEPARATOR = re.compile(r"[,;][A-Za-z_][A-Za-z0-9_.-]*[=:]")
+
+
+def _one_word_of_a_value(word: str) -> bool:
+    """Neither a list separator nor sentence punctuation at its end, nor a separator before a name in it:
+    the word does not end its value there."""
+    return not word.endswith((",", ";", ".", "!", "?")) and _GLUED_SEPARATOR.search(word) is None
+
+
 # A password-shaped word: a letter and a digit in it (12 characters at most: no card number). Not ``>``
 # first: after ``=``, ``=>`` is the separator.
 PASSWORD_WORDS = st.text(LETTERS + DIGITS + SYMBOLS, min_size=2, max_size=12).filter(
-    lambda w: _has_letter_and_digit(w) and not w.startswith(">")
+    lambda w: _has_letter_and_digit(w) and not w.startswith(">") and _one_word_of_a_value(w)
 )
 # A word with a symbol between its letters: no prose word, and no password-shaped one either.
 SYMBOL_WORDS = st.tuples(WORDS, st.sampled_from("@&#$*+=~^|"), WORDS).map("".join)
@@ -194,10 +209,53 @@ def test_a_password_ends_with_its_last_password_shaped_word_before_prose(
 def test_a_passphrase_of_words_goes_to_the_end_of_its_line_or_sentence(
     before: str, name: str, words: list[str], stop: str, data: st.DataObject
 ) -> None:
-    secret = " ".join(words) + stop
+    secret = " ".join(words)
     boundaries = ["line", "comment", "end"] + (["prose"] if stop else [])
     after = data.draw(st.sampled_from(boundaries).flatmap(_after), label="after")
-    _redacts_exactly(Planted("credential", name, secret), before, after)
+    _redacts_exactly(Planted("credential", name, secret, stop), before, after)
+
+
+# What follows a value in a list: the separator, then the next item (with a blank or a line end
+# between them, any item: ``name=value``, ``name: value`` or words; glued to it, a ``name=``); and
+# after the list, any boundary of a value.
+NAMED_ITEMS = st.tuples(WORDS, st.sampled_from(["=", ":", ": ", " = "]), WORDS).map("".join)
+LIST_ITEMS = st.one_of(
+    st.tuples(st.sampled_from([", ", "; ", ",\t", ",  ", ",\n", ";\r\n"]), NAMED_ITEMS | PROSE.map(str.strip)),
+    st.tuples(st.sampled_from([",", ";"]), NAMED_ITEMS),
+).map("".join)
+# A value of any shape that ends only where the list does: one word, a passphrase of plain words, or
+# words with symbols and digits (no password-shaped word before a prose word).
+LIST_VALUES = st.one_of(
+    PASSWORD_WORDS,
+    SYMBOL_WORDS,
+    st.lists(WORDS, min_size=1, max_size=4).map(" ".join),
+    st.lists(SYMBOL_WORDS | PASSWORD_WORDS, min_size=2, max_size=3).map(" ".join),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=PREFIX,
+    name=NAMES,
+    value=LIST_VALUES,
+    items=st.lists(LIST_ITEMS, min_size=1, max_size=4).map("".join),
+    stop=st.sampled_from(["", ".", "!", "?"]),
+    data=st.data(),
+)
+def test_a_value_in_a_list_ends_at_its_separator_and_the_list_survives(
+    before: str, name: str, value: str, items: str, stop: str, data: st.DataObject
+) -> None:
+    """``pwd=abc123, user=alice, role=admin``: the value goes, the separator and every item after it
+    stay, whatever the value's shape; so does the punctuation that ends the sentence."""
+    after = data.draw(st.sampled_from(["line", "comment", "end"]).flatmap(_after), label="after")
+    _redacts_exactly(Planted("credential", name, value, items + stop), before, after)
+
+
+def test_a_separator_inside_a_word_is_part_of_the_value() -> None:
+    """A ``,`` or ``;`` between characters of one word, no ``name=`` after it, is the value's own."""
+    r = Redactor(KEY)
+    assert r.redact_text("pwd=a1,b2;c3 next") == f"pwd={r.token('credential', 'a1,b2;c3')} next"
+    assert r.redact_text("password: ???") == f"password: {r.token('credential', '???')}"
 
 
 # -- the cases of the issue, and the limits the docs state ----------------------------------------------------
@@ -206,10 +264,21 @@ def test_a_passphrase_of_words_goes_to_the_end_of_its_line_or_sentence(
 def test_the_word_after_a_password_and_after_a_passphrase_is_kept() -> None:
     r = Redactor(KEY)
     assert r.redact_text("pwd=Tr0ub4dor&3 next") == f"pwd={r.token('credential', 'Tr0ub4dor&3')} next"
-    token = r.token("credential", "lima-bravo nine!")
-    assert r.redact_text("passphrase=lima-bravo nine! ok") == f"passphrase={token} ok"
+    token = r.token("credential", "lima-bravo nine")
+    assert r.redact_text("passphrase=lima-bravo nine! ok") == f"passphrase={token}! ok"
     out = r.redact_text("login with password=Tr0ub4dor&3 ok, then passphrase=lima-bravo nine! ok")
-    assert out == f"login with password={r.token('credential', 'Tr0ub4dor&3')} ok, then passphrase={token} ok"
+    assert out == f"login with password={r.token('credential', 'Tr0ub4dor&3')} ok, then passphrase={token}! ok"
+
+
+def test_the_list_after_a_password_and_the_period_after_it_are_kept() -> None:
+    """The cases of the issue: the neighbours in a list and the sentence's period stay."""
+    r = Redactor(KEY)
+    token = r.token("credential", "abc123")
+    assert r.redact_text("pwd=abc123, user=alice, role=admin") == f"pwd={token}, user=alice, role=admin"
+    assert r.redact_text("pwd=abc123;user=alice") == f"pwd={token};user=alice"
+    assert r.redact_text("password: hunter2.") == f"password: {r.token('credential', 'hunter2')}."
+    out = r.redact_text("Use password: correct horse battery staple. Then log in.")
+    assert out == f"Use password: {r.token('credential', 'correct horse battery staple')}. Then log in."
 
 
 def test_the_boundary_cannot_know_what_prose_looks_like_a_passphrase_and_takes_the_safe_side() -> None:
@@ -222,3 +291,48 @@ def test_the_boundary_cannot_know_what_prose_looks_like_a_passphrase_and_takes_t
     # A placed token is no password-shaped word: the words around it stay one value.
     out = r.redact_text("password: correct sk-proj-Abcdefghij0123456789KLMNOPqrstuv horse battery")
     assert not re.search(r"correct|horse|battery", out)
+
+
+# -- ids are not card numbers -----------------------------------------------------------------------------------
+
+
+def _digit_heavy_uuids(seed: int, n: int = 40) -> list[str]:
+    """``n`` hex strings of 32: random UUIDs, and UUIDs with most of their hex letters turned into digits
+    (a random UUID holds a Luhn-valid run of 13-19 digits next to a hex letter about one time in 150)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        density = rng.choice([0.625, 0.85, 0.95])  # 10/16: uniform hex
+        out.append(
+            "".join(rng.choice("0123456789") if rng.random() < density else rng.choice("abcdef") for _ in range(32))
+        )
+    return out
+
+
+def _uuid_forms(hex32: str) -> list[str]:
+    dashed = f"{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
+    return [dashed, dashed.upper(), "{" + dashed + "}", hex32, f"urn:uuid:{dashed}"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    lead=st.sampled_from(["id ", "order ", "", "(", '"']),
+    tail=st.sampled_from(["", " ok", ".", ")"]),
+)
+def test_no_fragment_of_a_uuid_is_taken_for_a_card_number(seed: int, lead: str, tail: str) -> None:
+    r = Redactor(KEY)
+    for hex32 in _digit_heavy_uuids(seed):
+        for form in _uuid_forms(hex32):
+            text = f"{lead}{form}{tail}"
+            assert "card_number" not in r.redact_text(text), text
+
+
+def test_the_uuid_fragments_the_card_detector_took_are_left_alone_and_cards_still_go() -> None:
+    """Luhn-valid runs of 13-19 digits that end at a hex letter inside a UUID (found by the former
+    pattern) stay; a card number next to prose, punctuation or a dash-less separator still goes."""
+    r = Redactor(KEY)
+    for uuid in ("40795395-7434-3c22-f500-029621903571", "65372033-1426-174c-2051-92d126188b1d"):
+        assert r.redact_text(f"id {uuid} ok") == f"id {uuid} ok"
+    for text in ("card 4111111111111111.", "card:4111-1111-1111-1111", "(4111 1111 1111 1111)", "n=4111111111111111;"):
+        assert "«redacted:card_number:" in r.redact_text(text), text

@@ -193,13 +193,24 @@ _PROSE_NEXT = r"(?=[ \t]++[(\[\"']?+[^\W\d_]++[)\]\"'.,;:!?]*+(?![^ \t\n\r\x00\u
 # mostly the first character.
 _PASSWORD_WORD = rf"(?=[^0-9 \t\n\r\x00\uffff«»]*+[0-9])(?=[^\W\d_]|{_W}*?[^\W\d_]){_W}++{_PROSE_NEXT}"
 _FIRST_WORD_END = re.compile(_PASSWORD_WORD)  # the value's first word, which no blank precedes
+# What follows a list separator (``,`` or ``;``) that ends a value: a blank, the end of the line or of
+# the text (``pwd=abc123, user=alice``), or the next ``name=`` / ``name:`` glued to it
+# (``pwd=abc123,user=alice``). The name read is bounded and stops at the next separator: no
+# character is read twice.
+_LIST_NEXT = r"(?=[ \t\n\r\x00\uffff]|\Z|[A-Za-z_][A-Za-z0-9_.-]{0,63}+[ \t]{0,16}+[=:])"
+_LIST_SEP = re.compile(rf"[,;]{_LIST_NEXT}")
+# Sentence punctuation stuck to a value's last word: it ends the sentence, not the value.
+_SENTENCE_STOP = ".!?"
 # Every end but the first word's, each at one of the characters of the leading class: CPython's
 # engine skips to those in C when a pattern starts with a class (not with an alternation or a
 # look-around: 2.5x slower on a line of prose). A match of one character other than ``.!?`` is an end
 # before it: the first blank before a comment (``   # from the vault``), the end of the line.
+# (A list separator in the same pattern, not searched for apart: a value ended by each ``, `` of a
+# 1 MiB line, each then scanned to the line's end, made the scan quadratic, 120 s for 256 KiB.)
 _VALUE_END = re.compile(
-    r"[ \t.!?\n\r\x00\uffff]"
-    rf"(?:(?<=[ \t]){_PASSWORD_WORD}"  # a password-shaped word later in the value, before prose
+    r"[ \t.!?,;\n\r\x00\uffff]"
+    rf"(?:(?<=[,;]){_LIST_NEXT}"  # a list separator: ``pwd=abc123, user=alice``
+    rf"|(?<=[ \t]){_PASSWORD_WORD}"  # a password-shaped word later in the value, before prose
     rf"|(?<=[.!?]){_PROSE_NEXT}"  # the end of a sentence, before prose: ``nine! ok``
     r"|(?<=[ \t])(?<![ \t]{2})(?=[ \t]*+#(?![^ \t\n\r\x00\uffff]))"  # blanks, then a ``#`` alone
     r"|(?<=[\n\r\x00\uffff]))"  # the end of the line
@@ -216,39 +227,52 @@ def _unquoted_end(text: str, start: int) -> int:
     """Where an unquoted value that starts at ``start`` ends: over blank-separated words, up to the
     first of
 
+    - a list separator (``,`` or ``;``) before a blank, the end of the line or a ``name=``: the value
+      ends before it (``pwd=abc123, user=alice, role=admin``: ``, user=alice, role=admin`` is kept);
     - a password-shaped word (a letter and a digit in it) followed by a prose word: the value ends
       with that word (``pwd=Tr0ub4dor&3 next``: ``next`` is kept);
-    - a word ending in ``.``, ``!`` or ``?`` followed by a prose word: the value ends with that
-      punctuation (``passphrase=lima-bravo nine! ok``: ``ok`` is kept);
+    - a word ending in ``.``, ``!`` or ``?`` followed by a prose word (``passphrase=lima-bravo nine!
+      ok``: ``! ok`` is kept);
     - a ``#`` alone after blanks (a comment: ``password: a b c   # from the vault``);
-    - the end of the line (or of the text), blanks before it left out.
+    - the end of the line (or of the text), blanks before it left out;
+
+    and sentence punctuation stuck to the value's last word (``.``, ``!``, ``?``) is the sentence's,
+    not the value's (``password: hunter2.`` keeps its period), unless the value is nothing else.
 
     A value of plain words (``correct horse battery staple``), or of words with symbols and no
     password-shaped word before a prose word (``Vortex#9 plinth&quasar !jubilee``), goes to the end
-    of its line, sentence or comment. Nothing in the text says where an unquoted passphrase ends, so
-    the rule guesses, on the safe side where it can: prose after plain words goes with them, and
-    punctuation stuck to the last word goes with it. Where it cuts, it may cut a passphrase short: one
-    that goes on in prose words after a password-shaped word (``hunter2 rosebud``), after a sentence
-    end (``correct horse! battery``) or after a ``#`` alone leaves those words in the record (the
-    docs say so, and say to quote such a value or pass it as a ``secret://`` reference).
+    of its line, sentence, list item or comment. Nothing in the text says where an unquoted passphrase
+    ends, so the rule guesses, on the safe side where it can: prose after plain words goes with them.
+    Where it cuts, it may cut a passphrase short: one that goes on in prose words after a
+    password-shaped word (``hunter2 rosebud``), after a sentence end (``correct horse! battery``),
+    after a list separator (``tamarind; aubergine``) or after a ``#`` alone leaves those words in the
+    record, and a password that ends in ``.``, ``!`` or ``?`` leaves that character (the docs say so,
+    and say to quote such a value or pass it as a ``secret://`` reference).
     Rejected: the first blank (most of a passphrase was stored); the end of the line (what the
-    agent wrote after a password on its line was lost: ``pwd=Tr0ub4dor&3 next``); one word for
-    some names and the line for others (``pwd=``, ``X-Auth-Token:`` hold passphrases too, and
-    ``passphrase=`` one word: the name says nothing of the value's shape).
+    agent wrote after a password on its line was lost: ``pwd=Tr0ub4dor&3 next``, ``pwd=abc123,
+    user=alice``); one word for some names and the line for others (``pwd=``, ``X-Auth-Token:`` hold
+    passphrases too, and ``passphrase=`` one word: the name says nothing of the value's shape).
 
     Linear: a word is read a few times at most (the password-word test starts only at a blank, the
-    comment test only at the first blank of a run)."""
-    m = _FIRST_WORD_END.match(text, start)
-    if m is not None:
-        return m.end()
-    m = _VALUE_END.search(text, start)
+    comment test only at the first blank of a run, the list separator test once over the value)."""
+    m = _FIRST_WORD_END.match(text, start) or _VALUE_END.search(text, start)
     if m is None:
         end = len(text)
+    elif m.end() - m.start() == 1:  # a list separator, a blank before a comment, a line end: before it
+        end = m.end() if text[m.start()] in ".!?" else m.start()
     else:
+        # A password-shaped word before prose. A list separator at its end or inside it, before a name,
+        # ends the value first (``pwd=a1, next``, ``pwd=a1,user=ann next``): the search reads the one
+        # word (``endpos``: a separator at its end sees ``\Z``).
         end = m.end()
-        if end - m.start() == 1 and text[m.start()] not in ".!?":
-            end -= 1  # a blank before a comment, or a line end: the value ends before it
-    return start + len(text[start:end].rstrip(" \t"))
+        sep = _LIST_SEP.search(text, m.start(), end)
+        if sep is not None:
+            end = sep.start()
+    value = text[start:end].rstrip(" \t")
+    kept = value.rstrip(_SENTENCE_STOP)
+    if kept.strip(" \t"):  # (a value of punctuation only stays whole)
+        value = kept
+    return start + len(value.rstrip(" \t"))
 
 
 def _credential_extent(text: str, m: re.Match[str]) -> tuple[int, int] | None:
@@ -425,9 +449,13 @@ DETECTORS: tuple[Detector, ...] = (
         extent=_credential_extent,
     ),
     # 13-19 digits (optionally grouped by spaces or dashes) starting like a card network, Luhn-checked.
+    # Neither glued to a hex digit or a dash on either side: a run of digits inside a UUID or a hex
+    # digest (``40795395-7434-3c22-...``: 13 digits up to the ``c``, Luhn-valid one time in ten) is
+    # part of an id, never a card number. Every fragment of a UUID touches a dash or a hex digit at one
+    # end at least, and a whole one is 32 digits or letters, too long for a card.
     _d(
         "card_number",
-        r"[3456](?<![\d-][3456])\d{3}(?:[ -]?\d){9,15}(?![\d-])",
+        r"[3456](?<![0-9A-Fa-f-][3456])\d{3}(?:[ -]?\d){9,15}(?![0-9A-Fa-f-])",
         valid=card_ok,
         valid_all=_cards_ok,
         gate=r"[3456]\d{3}",

@@ -33,7 +33,7 @@ the layers the table in docs/architecture.md ("Packages and layers") lets it
     ui ──▶ core, projections, sandbox
     examples ──▶ anything
 
-The first seven layers are the core, each on the ones before it (``errors`` holds ``extras`` too);
+The first seven layers are the core, each on the ones before it (``errors`` holds ``extras`` and ``cpu`` too);
 ``testing`` lives in the core's folder (``ledger/testing``) but sits beside ``projections`` and
 ``integrations``, which import nothing of each other.
 

@@ -14,7 +14,9 @@ request names no key (the branch computes it from the tool's key function); mode
 parameters go through the branch's allowlist; every value and error text sent back is
 scrubbed of the secrets the re-run resolved; every read and every write has a deadline
 (``SandboxPolicy.io_timeout_s`` for a write, the re-run's wall-clock limit for all); the
-re-run's caps on events, bytes and blobs are checked before each request. A guest that
+re-run's caps on events, bytes and blobs are checked before each request, and its host CPU
+(``runledger.cpu``: this broker's own steps, the tasks and worker threads it starts) before each
+request and after each step, against a budget per request and one per re-run. A guest that
 breaks any of it fails its branch (``SandboxViolationError``, reason ``sandbox``), never the
 host process.
 """
@@ -25,6 +27,7 @@ import asyncio
 import time
 from typing import Any
 
+from runledger.cpu import CpuMeter, metered
 from runledger.errors import ApprovalDeniedError, ChildFailedError, EffectFailedError, ToolFailedError
 from runledger.sandbox.channel import MAX_VALUES, check_request, encode, read_message
 from runledger.sandbox.containers import SandboxPolicy
@@ -51,6 +54,7 @@ class Broker:
         self.deadline = deadline
         self.policy = policy or SandboxPolicy()
         self.requests = 0
+        self.meter = CpuMeter()  # the host CPU spent for this guest (runledger.cpu)
 
     async def _read(self) -> dict[str, Any] | None:
         remaining = self.deadline - time.monotonic()
@@ -95,9 +99,34 @@ class Broker:
         await self._send({"id": ident, "ok": self.start})
 
     async def serve(self, run: Any, hello: dict[str, Any] | None) -> Any:
-        """Answer the guest until it reports its outcome; return the agent's output."""
+        """Answer the guest until it reports its outcome; return the agent's output. Every step of
+        it, and of the tasks and worker threads it starts, is charged to ``meter``."""
+        return await metered(self._serve(run, hello), self.meter)
+
+    def check_cpu(self, before: float, op: str) -> None:
+        """Raise SandboxViolationError when the request in hand (which started at ``before`` on the
+        meter) or the re-run so far has cost the host more CPU than the policy allows. Called after
+        a request is read and after its step, never inside a step: a budget never cuts an effect
+        between claim and act (so one request may overrun by its own cost, which the message
+        limits bound)."""
+        used, p = self.meter.used, self.policy
+        if used - before > p.max_request_cpu_s:
+            raise SandboxViolationError(
+                f"request {self.requests} ({op}) cost the host {used - before:.2f}s of CPU, over the budget of "
+                f"{p.max_request_cpu_s:g}s a request (SandboxPolicy.max_request_cpu_s): the sandboxed agent makes "
+                "the host work too hard; raise it if this re-run's requests really need more"
+            )
+        if used > p.max_host_cpu_s:
+            raise SandboxViolationError(
+                f"the re-run cost the host {used:.2f}s of CPU in {self.requests} requests, over its budget of "
+                f"{p.max_host_cpu_s:g}s (SandboxPolicy.max_host_cpu_s): the sandboxed agent makes the host work "
+                "too hard; raise it if this re-run really needs more"
+            )
+
+    async def _serve(self, run: Any, hello: dict[str, Any] | None) -> Any:
         await self.greet(hello)
         while True:
+            before = self.meter.used
             message = await self._read()
             if message is None:
                 raise SandboxViolationError("the sandboxed agent exited without reporting an outcome")
@@ -111,18 +140,19 @@ class Broker:
                 raise AgentFailedError(message["error"])
             if op == "hello":
                 raise SandboxViolationError("malformed channel message: a second hello")
+            self.check_cpu(before, op)  # its parse, and the re-run so far
             check_limits = getattr(run, "check_limits", None)
             if check_limits is not None:
                 check_limits()  # before the step starts: a cap never cuts an effect between claim and act
             self.requests += 1
             try:
-                result = await self._dispatch(run, op, message)
+                reply = {"id": ident, "ok": _scrub(run, await self._dispatch(run, op, message))}
             except FORWARDED as exc:
                 fields = {k: v for k, v in vars(exc).items() if isinstance(v, str | int | float | bool | None)}
                 error = {"type": type(exc).__name__, "message": str(exc), "fields": fields}
-                await self._send({"id": ident, "error": _scrub(run, error)})
-                continue
-            await self._send({"id": ident, "ok": _scrub(run, result)})
+                reply = {"id": ident, "error": _scrub(run, error)}
+            self.check_cpu(before, op)  # the step done (recorded), its reply not sent
+            await self._send(reply)
 
     async def _dispatch(self, run: Any, op: str, m: dict[str, Any]) -> Any:
         # The fields and their types were checked by check_request (runledger.sandbox.channel.FIELDS).

@@ -422,9 +422,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     signalled, finished = threading.Event(), threading.Event()
 
     async def serve() -> int:
-        policy = SandboxPolicy(image=args.image or current_image(docker), timeout_s=args.timeout)
+        policy = SandboxPolicy(image=args.image or current_image(docker), timeout_s=args.timeout,
+                               max_host_cpu_s=args.host_cpu, max_request_cpu_s=args.request_cpu)  # fmt: skip
         client = await connect(nats_url(args))
         print(f"worker: serving re-runs from {client.url} with {policy.image} (time limit {policy.timeout_s:g}s, "
+              f"host CPU {policy.max_host_cpu_s:g}s a re-run and {policy.max_request_cpu_s:g}s a request, "
               f"{args.max_attempts} attempts a request)", flush=True)  # fmt: skip
         # SIGTERM (docker stop, compose down) and Ctrl-C: take no new request, give the re-runs in
         # hand --drain seconds, then interrupt them (left for redelivery) and remove the sandboxes.
@@ -585,6 +587,15 @@ def _add_worker(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout", type=float, default=60.0,
         help="wall-clock limit of each re-run (s); a request asking for more is capped at it",
+    )  # fmt: skip
+    p.add_argument(
+        "--host-cpu", type=float, default=SandboxPolicy.max_host_cpu_s, metavar="SECONDS",
+        help="host CPU the broker may spend for one re-run's guest (parsing, checks, recording, host tools); "
+        "past it the branch fails with the reason",
+    )  # fmt: skip
+    p.add_argument(
+        "--request-cpu", type=float, default=SandboxPolicy.max_request_cpu_s, metavar="SECONDS",
+        help="host CPU the broker may spend for one request of a guest; past it the branch fails",
     )  # fmt: skip
     p.add_argument(
         "--max-attempts", type=int, default=3,

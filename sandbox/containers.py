@@ -62,6 +62,9 @@ class SandboxPolicy:
     ``io_timeout_s`` bounds every write to the guest (a guest that stops reading its replies
     fails its branch); ``max_events``, ``max_bytes`` and ``max_blobs`` cap what one re-run
     records (events of the branch, their bytes with blob bodies, payloads stored as blobs);
+    ``max_host_cpu_s`` and ``max_request_cpu_s`` bound the host CPU the broker spends for the
+    guest (in all, and on one request: parsing, checks, recording, the host's tools and model
+    client; ``runledger.cpu`` says what is counted), checked between requests;
     ``max_tokens`` caps a live model call's ``max_tokens``; ``secrets`` are the names a re-run
     may resolve (``secret://NAME``) for a tool that declares them (default: ``$RUNLEDGER_RERUN_SECRETS``,
     comma-separated; none when unset)."""
@@ -77,6 +80,8 @@ class SandboxPolicy:
     max_events: int = 10_000
     max_bytes: int = 256 * 1024 * 1024
     max_blobs: int = 1_000
+    max_host_cpu_s: float = 10.0
+    max_request_cpu_s: float = 5.0
     max_tokens: int = 4_096
     secrets: frozenset[str] = field(default_factory=_operator_secrets)
 

@@ -104,6 +104,7 @@ class RerunResult(RunResult):
     changed_to: Any = None
     warm: bool = False
     requests: int = 0
+    host_cpu_s: float = 0.0  # the host CPU the broker spent for the guest (runledger.cpu)
     time_limit_s: float | None = None  # the wall-clock limit the re-run ran under
     requested_time_limit_s: float | None = None  # set when the request asked for more than the worker allows
     refusal: str | None = None  # the Refusal class of the mode's rule that failed the branch at a step, if one did
@@ -466,9 +467,8 @@ class Rerunner:
         session = _SandboxSession(self, acquiring, checked, start, limit, asked)
         result = await session.drive_branch(run)
         return RerunResult(**dataclasses.asdict(result), warm=session.warm, requests=session.requests,
-                           time_limit_s=limit, requested_time_limit_s=asked, refusal=run.refusal,
-                           exercise=exercise_of(run.checkpoint),
-                           **common)  # fmt: skip
+                           host_cpu_s=session.host_cpu_s, time_limit_s=limit, requested_time_limit_s=asked,
+                           refusal=run.refusal, exercise=exercise_of(run.checkpoint), **common)  # fmt: skip
 
     async def _preflight(self, request: RerunRequest) -> tuple[Checkpoint, Preflight]:
         """The parent's checkpoint and the request resolved against it, every check before the
@@ -654,6 +654,7 @@ class _SandboxSession:
     sandbox: Sandbox | None = None
     warm: bool = False
     requests: int = 0
+    host_cpu_s: float = 0.0
     clean_exit: bool = False
 
     def __post_init__(self) -> None:
@@ -722,7 +723,7 @@ class _SandboxSession:
         try:
             return await broker.serve(run, sandbox.hello)
         finally:
-            self.requests = broker.requests
+            self.requests, self.host_cpu_s = broker.requests, broker.meter.used
 
     async def _over_limit(self) -> SandboxViolationError:
         """Kill the container now, before the outcome is recorded, and say which limit it passed."""

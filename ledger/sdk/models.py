@@ -21,7 +21,6 @@ core installs without it. Rejected for it:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import threading
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runledger.cpu import in_thread
 from runledger.errors import ModelError
 from runledger.extras import require_extra
 from runledger.sdk.retry import Retry
@@ -208,5 +208,5 @@ class OpenAIChatModel:
 
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         # The blocking client in a worker thread: see the module's note for the async one rejected.
-        body = await asyncio.to_thread(self._post, self.request_body(messages, **params))
+        body = await in_thread(self._post, self.request_body(messages, **params))
         return self.parse(body)

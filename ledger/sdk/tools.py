@@ -41,7 +41,6 @@ just calls the function, unvalidated and unrecorded.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import re
@@ -54,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
+from runledger.cpu import in_thread
 from runledger.errors import ConfigurationError, ToolArgumentsError
 from runledger.record.canonical import digest
 from runledger.sdk.context import EffectContext
@@ -152,7 +152,7 @@ class Tool(Generic[P, R]):
         if self.inline or _is_async(fn):
             result = fn(*positional, **keywords)
         else:
-            result = await asyncio.to_thread(fn, *positional, **keywords)
+            result = await in_thread(fn, *positional, **keywords)  # (its CPU charged to a metered re-run)
         if inspect.isawaitable(result):  # a sync function that returned a coroutine (a lambda, say)
             result = await result
         return result

@@ -6,9 +6,10 @@ stall every other run of the process.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from runledger.cpu import in_thread
 
 # Values holding this much text are redacted in a worker thread (``off_loop``).
 OFFLOAD_MIN_CHARS = 64 * 1024
@@ -47,4 +48,4 @@ async def off_loop(value: Any, fn: Callable[..., _T], *args: Any) -> _T:
     worker gives the GIL back every few milliseconds."""
     if text_size(value, OFFLOAD_MIN_CHARS) < OFFLOAD_MIN_CHARS:
         return fn(*args)
-    return await asyncio.to_thread(fn, *args)
+    return await in_thread(fn, *args)  # (its CPU charged to a metered re-run: runledger.cpu)

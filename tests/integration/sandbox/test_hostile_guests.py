@@ -283,3 +283,23 @@ async def test_deep_frames_cost_the_host_a_bounded_cpu_per_request(host: Host) -
     assert (result.status, result.reason, result.requests) == ("failed", "sandbox", liars.DEEP_FRAMES - 1), result
     assert "more than 100000 values" in failure(branch), failure(branch)
     assert host.left == []
+
+
+async def test_big_frames_repeated_stop_at_the_reruns_host_cpu_budget(host: Host) -> None:
+    """Tool requests just under the 4 MiB line limit, one after another, each parsed, redacted, recorded
+    twice (arguments and output, as blobs) and echoed: before, nothing stopped them until 256 MiB were
+    recorded (32 requests, 6.6 s of host CPU here; 21.9 s in the review that found it). Now the re-run
+    ends at its budget of host CPU, with the reason."""
+    budget = 2.0
+    result, branch = await host.contained("repeat_big_frames_spec", policy=host.policy(max_host_cpu_s=budget))
+    print(f"host CPU of the re-run: {host.cpu_s:.2f}s, metered {result.host_cpu_s:.2f}s, {result.requests} requests")
+    assert (result.status, result.reason) == ("failed", "sandbox"), result
+    assert f"over its budget of {budget:g}s (SandboxPolicy.max_host_cpu_s)" in failure(branch), failure(branch)
+    # Stopped at the first request past the budget (one request's cost at most over it), long before
+    # the byte cap would have.
+    assert budget < result.host_cpu_s < budget + DEEP_FRAME_CPU_S, result.host_cpu_s
+    assert result.requests < SandboxPolicy().max_bytes // (2 * liars.BIG_FRAME_CHARS), result.requests
+    # The witness: the CPU of this whole process over the re-run (its container's start and removal, the
+    # branch's start and outcome, every thread), which the meter does not read.
+    assert host.cpu_s < budget + DEEP_FRAME_CPU_S, host.cpu_s
+    assert host.left == []

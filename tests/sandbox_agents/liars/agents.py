@@ -242,6 +242,33 @@ async def deep_frames(run: Run) -> Any:
     return answered
 
 
+# Requests just under the channel's 4 MiB line limit (room left for the message around the argument),
+# repeated: each is parsed, redacted, recorded (as blobs) twice, its echo sent back. Text of words and
+# numbers, the kind of text a tool passes on.
+BIG_FRAME_CHARS = 4 * 1024 * 1024 - 200
+BIG_FRAMES = 1_000  # more than any budget lets through: the host stops the guest, not the guest itself
+
+
+def big_frame(n: int) -> bytes:
+    words = b"order %d shipped to warehouse 7, invoice 2026-%04d, total 41.50 EUR; " % (n, n % 10_000)
+    arg = (words * (BIG_FRAME_CHARS // len(words) + 1))[:BIG_FRAME_CHARS]
+    return b'{"id":%d,"op":"tool","name":"echo","args":"%s"}\n' % (1000 + n, arg)
+
+
+async def repeat_big_frames(run: Run) -> Any:
+    """Tool requests just under the line limit, one after the other, as fast as the host answers."""
+    answered = 0
+    for n in range(BIG_FRAMES):
+        run._writer.write(big_frame(n))  # type: ignore[attr-defined]
+        await run._writer.drain()  # type: ignore[attr-defined]
+        try:
+            await run._reader.readuntil(b"\n")  # type: ignore[attr-defined]
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):  # the broker hung up
+            break
+        answered += 1
+    return answered
+
+
 # Written to the broker's socket from the guest before the guest itself says hello (the first
 # connection is the one the broker reads; the guest's own is refused after it).
 GARBAGE = {
@@ -336,6 +363,10 @@ def flood_bytes_spec() -> AgentSpec:
 
 def deep_frames_spec() -> AgentSpec:
     return _spec(deep_frames)
+
+
+def repeat_big_frames_spec() -> AgentSpec:
+    return _spec(repeat_big_frames)
 
 
 def malformed_spec(variant: str) -> AgentSpec:

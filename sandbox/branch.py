@@ -69,15 +69,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runledger.errors import ChildFailedError, ConfigurationError, NondeterminismError, RunNotFoundError
+from runledger.errors import ChildFailedError, ConfigurationError, KeyStoreError, NondeterminismError, RunNotFoundError
 from runledger.log.client import LedgerClient
 from runledger.log.reader import decode_records, read_raw
-from runledger.log.subjects import effect_filter
+from runledger.log.subjects import WORKER_WRITER, effect_filter
 from runledger.protect.blobs import is_blob_ref
 from runledger.protect.capture import content_values
+from runledger.protect.keystore import run_kid
 from runledger.protect.loading import load_run
 from runledger.protect.redaction import SecretResolver
-from runledger.record.canonical import canonical_json, digest, jsonable
+from runledger.record.canonical import canonical_json, jsonable
+from runledger.record.digests import KEYED_DIGESTS, Digester
 from runledger.record.events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -171,11 +173,13 @@ def args_differ_marker(result: Any) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class KeyHistory:
     """What a live branch needs to know about a key: its state, the args digest of the claim that
-    committed it (None unless committed) and every run that ever claimed it."""
+    committed it and the run that made that claim (None unless committed; the digest is in that
+    run's digest scheme, under its key) and every run that ever claimed it."""
 
     state: KeyState
     committed_args_digest: str | None
     claimed_by: frozenset[str]
+    committed_by: str | None = None
 
 
 async def read_key_history(client: LedgerClient, key: str, agent: str) -> KeyHistory:
@@ -185,19 +189,21 @@ async def read_key_history(client: LedgerClient, key: str, agent: str) -> KeyHis
     raws = await read_raw(client, effect_filter(agent, key))
     good, _bad = decode_records(raws)
     state = KeyState(key, agent)
-    claim: str | None = None
-    committed: str | None = None
+    claim: tuple[str | None, str] | None = None
+    committed: tuple[str | None, str] | None = None
     claimants: set[str] = set()
     for rec in good:
         apply_key(state, rec)
         if rec.event.type == "effect.intended":
-            claim = rec.event.payload.get("args_digest")
+            claim = (rec.event.payload.get("args_digest"), rec.event.run_id)
             claimants.add(rec.event.run_id)
         if state.status == "committed" and committed is None:
             committed = claim
     if raws:
         state.last_stream_seq = max(r.stream_seq for r in raws)
-    return KeyHistory(state, committed if state.status == "committed" else None, frozenset(claimants))
+    if state.status != "committed" or committed is None:
+        return KeyHistory(state, None, frozenset(claimants))
+    return KeyHistory(state, committed[0], frozenset(claimants), committed[1])
 
 
 async def read_committed_claim(client: LedgerClient, key: str, agent: str | None = None) -> tuple[KeyState, str | None]:
@@ -244,6 +250,8 @@ class BranchRun(RecordedRun):
         self.recorded_bytes = 0
         self.recorded_blobs = 0
         self._lineage: frozenset[str] | None = None
+        self._ancestors: dict[str, Checkpoint] = {}  # the parent's ancestors, folded (``lineage``)
+        self._digesters: dict[str, Digester] = {}  # the digests of the lineage's runs, by run id
         self._call_ids: set[str] = set()  # tool-call ids the model responses of this run handed out
         self.refusal: Refusal | None = None  # the class of the mode's rule that refused a step, if one did
         self._resolved_secrets = False
@@ -349,10 +357,12 @@ class BranchRun(RecordedRun):
                     break
                 runs.append(ancestor)
                 try:
-                    link = fold((await load_run(self._client, ancestor, open_content=False)).records,
-                                check_chain=False).parent  # fmt: skip
+                    folded = fold((await load_run(self._client, ancestor, open_content=False)).records,
+                                  check_chain=False)  # fmt: skip
                 except RunNotFoundError:
                     break
+                self._ancestors[ancestor] = folded  # whose digests a key's committing claim may be in
+                link = folded.parent
             self._lineage = frozenset(runs)
         return self._lineage
 
@@ -397,6 +407,50 @@ class BranchRun(RecordedRun):
     def _from_record(self, step: int) -> bool:
         return step < self.fork_step or self.mode == "redrive"
 
+    # -- digests: the branch's own (``_digests``), and those of the records it is judged against -----
+
+    async def _digester_of(self, run_id: str) -> Digester | None:
+        """The digests of ``run_id`` (the branch, its parent or an ancestor of the parent): its chain
+        format and scheme, under its own digest key when keyed, read from the key store (a worker
+        opens the lineage's content). Keyed without a readable key, it raises when used
+        (KeyStoreError). None for a run outside the lineage."""
+        found = self._digesters.get(run_id)
+        if found is not None:
+            return found
+        if run_id == self.run_id:
+            return self._digests
+        cp = self.parent if run_id == self.parent.run_id else self._ancestors.get(run_id)
+        if cp is None:
+            return None
+        if cp.digest_scheme != KEYED_DIGESTS:
+            found = Digester(cp.chain_format, cp.digest_scheme)
+        else:
+            kid = run_kid(cp.agent, cp.run_id, worker=cp.writer == WORKER_WRITER)
+            keys = await self._payload_opener().key(kid, strict=False)
+            found = Digester(cp.chain_format, cp.digest_scheme, keys.digest_key if keys is not None else None)
+        self._digesters[run_id] = found
+        return found
+
+    async def _committed_digest(self, history: KeyHistory, args: Any) -> str | None:
+        """``args`` digested as the claim that committed the key digested its own (a branch's digests
+        are under its own key, its parent's under the parent's): None when the key is not committed,
+        or the committing run's key cannot be read (the two are then not judged equal)."""
+        if history.committed_by is None:
+            return None
+        digester = await self._digester_of(history.committed_by)
+        if digester is None:
+            return None
+        try:
+            return digester.digest(args)
+        except KeyStoreError:
+            return None
+
+    async def _parent_digest(self, value: Any) -> str:
+        """``value``'s digest as the parent's record has it: in the parent's scheme, under its key."""
+        digester = await self._digester_of(self.parent.run_id)
+        assert digester is not None
+        return digester.digest(value)
+
     # -- model ---------------------------------------------------------------------------------------
 
     async def model(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
@@ -415,14 +469,15 @@ class BranchRun(RecordedRun):
         if self._own_journal() or self._next_step >= self.fork_step:
             return await super().model(messages, **params)  # live from the fork on, in every mode
         messages, params = jsonable(messages), jsonable(params)
-        args_digest = digest({"messages": messages, "params": params}, self._cp.chain_format)
+        request = {"messages": messages, "params": params}
+        args_digest, theirs = self._digests.digest(request), await self._parent_digest(request)
         # The prefix is the record. A counterfactual's change shapes the request (the prompt the agent
         # reads from run.prompt, the candidate code's messages): its model calls before the fork are
         # answered by position, not by request; the record's later calls (tools, effects) still are
         # judged by their arguments. A branch that changes nothing must send the recorded request.
-        step, rec = self._recorded("model", None, None if self.changed else args_digest)
+        step, rec = self._recorded("model", None, None if self.changed else theirs)
         if rec is None:
-            raise self._unanswerable(step, f"model (args {args_digest[:12]})")
+            raise self._unanswerable(step, f"model (args {theirs[:12]})")
         self._next_step += 1
         output = dict(await self._open_model_output(rec.output) or {})
         usage = Usage(**(output.pop("usage", None) or {}))
@@ -442,7 +497,7 @@ class BranchRun(RecordedRun):
         step = self._next_step
         own = self._cp.steps[step]
         request = jsonable({"messages": messages, "params": params})
-        args_digest = digest(request, self._cp.chain_format)
+        args_digest = self._digests.digest(request)
         if own.kind != "model" or (not self.changed and own.args_digest != args_digest):
             raise NondeterminismError(
                 self.run_id, step, f"{own.kind} {own.name!r} (args {own.args_digest[:12] or '-'})",
@@ -483,10 +538,10 @@ class BranchRun(RecordedRun):
             with self._secrets_of(name, declared):
                 return await super().tool(tool, args, fn=fn, tool_call_id=tool_call_id)
         args = jsonable(args)
-        args_digest = digest(args, self._cp.chain_format)
-        step, rec = self._recorded("tool", name, args_digest)
+        args_digest, theirs = self._digests.digest(args), await self._parent_digest(args)
+        step, rec = self._recorded("tool", name, theirs)
         if rec is None:
-            raise self._unanswerable(step, f"tool {name!r} (args {args_digest[:12]})")
+            raise self._unanswerable(step, f"tool {name!r} (args {theirs[:12]})")
         self._next_step += 1
         output = await self._open(rec.output)  # unsealed and fetched: the branch seals it anew
         await self._append(
@@ -513,9 +568,9 @@ class BranchRun(RecordedRun):
         if self._own_journal():
             return await self._replay_own_effect(name, args, key=key, fn=fn, reconcile=reconcile)
         args = jsonable(args)
-        args_digest = digest(args, self._cp.chain_format)
+        args_digest = self._digests.digest(args)
         if self._from_record(step):
-            step, rec = self._recorded("effect", name, args_digest)
+            step, rec = self._recorded("effect", name, await self._parent_digest(args))
             if rec is None or rec.key != key:
                 raise self._unanswerable(step, f"effect {name!r} key {key!r}")
             if rec.status not in ("committed", "simulated"):  # in doubt or failed: nothing to serve
@@ -529,14 +584,17 @@ class BranchRun(RecordedRun):
         # was committed with, against the ledger first.
         history = await read_key_history(self._client, key, self.agent)
         state, committed_digest = history.state, history.committed_args_digest
-        if history.claimed_by - await self.lineage():
+        lineage = await self.lineage()
+        if history.claimed_by - lineage:
             # Claimed by a run outside this lineage (another agent's payment, a sibling branch):
             # its result is that run's content and its key is taken; neither served nor acted.
             self._next_step += 1
             marked = {"simulated": True, "effect": name, "key": key, "reason": OTHER_LINEAGE}
             await self._append(EffectSimulated(step=step, name=name, key=key, args=args, result=marked))
             return marked
-        if state.status == "committed" and committed_digest == args_digest:
+        # The branch's arguments digested as the committing claim's were: in its run's scheme, under its key.
+        theirs = await self._committed_digest(history, args)
+        if state.status == "committed" and committed_digest is not None and committed_digest == theirs:
             self._next_step += 1
             await self._append(EffectIntended(step=step, name=name, key=key, args=args, args_digest=args_digest))
             result = await self._open(state.result)
@@ -547,7 +605,7 @@ class BranchRun(RecordedRun):
             # result would report an effect that never happened with these arguments.
             self._next_step += 1
             marked = {"simulated": True, "effect": name, "key": key, "reason": ARGS_DIFFER,
-                      "args_digest": args_digest, "committed_args_digest": committed_digest}  # fmt: skip
+                      "args_digest": theirs, "committed_args_digest": committed_digest}  # fmt: skip
             await self._append(EffectSimulated(step=step, name=name, key=key, args=args, result=marked))
             return marked
         if self.allow_effects:
@@ -589,10 +647,10 @@ class BranchRun(RecordedRun):
             own = self._cp.steps[step]
             return await self.effect(name, args, key=own.key or "", fn=fn, tool_call_id=tool_call_id)
         if self._from_record(step):
-            args_digest = digest(jsonable(args), self._cp.chain_format)
-            _, rec = self._recorded("effect", name, args_digest)
+            theirs = await self._parent_digest(jsonable(args))
+            _, rec = self._recorded("effect", name, theirs)
             if rec is None or not rec.key:
-                raise self._unanswerable(step, f"effect {name!r} (args {args_digest[:12]})")
+                raise self._unanswerable(step, f"effect {name!r} (args {theirs[:12]})")
             return await self.effect(name, args, key=rec.key, fn=fn, tool_call_id=tool_call_id)
         if declared is None or declared.effect_class == "read" or declared.key is None:
             raise ConfigurationError(
@@ -620,7 +678,7 @@ class BranchRun(RecordedRun):
         past the fork). From the fork on in ``live`` mode a child is refused (ConfigurationError):
         fork after the child's step, re-drive, or re-run the child run itself."""
         input = jsonable(input)
-        args_digest = digest(input, self._cp.chain_format)
+        args_digest = self._digests.digest(input)
         step = self._next_step
         own = self._cp.steps.get(step)  # the branch's own journal (a redelivered re-run resuming)
         if own is not None:
@@ -635,11 +693,12 @@ class BranchRun(RecordedRun):
                 f"child run of agent {agent!r} at step {step}: a live re-run does not start child runs (their code "
                 "would run on the host, outside the sandbox); fork after this step, re-drive, or re-run the child"
             ), Refusal.CHILD_LIVE)  # fmt: skip
-        step, rec = self._recorded("child", agent, args_digest)
+        theirs = await self._parent_digest(input)
+        step, rec = self._recorded("child", agent, theirs)
         if rec is None:
-            raise self._unanswerable(step, f"child {agent!r} (input {args_digest[:12]})")
+            raise self._unanswerable(step, f"child {agent!r} (input {theirs[:12]})")
         if rec.status not in ("completed", "failed"):
-            unanswered = self._unanswerable(step, f"child {agent!r} (input {args_digest[:12]})")
+            unanswered = self._unanswerable(step, f"child {agent!r} (input {theirs[:12]})")
             raise self._refuse(unanswered, Refusal.NO_OUTCOME)
         self._next_step += 1
         child_id = rec.child_run_id or ""
@@ -661,8 +720,8 @@ class BranchRun(RecordedRun):
         if self._own_journal() or not self._from_record(step):
             return await super().approval(action, args)
         args = jsonable(args)
-        approval_digest = digest({"action": action, "args": args}, self._cp.chain_format)
-        step, rec = self._recorded("approval", action, approval_digest)
+        approval_digest = self._digests.digest({"action": action, "args": args})
+        step, rec = self._recorded("approval", action, await self._parent_digest({"action": action, "args": args}))
         if rec is None or rec.status != "approved":
             # Not answered by the record (or not approved there): ask, as a live run would.
             return await super().approval(action, args)

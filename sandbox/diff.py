@@ -23,12 +23,18 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from runledger.log.client import LedgerClient
+from runledger.protect.capture import is_placeholder
 from runledger.protect.loading import load_run
+from runledger.protect.redaction import without_token_keys
+from runledger.record.canonical import JCS_CHAIN_FORMAT, canonical_json
+from runledger.record.digests import PLAIN_DIGESTS
 from runledger.record.fold import Checkpoint, StepRecord, fold
+from runledger.record.records import Recorded
 from runledger.sandbox.branch import args_differ_marker
 from runledger.sandbox.errors import SandboxError
 
@@ -116,10 +122,48 @@ def _comparable(view: dict[str, Any] | None) -> Any:
     output = view["output"]
     if isinstance(output, dict):
         output = {k: v for k, v in output.items() if k != "usage"}  # same decision, other token counts
-    # What a tool or an effect was called with is part of what it did; a model call is judged
-    # by its output (its request differs whenever anything before it does).
-    args = view.get("args_digest") if view["kind"] in ("tool", "effect") else None
-    return (view["kind"], view["name"] if view["kind"] != "model" else "", view["status"], view["key"], output, args)
+    return (view["kind"], view["name"] if view["kind"] != "model" else "", view["status"], view["key"], output)
+
+
+# What each tool or effect step of the parent and of the branch was called with (``step_args``).
+StepArgs = tuple[Mapping[int, str], Mapping[int, str]]
+
+
+def step_args(records: Iterable[Recorded]) -> dict[int, str]:
+    """What each tool or effect step of a run was called with, as its record holds it opened: the
+    canonical JSON of the arguments with each redaction token's run-keyed hex dropped (one secret
+    recorded by two runs compares equal: ``without_token_keys``). Steps whose arguments are not open
+    (sealed, erased, hashed) are left out."""
+    out: dict[int, str] = {}
+    for rec in records:
+        p = rec.event.payload
+        if rec.event.type not in _ARGS_EVENTS or not isinstance(p.get("step"), int) or "args" not in p:
+            continue
+        value = p["args"]
+        if is_placeholder(value) or (isinstance(value, dict) and "$erased" in value):
+            continue
+        try:
+            out[p["step"]] = without_token_keys(canonical_json(value, JCS_CHAIN_FORMAT).decode("utf-8"))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+_ARGS_EVENTS = frozenset({"tool.called", "effect.intended", "effect.simulated"})
+
+
+def _same_args(a: StepRecord, b: StepRecord, args: StepArgs | None) -> bool:
+    """Whether a tool or an effect was called with the same arguments in both runs (part of what it
+    did; a model call is judged by its output: its request differs whenever anything before it
+    does). Plain digests compare (both runs recorded digest scheme 1); keyed ones are each under
+    their own run's key, so the opened arguments compare instead; when neither can be had (content
+    sealed from this reader), the arguments are not judged."""
+    if a.kind not in ("tool", "effect"):
+        return True
+    if args is None:  # both runs' digests are plain
+        return (a.args_digest or None) == (b.args_digest or None)
+    theirs, ours = args[0].get(a.step), args[1].get(b.step)
+    return True if theirs is None or ours is None else theirs == ours
 
 
 def _align_key(rec: StepRecord) -> tuple[str, str]:
@@ -128,15 +172,17 @@ def _align_key(rec: StepRecord) -> tuple[str, str]:
     return rec.kind, "" if rec.kind == "model" else rec.name
 
 
-def align(parent: list[StepRecord], branch: list[StepRecord]) -> list[StepDiff]:
-    """The two step sequences aligned on (kind, name), each entry marked equal, changed, inserted or removed."""
+def align(parent: list[StepRecord], branch: list[StepRecord], args: StepArgs | None = None) -> list[StepDiff]:
+    """The two step sequences aligned on (kind, name), each entry marked equal, changed, inserted or removed
+    (``args``: what each step was called with, when the runs' digests do not compare, None when they do:
+    ``_same_args``)."""
     matcher = difflib.SequenceMatcher(None, [_align_key(r) for r in parent], [_align_key(r) for r in branch],
                                       autojunk=False)  # fmt: skip
     out: list[StepDiff] = []
 
     def pair(a: StepRecord | None, b: StepRecord | None) -> None:
         va, vb = _view(a), _view(b)
-        same = a is not None and b is not None and _comparable(va) == _comparable(vb)
+        same = a is not None and b is not None and _comparable(va) == _comparable(vb) and _same_args(a, b, args)
         op: Op
         if a is None:
             op = "inserted"
@@ -189,7 +235,15 @@ def _args_differ(steps: list[StepDiff], parent: Checkpoint) -> list[ArgsDiffer]:
     return found
 
 
-def diff_runs(parent: Checkpoint, branch: Checkpoint) -> RunDiff:
+def diff_runs(
+    parent: Checkpoint,
+    branch: Checkpoint,
+    parent_records: Iterable[Recorded] = (),
+    branch_records: Iterable[Recorded] = (),
+) -> RunDiff:
+    """The branch against its parent from the fork. ``parent_records`` / ``branch_records``: the runs'
+    records with content opened (as far as the reader may), whose arguments are compared where the
+    runs' digests do not compare (keyed, each under its own run's key)."""
     fork = branch.parent or {}
     if fork.get("forked_from") != parent.run_id:
         raise SandboxError(f"run {branch.run_id} is not a branch of {parent.run_id}")
@@ -200,7 +254,9 @@ def diff_runs(parent: Checkpoint, branch: Checkpoint) -> RunDiff:
         if (parent.version or {}).get(k) != (branch.version or {}).get(k)
     }
     after_a, after_b = _from(parent, fork_step), _from(branch, fork_step)
-    steps = align(after_a, after_b)
+    plain = parent.digest_scheme == branch.digest_scheme == PLAIN_DIGESTS
+    args = None if plain else (step_args(parent_records), step_args(branch_records))
+    steps = align(after_a, after_b, args)
     first = next((s.step for s in steps if not s.same), None)
     return RunDiff(
         parent_run_id=parent.run_id, branch_run_id=branch.run_id, fork_step=fork_step,
@@ -216,9 +272,10 @@ def diff_runs(parent: Checkpoint, branch: Checkpoint) -> RunDiff:
 
 
 async def diff(client: LedgerClient, parent_run_id: str, branch_run_id: str) -> RunDiff:
-    parent = fold((await load_run(client, parent_run_id)).records, check_chain=False)
-    branch = fold((await load_run(client, branch_run_id)).records, check_chain=False)
-    return diff_runs(parent, branch)
+    parent_log, branch_log = await load_run(client, parent_run_id), await load_run(client, branch_run_id)
+    parent = fold(parent_log.records, check_chain=False)
+    branch = fold(branch_log.records, check_chain=False)
+    return diff_runs(parent, branch, parent_log.records, branch_log.records)
 
 
 def _short(value: Any, width: int = 70) -> str:

@@ -45,6 +45,7 @@ from runledger.protect.capture import DataPolicy, PayloadProtector, client_opene
 from runledger.protect.erasure import cascade_to, erased_now
 from runledger.protect.loading import load_run
 from runledger.record.canonical import digest, recorded_chain_format
+from runledger.record.digests import recorded_digest_scheme
 from runledger.record.events import ErrorInfo, RunFailed, RunForked, RunResumed, RunStarted, VersionTuple
 from runledger.record.fold import Checkpoint, apply, fold
 from runledger.record.ids import new_id
@@ -66,6 +67,7 @@ from runledger.sandbox.errors import (
 from runledger.sandbox.responses import ResponseCache
 from runledger.sdk.agent import AgentSpec, CodeAllowList, load_agent, load_model, load_named
 from runledger.sdk.lifecycle import RunResult, drive
+from runledger.sdk.run import new_digest_scheme
 from runledger.sdk.tools import Tool
 
 Mode = Literal["replay", "redrive", "live", "counterfactual"]
@@ -558,7 +560,8 @@ class Rerunner:
                 RunStarted(agent=parent.agent, version=VersionTuple(**parent.version), capture=policy.capture,
                            budgets=dict(parent.limits),  # type: ignore[arg-type]
                            labels={"parent_run_id": parent.run_id, "request_id": request.request_id},
-                           chain_format=recorded_chain_format(parent.chain_format)),
+                           chain_format=recorded_chain_format(parent.chain_format),
+                           digest_scheme=recorded_digest_scheme(new_digest_scheme(protector))),
                 RunForked(forked_from=parent.run_id, fork_step=fork_step, mode=request.mode),
             ):  # fmt: skip
                 apply(cp, Recorded(await writer.append(body), writer.last_stream_seq))
@@ -608,7 +611,9 @@ class Rerunner:
                            budgets=dict(parent.limits),  # type: ignore[arg-type]
                            labels={"parent_run_id": parent.run_id, "request_id": request.request_id},
                            # the parent's: the branch's digests are compared with the parent's record
-                           chain_format=recorded_chain_format(parent.chain_format)),
+                           chain_format=recorded_chain_format(parent.chain_format),
+                           # its own key's (the parent's record is judged under the parent's: BranchRun)
+                           digest_scheme=recorded_digest_scheme(new_digest_scheme(protector))),
                 RunForked(forked_from=parent.run_id, fork_step=fork_step, mode=request.mode, changed=changed,
                           changed_from=before, changed_to=after,
                           # the branch's own rules, for its resume (runledger.sandbox.resume)

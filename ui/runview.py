@@ -281,9 +281,9 @@ class DiffView:
 async def diff_view(viewer: Viewer, prices: PriceTable, parent_id: str, branch_id: str) -> DiffView:
     """``runledger diff PARENT BRANCH`` (``runledger.sandbox.diff.diff_runs``), with costs.
     Raises RunNotFoundError, SandboxError (not a branch of that parent)."""
-    _, parent = await read_run(viewer, parent_id)
-    _, branch = await read_run(viewer, branch_id)
-    d = diff_runs(parent, branch)
+    parent_log, parent = await read_run(viewer, parent_id)
+    branch_log, branch = await read_run(viewer, branch_id)
+    d = diff_runs(parent, branch, parent_log.records, branch_log.records)
     cost: dict[str, float] = {}
     priced = True
     for name, cp in (("parent", parent), ("branch", branch)):

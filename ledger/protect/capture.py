@@ -12,7 +12,8 @@ SDK, before any byte leaves the agent process:
    as the agent saw it (only values that ``secret://`` references resolved to are
    removed); ``redacted`` (the default) also applies the run's ``Redactor`` (detectors
    and field paths, ``runledger.protect.redaction``); ``hash-only`` records
-   ``{"$hash": sha256 of the redacted value, "size": n}`` and nothing else.
+   ``{"$hash": digest of the redacted value, "size": n}`` and nothing else (the run's digest:
+   keyed under its digest key, which erasure destroys, in runs that record digest scheme 2).
 2. **sealing** (``DataPolicy.encrypt``, on by default): the value's canonical JSON is
    encrypted under the run's data key (``runledger.protect.keystore``) as
    ``{"$enc": "A256GCM", "kid": ..., "ct": base64}``; error messages and tracebacks
@@ -28,10 +29,10 @@ step replays with its tokens (``«redacted:...»``) in place of the secrets, and
 ``hash-only`` step, or a step of an erased run, cannot be replayed at all
 (``PayloadUnavailableError``). Credentials belong in ``secret://NAME`` references,
 which replay unchanged and are resolved again where the tool runs. ``args_digest`` is
-computed over the real arguments, so the nondeterminism check of a resume still holds;
-it is a sha256, which does not reveal its input (a low-entropy secret in the arguments,
-like a card number, could be confirmed by brute force against it: pass those by
-reference).
+computed over the real arguments, so the nondeterminism check of a resume still holds; in a
+run with keys it is an HMAC under the run's digest key (runledger.record.digests), so once the
+run is erased a low-entropy value in the arguments (a card number, an amount) can no longer be
+confirmed by trying every candidate against it.
 
 ``PayloadOpener`` is the other half: it unseals content fields with the run's key
 (when available) and, on request, fetches and verifies blobs. Readers that cannot
@@ -57,6 +58,7 @@ from runledger.protect.data_policy import Capture as Capture
 from runledger.protect.data_policy import DataPolicy as DataPolicy
 from runledger.protect.keystore import ALG, KeyStore, KVKeyStore, RunKeys, run_kid
 from runledger.record.canonical import CONTENT_FORMAT, canonical_json, jsonable, read_back
+from runledger.record.digests import Digester
 from runledger.record.events import Event, Payload
 
 if TYPE_CHECKING:
@@ -151,6 +153,9 @@ class PayloadProtector:
         self._off_loop = off_loop
         self.redactor = Redactor(token_key, policy.redaction)
         self.resolver = resolver or SecretResolver()
+        # How hash-only content is digested: the run's digests (runledger.record.digests; set by the
+        # run, RecordedRun), plain sha256 until then.
+        self.hashes = Digester()
         self.resolver.on_resolve = lambda name, value: self.redactor.add_secret(value, f"secret:{name}")
 
     async def protect(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Payload:
@@ -211,7 +216,7 @@ class PayloadProtector:
         # In the format of the chain it is recorded in (CONTENT_FORMAT); the caller's bytes are of ``value``.
         raw = encoded if cleaned is value and encoded is not None else canonical_json(cleaned, CONTENT_FORMAT.get())
         if self.policy.capture == "hash-only":
-            return {"$hash": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
+            return {"$hash": self.hashes.of_bytes(raw), "size": len(raw)}
         if self.policy.encrypt:
             assert self.keys is not None
             sealed = self.keys.seal(raw)
@@ -225,7 +230,7 @@ class PayloadProtector:
     def protect_text(self, text: str) -> str:
         text = self._clean("error", text)
         if self.policy.capture == "hash-only":
-            return f"«hash:{hashlib.sha256(text.encode()).hexdigest()}»"
+            return f"«hash:{self.hashes.of_bytes(text.encode())}»"
         if self.policy.encrypt:
             assert self.keys is not None
             sealed = base64.b64encode(self.keys.seal(text.encode("utf-8"))).decode("ascii")
@@ -363,15 +368,17 @@ async def run_protector(
     keystore: KeyStore | None = None,
     worker: bool = False,
     known: RunKeys | None = None,
+    digests: bool = False,
 ) -> PayloadProtector:
     """The protector of one run, with its keys created (first start) or fetched (resume); ``worker``:
     a run a worker writes (a branch), whose keys live under the workers' prefix. ``known``: the
     run's keys as the caller read them a moment ago (a resume from its snapshot), used instead of
-    reading them again when they are the run's.
+    reading them again when they are the run's. ``digests``: the run's digests are keyed (it records
+    digest scheme 2), so its keys are fetched whatever the policy says of sealing.
 
     Raises KeyStoreError for a run whose keys were destroyed (erased runs are not continued)."""
     keys: RunKeys | None = None
-    if policy.encrypt or policy.capture != "full":
+    if policy.encrypt or policy.capture != "full" or digests:
         kid = run_kid(agent, run_id, worker=worker)
         keys = known if known is not None and known.kid == kid else None
         if keys is None:

@@ -60,6 +60,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import hmac
 import importlib
 import json
 import logging
@@ -114,6 +115,10 @@ def key_read_subject(kid: str) -> str:
     return f"$JS.API.DIRECT.GET.{KEY_STREAM}.$KV.{KEY_BUCKET}.{kid}"
 
 
+# The HKDF info of a run's digest key (RunKeys.digest_key).
+DIGEST_KEY_INFO = b"runledger digest key"
+
+
 def run_kid(agent: str, run_id: str, *, worker: bool = False) -> str:
     """The key id of a run: also its KV key, so permissions can scope an agent to its own (and a
     worker to the branches it writes: ``=w.<agent>.<run_id>``)."""
@@ -153,6 +158,14 @@ class RunKeys:
             return cls(d["kid"], base64.b64decode(d["data_key"]), base64.b64decode(d["token_key"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise KeyStoreError(f"a key record in {KEY_BUCKET} is corrupt: {exc}") from exc
+
+    @property
+    def digest_key(self) -> bytes:
+        """The key of the run's keyed digests (``runledger.record.digests``, scheme 2): HKDF-SHA256-Expand
+        of the data key (the pseudorandom key) with info ``runledger digest key``, 32 bytes, which is
+        ``HMAC-SHA256(data_key, b"runledger digest key" + b"\\x01")``. Derived, never stored: it is gone
+        with the data key (docs/wire.md, "Digests of content")."""
+        return hmac.new(self.data_key, DIGEST_KEY_INFO + b"\x01", hashlib.sha256).digest()
 
     def seal(self, plaintext: bytes) -> bytes:
         """nonce || AES-256-GCM(plaintext), with the kid as associated data."""

@@ -66,6 +66,7 @@ class Checkpoint:
     input: Any = None
     capture: str = "full"
     chain_format: int = 1  # the canonical JSON of the run's hashes and digests (run.started; absent: 1)
+    digest_scheme: int = 1  # how the run digests content (run.started; absent: 1, plain; runledger.record.digests)
     limits: dict[str, float | None] = field(default_factory=lambda: {"turns": None, "tokens": None, "seconds": None})
     spent: dict[str, float] = field(default_factory=lambda: {"turns": 0, "tokens": 0, "seconds": 0.0})
     last_step: int = -1
@@ -357,6 +358,7 @@ def _run_started(cp: Checkpoint, ev: Event, p: dict[str, Any]) -> None:
     cp.input = p.get("input")
     cp.capture = p.get("capture", "full")
     cp.chain_format = p.get("chain_format") or 1
+    cp.digest_scheme = p.get("digest_scheme") or 1
     budgets = p.get("budgets") or {}
     cp.limits = {k: budgets.get(k) for k in ("turns", "tokens", "seconds")}
     cp.started_at = cp.segment_start = ev.ts

@@ -65,7 +65,9 @@ class RunStarted(Payload):
 
     ``chain_format``: the canonical JSON every hash and digest of this run is computed over
     (runledger.record.canonical: 2 is RFC 8785); absent means 1, the form of runs recorded before
-    chain formats existed.
+    chain formats existed. ``digest_scheme``: how the run digests content (runledger.record.digests:
+    2 is HMAC-SHA256 under the run's digest key, which erasure destroys); absent means 1, plain sha256,
+    the digests of runs recorded before keyed digests and of runs without keys.
 
     ``tool_listings``: the listings the run's tools were declared from, when some were listed from
     outside the code (``DeferredTools``: an MCP server's), in the spec's order, so that a resume
@@ -84,6 +86,7 @@ class RunStarted(Payload):
     parent_run_id: str | None = None
     parent_step: int | None = None
     chain_format: int | None = Field(default=None, ge=2, le=2)
+    digest_scheme: int | None = Field(default=None, ge=2, le=2)
     # The process that drives the run from here (runledger.sdk.holder): `runs` shows a running run
     # whose holder is certainly gone as stalled. Absent from runs recorded before it was.
     holder: str | None = None
@@ -92,7 +95,7 @@ class RunStarted(Payload):
     @model_serializer(mode="wrap")
     def _without_absent_parent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name in ("parent_run_id", "parent_step", "chain_format", "holder", "tool_listings"):
+        for name in ("parent_run_id", "parent_step", "chain_format", "digest_scheme", "holder", "tool_listings"):
             if data.get(name, 0) is None:
                 del data[name]
         return data

@@ -29,7 +29,7 @@ from runledger.errors import (
     NondeterminismError,
 )
 from runledger.record import canonical
-from runledger.record.canonical import CHAIN_FORMAT, CONTENT_FORMAT, digest, jsonable
+from runledger.record.canonical import CHAIN_FORMAT, CONTENT_FORMAT, jsonable
 from runledger.record.events import (
     EffectCommitted,
     EffectFailed,
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from runledger.log.publish import RetryPolicy, SubjectWriter
     from runledger.log.subjects import Writer
     from runledger.protect.capture import PayloadProtector
+    from runledger.record.digests import Digester
     from runledger.record.events import Event
     from runledger.record.fold import Checkpoint, StepRecord
     from runledger.sdk.effects import KeyState
@@ -88,6 +89,7 @@ class EffectStep:
     _unmirrored: BaseException | None
 
     if TYPE_CHECKING:
+        _digests: Digester
 
         @property
         def run_id(self) -> str: ...
@@ -154,7 +156,7 @@ class EffectStep:
         if not key:
             raise ConfigurationError(f"effect {name!r} needs a non-empty idempotency key")
         lease = effect_lease(lease_s)
-        args_json, args_digest = canonical.encoded_digest(args, self._cp.chain_format)  # the bytes sealed too
+        args_json, args_digest = self._digests.encoded(args)  # the bytes sealed too
         if self._continuing:
             # A run continued without replay (lifecycle.open_run) whose earlier attempt stopped inside
             # this effect: settle that step, as a replay of it would, instead of a new one that would
@@ -313,7 +315,7 @@ class EffectStep:
             # free (never claimed, released, or an earlier attempt failed): claim a new attempt, act, record.
             await self._before_live(name)
             intent = EffectIntended(
-                step=step, name=name, key=key, args=args, args_digest=digest(args, self._cp.chain_format),
+                step=step, name=name, key=key, args=args, args_digest=self._digests.digest(args),
                 effect_class=effect_class, lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
             )  # fmt: skip
             claimed = await self._try_append_key(state, intent)

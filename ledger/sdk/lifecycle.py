@@ -56,6 +56,7 @@ from runledger.protect.capture import (
 )
 from runledger.protect.loading import load_run
 from runledger.record.canonical import CHAIN_FORMAT, as_recorded, jsonable, recorded_chain_format
+from runledger.record.digests import KEYED_DIGESTS, recorded_digest_scheme
 from runledger.record.events import (
     Budgets,
     Payload,
@@ -76,7 +77,7 @@ from runledger.sdk.agent import AgentSpec
 from runledger.sdk.crashpoints import crash_point, pause_point
 from runledger.sdk.deferred_tools import declared_for_run
 from runledger.sdk.holder import this_holder
-from runledger.sdk.run import RecordedRun, error_info
+from runledger.sdk.run import RecordedRun, error_info, new_digest_scheme
 from runledger.sdk.snapshot import SNAPSHOT, JournalLoad, JournalSnapshotter, load_journal
 
 
@@ -157,6 +158,7 @@ async def start_run(
     cp = Checkpoint(chain_format=CHAIN_FORMAT)
     data = data_policy or spec.data_policy
     protector = await run_protector(client, spec.name, run_id, data, worker=writer == WORKER_WRITER)
+    cp.digest_scheme = new_digest_scheme(protector)
     appender = _writer(client, run_subject(spec.name, run_id, writer), cp, policy, protector, spec)
     run = RecordedRun(client, spec, appender, cp, policy=policy, protector=protector)
     run._child_driver = _drive_child
@@ -172,6 +174,7 @@ async def start_run(
         parent_run_id=parent_run_id,
         parent_step=parent_step,
         chain_format=recorded_chain_format(cp.chain_format),
+        digest_scheme=recorded_digest_scheme(cp.digest_scheme),
         holder=this_holder() or None,
         tool_listings=_tool_listings(spec),
     )
@@ -396,7 +399,8 @@ class _Resumption:
         worker = writer_of(log.subject) == WORKER_WRITER
         # The run's keys were read with its snapshot: not read (nor created and refused) a second time.
         known = None if journal is None else journal.keys
-        protector = await run_protector(client, log.agent or spec.name, self.run_id, data, worker=worker, known=known)
+        protector = await run_protector(client, log.agent or spec.name, self.run_id, data, worker=worker, known=known,
+                                        digests=cp.digest_scheme == KEYED_DIGESTS)  # fmt: skip
         writer = _writer(client, log.subject, cp, self.policy, protector, spec)
         run = RecordedRun(client, spec, writer, cp, policy=self.policy, protector=protector)
         run._child_driver = _drive_child
@@ -505,6 +509,7 @@ async def open_run(
     except RunNotFoundError:
         cp = Checkpoint(chain_format=CHAIN_FORMAT)
         protector = await run_protector(client, spec.name, run_id, spec.data_policy)
+        cp.digest_scheme = new_digest_scheme(protector)
         writer = _writer(client, run_subject(spec.name, run_id), cp, policy, protector, spec)
         run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
         run._child_driver = _drive_child
@@ -513,7 +518,8 @@ async def open_run(
         started = RunStarted(
             agent=spec.name, version=spec.version(), budgets=spec.budgets, input=run._input,
             capture=spec.data_policy.capture, labels=labels or {}, chain_format=recorded_chain_format(cp.chain_format),
-            holder=this_holder() or None, tool_listings=_tool_listings(spec),
+            digest_scheme=recorded_digest_scheme(cp.digest_scheme), holder=this_holder() or None,
+            tool_listings=_tool_listings(spec),
         )  # fmt: skip
         await claim_run(client, run, spec.name, run_id, [started])
         return run
@@ -521,7 +527,8 @@ async def open_run(
     refuse_branch(run_id, log, cp)  # a branch goes on only in a sandbox
     cp.last_stream_seq = log.last_stream_seq
     data = replace(spec.data_policy, capture=cp.capture)  # type: ignore[arg-type]
-    protector = await run_protector(client, log.agent or spec.name, run_id, data)
+    keyed = cp.digest_scheme == KEYED_DIGESTS
+    protector = await run_protector(client, log.agent or spec.name, run_id, data, digests=keyed)
     writer = _writer(client, log.subject, cp, policy, protector, spec)
     run = RecordedRun(client, spec, writer, cp, policy=policy, protector=protector)
     run._child_driver = _drive_child

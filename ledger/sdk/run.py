@@ -55,7 +55,8 @@ from runledger.protect.capture import (
     is_placeholder,
 )
 from runledger.record import canonical
-from runledger.record.canonical import as_recorded, digest, jsonable, read_back
+from runledger.record.canonical import as_recorded, jsonable, read_back
+from runledger.record.digests import KEYED_DIGESTS, PLAIN_DIGESTS, Digester
 from runledger.record.events import (
     ApprovalRequested,
     ChildCompleted,
@@ -106,6 +107,20 @@ class _ToolStep:
     args_digest: str
 
 
+def new_digest_scheme(protector: PayloadProtector | None) -> int:
+    """The digest scheme a new run records: keyed (2) when it has keys, so that erasing it leaves no
+    digest anyone can test a guess against; plain (1) without (its content is in the clear anyway)."""
+    return KEYED_DIGESTS if protector is not None and protector.keys is not None else PLAIN_DIGESTS
+
+
+def run_digester(cp: Checkpoint, protector: PayloadProtector | None) -> Digester:
+    """The digests of the run ``cp`` folds: its chain format and digest scheme, with its digest key
+    from ``protector``'s keys in scheme 2 (without them the digester raises when used: KeyStoreError)."""
+    keys = protector.keys if protector is not None else None
+    key = keys.digest_key if keys is not None and cp.digest_scheme == KEYED_DIGESTS else None
+    return Digester(cp.chain_format, cp.digest_scheme, key)
+
+
 class RecordedRun(EffectStep):
     """The ``Run`` of a live or resumed run, recording every step to the log.
 
@@ -132,6 +147,11 @@ class RecordedRun(EffectStep):
         # Content protection (runledger.protect.capture): what is recorded is redacted/sealed; the agent
         # gets the real values live, and recorded ones (opened on demand) on replay.
         self._protector = protector
+        # How this run digests its steps' arguments (and hash-only content): the scheme its run.started
+        # records, keyed under its digest key in scheme 2 (runledger.record.digests).
+        self._digests = run_digester(checkpoint, protector)
+        if protector is not None:
+            protector.hashes = self._digests
         self._opener: PayloadOpener | None = None
         self._input: Any = _UNSET
         self._next_step = 0
@@ -330,7 +350,7 @@ class RecordedRun(EffectStep):
         messages, params = request["messages"], request["params"]
         name = self._spec.model.name
         # Encoded once: its digest is the step's, and the same bytes are what is sealed.
-        request_json, args_digest = canonical.encoded_digest(request, self._cp.chain_format)
+        request_json, args_digest = self._digests.encoded(request)
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "model", name, args_digest, request)
@@ -447,7 +467,7 @@ class RecordedRun(EffectStep):
                     lease_s=declared.lease_s,
                 )
         args = jsonable(args)
-        args_json, args_digest = canonical.encoded_digest(args, self._cp.chain_format)  # the bytes sealed too
+        args_json, args_digest = self._digests.encoded(args)  # the bytes sealed too
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "tool", name, args_digest, args)
@@ -535,7 +555,7 @@ class RecordedRun(EffectStep):
         code now asks for something different, a new request is made.
         """
         args = jsonable(args)
-        approval_digest = digest({"action": action, "args": args}, self._cp.chain_format)
+        approval_digest = self._digests.digest({"action": action, "args": args})
         step, rec = self._take_step()
         if rec is not None:
             if rec.kind != "approval" or rec.name != action:
@@ -586,7 +606,7 @@ class RecordedRun(EffectStep):
         parallel (``asyncio.gather``) take step numbers in call order, like any step.
         """
         input = jsonable(input)
-        args_digest = digest(input, self._cp.chain_format)
+        args_digest = self._digests.digest(input)
         step, rec = self._take_step()
         if rec is not None:
             self._check(step, rec, "child", spec.name, args_digest, input)

@@ -51,9 +51,11 @@ from runledger.log.publish import RetryPolicy, SubjectWriter
 from runledger.protect.capture import PayloadOpener
 from runledger.record.canonical import as_recorded as canonical_as_recorded
 from runledger.record.canonical import canonical_json, digest, jsonable
+from runledger.record.digests import KEYED_DIGESTS, Digester
 from runledger.record.events import Event, Payload, Usage
 from runledger.record.failures import decision_step
 from runledger.record.fold import Checkpoint, StepRecord, fold
+from runledger.record.records import Recorded
 from runledger.sdk.agent import AgentSpec, load_agent
 from runledger.sdk.errorinfo import error_info
 from runledger.sdk.lifecycle import RunResult, drive, side_by_side
@@ -189,13 +191,19 @@ class ReplayRun(RecordedRun):
     ``by_position`` (a counterfactual branch's fork, or the live model's first step) are answered by
     their position, as the branch answered them: the change shapes their request. ``live``: the model
     called live from its step on (the deterministic re-drive); ``needs_live`` keeps the first call past
-    it that the record cannot answer."""
+    it that the record cannot answer. ``unjudged``: steps whose arguments a keyed recording cannot show
+    (``redigested``), judged by kind and name alone."""
 
     def __init__(
         self, spec: AgentSpec, cp: Checkpoint, writer: MemoryWriter, *,
         simulated: Mapping[int, str] | None = None, live: LiveModel | None = None,
+        unjudged: frozenset[int] = frozenset(),
     ) -> None:  # fmt: skip
         super().__init__(cast("LedgerClient", None), spec, writer, cp, policy=RetryPolicy())
+        if cp.digest_scheme == KEYED_DIGESTS:
+            # No key here: the recording's digests were computed again from its content (``redigested``).
+            self._digests = Digester(cp.chain_format)
+        self._unjudged = unjudged  # steps whose arguments the recording cannot show (a keyed run's children)
         self._input = cp.input
         self.first: NondeterminismError | None = None
         self.record_ends_at: int | None = None  # the step the code asked for beyond the record
@@ -250,7 +258,7 @@ class ReplayRun(RecordedRun):
         self, step: int, rec: StepRecord, kind: str, name: str, args_digest: str | None, args: Any = None
     ) -> None:
         with self._kept():
-            super()._check(step, rec, kind, name, args_digest, args)
+            super()._check(step, rec, kind, name, None if step in self._unjudged else args_digest, args)
 
     async def _append(self, body: Payload, encoded: Mapping[str, bytes] | None = None) -> Event:
         if body.TYPE not in _OUTCOMES:
@@ -366,6 +374,46 @@ class ReplayRun(RecordedRun):
             return await super().random()
 
 
+def redigested(cp: Checkpoint, records: list[Recorded]) -> frozenset[int]:
+    """Give the steps of a keyed run (digest scheme 2, runledger.record.digests) digests this process can
+    compute: the plain digest of the arguments the recording holds opened (a model request, a tool's or
+    an effect's arguments, an approval's action and arguments), in place of the HMAC under the run's key,
+    which a recording never carries. Returns the steps whose arguments it does not hold (a child's input
+    is in the child's run): their arguments are not judged, only their kind and name.
+
+    The recording holds the arguments as recorded (redacted by the run's capture policy), the digest was
+    of the arguments as the code made them: a secret the code put in an argument itself, redacted in the
+    record, makes that step differ; one that came from a replayed value (a redacted input or output) does
+    not, since the replay hands the code the recorded value."""
+    plain = Digester(cp.chain_format)
+    unjudged: set[int] = set()
+    for rec in records:
+        ev, p = rec.event, rec.event.payload
+        step = cp.steps.get(p["step"]) if isinstance(p.get("step"), int) else None
+        if step is None:
+            continue
+        if ev.type == "model.called":
+            value: Any = p.get("request")
+        elif ev.type in ("tool.called", "effect.intended"):
+            value = p.get("args")
+        elif ev.type == "approval.requested":
+            value = {"action": p.get("action"), "args": p.get("args")}
+            pending = cp.pending_approvals.get(str(p.get("request_id")))
+        elif ev.type == "child.started":
+            unjudged.add(step.step)
+            continue
+        else:
+            continue
+        try:
+            step.args_digest = plain.digest(value)
+        except (TypeError, ValueError):
+            unjudged.add(step.step)
+            continue
+        if ev.type == "approval.requested" and pending is not None:
+            pending["digest"] = step.args_digest
+    return frozenset(unjudged)
+
+
 def _ending(status: str, reason: str | None) -> str:
     return f"{status}: {reason}" if reason and status in ("failed", "suspended") else status
 
@@ -459,6 +507,7 @@ class Replayer:
         # Tools listed from outside the code (an MCP server's) are declared from the listings the run
         # recorded, as a resume declares them: a replay never lists their source (it never calls it).
         spec = spec.from_record(cp.tool_listings)
+        unjudged = redigested(cp, records) if cp.digest_scheme == KEYED_DIGESTS else frozenset()
         recorded_status, recorded_reason = cp.status, cp.failure_reason
         if cp.status == "suspended":
             recorded_reason = _suspension_reason(records)
@@ -477,7 +526,8 @@ class Replayer:
             for r in records
             if r.event.type == "effect.simulated" and isinstance(r.event.payload.get("step"), int)
         }
-        run = ReplayRun(spec, cp, MemoryWriter(recording.run_id, recording.agent, cp), simulated=simulated, live=live)
+        run = ReplayRun(spec, cp, MemoryWriter(recording.run_id, recording.agent, cp), simulated=simulated, live=live,
+                        unjudged=unjudged)  # fmt: skip
 
         def result(divergence: Divergence | None, replayed: str, output: Any = None) -> ReplayResult:
             return ReplayResult(

@@ -20,9 +20,10 @@ from runledger.log.subjects import (
     parse_run_subject,
     run_msg_id,
 )
-from runledger.protect.capture import PayloadOpener
-from runledger.protect.keystore import LocalMasterKey, MemoryKeyStore, run_kid, unwrap_keys
-from runledger.record.canonical import canonical_json, digest, short_digest
+from runledger.protect.capture import DataPolicy, PayloadOpener, PayloadProtector
+from runledger.protect.keystore import LocalMasterKey, MemoryKeyStore, RunKeys, run_kid, unwrap_keys
+from runledger.record.canonical import CONTENT_FORMAT, canonical_json, digest, short_digest
+from runledger.record.digests import Digester
 from runledger.record.events import GENESIS, decode
 from runledger.record.fold import fold
 from runledger.record.records import Recorded
@@ -110,8 +111,39 @@ def test_sealing_vectors_open_with_runledgers_keys() -> None:
         assert asyncio.run(opener.open_text(case["sealed"])) == case["text"]
 
 
+def test_digest_vectors_are_runledgers_digests_under_the_sealing_keys() -> None:
+    """Keyed digests (scheme 2): the digest key is HKDF-SHA256-Expand of the data key (checked against
+    cryptography's HKDFExpand, an implementation the docs name), and each digest is the HMAC of the
+    value's canonical JSON under it; hash-only content is digested alike."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+
+    data = load("digests.json")
+    sealing = load("sealing.json")
+    assert data["data_key"] == sealing["data_key"] and data["kid"] == sealing["kid"]
+    keys = RunKeys(data["kid"], base64.b64decode(data["data_key"]), base64.b64decode(sealing["token_key"]))
+    expanded = HKDFExpand(hashes.SHA256(), 32, data["digest_key_info"].encode()).derive(keys.data_key)
+    assert base64.b64encode(keys.digest_key).decode() == data["digest_key"] == base64.b64encode(expanded).decode()
+    keyed = Digester(data["chain_format"], data["digest_scheme"], keys.digest_key)
+    for case in data["cases"]:
+        raw = canonical_json(case["value"], 2)
+        assert raw.decode() == case["canonical"]
+        assert digest(case["value"], 2) == case["plain"] == hashlib.sha256(raw).hexdigest()
+        assert keyed.digest(case["value"]) == case["keyed"] != case["plain"]
+    protector = PayloadProtector(DataPolicy(capture="hash-only", encrypt=False), keys)
+    protector.hashes = keyed
+    token = CONTENT_FORMAT.set(2)
+    try:
+        assert asyncio.run(protector.protect_value("args", data["hash_only"]["value"])) == data["hash_only"]["recorded"]
+    finally:
+        CONTENT_FORMAT.reset(token)
+    assert protector.protect_text(data["hash_only"]["text"]) == data["hash_only"]["recorded_text"]
+
+
 def test_the_generator_still_writes_these_files() -> None:
-    from tests.vectors.generate import canonical_vectors, render, run_vectors, sealing_vectors
+    from tests.vectors.generate import canonical_vectors, digest_vectors, render, run_vectors, sealing_vectors
+
+    assert render(digest_vectors()) == (VECTORS / "digests.json").read_text(encoding="utf-8")
 
     assert render(canonical_vectors()) == (VECTORS / "canonical.json").read_text(encoding="utf-8")
     assert render(run_vectors()) == (VECTORS / "runs.json").read_text(encoding="utf-8")

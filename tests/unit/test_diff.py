@@ -186,3 +186,36 @@ def test_the_sweep_summary_counts_effects_with_changed_arguments() -> None:
     text = summary.render()
     assert "effects with changed arguments: 1 in 1 runs" in text and "args differ: P -> br-1" in text
     assert "changed arguments" not in SweepSummary(total=1, completed=1).render()
+
+
+def _tool_called(run_id: str, step: int, args: Any) -> Any:
+    from runledger.record.events import Event, ToolCalled
+    from runledger.record.records import Recorded
+
+    body = ToolCalled(step=step, name="lookup_order", args=args, args_digest=f"keyed-{run_id}-{step}", output=ORDER)
+    event = Event(id=f"e{run_id}{step}", run_id=run_id, agent="a", seq=step, type=body.TYPE, schema_version=1,
+                  ts="2026-01-01T00:00:00Z",
+                  payload=body.model_dump(mode="json"), prev_hash="0" * 64, hash="1" * 64)  # fmt: skip
+    return Recorded(event, step)
+
+
+def test_keyed_runs_compare_the_arguments_they_hold_not_their_digests() -> None:
+    """Each run digests under its own key (digest scheme 2): one call makes two digests. ``diff`` then
+    compares the opened arguments, a redaction token by its kind alone (each run's tokens are keyed
+    under its own token key), and does not judge arguments it cannot read."""
+    parent = run("P", [model(0, "x"), tool(1, "lookup_order", ORDER, "keyed-P-1")])
+    branch = run("B", [model(0, "x"), tool(1, "lookup_order", ORDER, "keyed-B-1")], fork=0)
+    parent.digest_scheme = branch.digest_scheme = 2
+    ours, theirs = "«redacted:card_number:aaaaaaaaaaaa»", "«redacted:card_number:bbbbbbbbbbbb»"
+    same = diff_runs(parent, branch, [_tool_called("P", 1, {"order": "order-8891", "card": ours})],
+                     [_tool_called("B", 1, {"card": theirs, "order": "order-8891"})])  # fmt: skip
+    assert [s.op for s in same.steps] == ["equal", "equal"], same.steps
+    other = diff_runs(parent, branch, [_tool_called("P", 1, {"order": "order-8891"})],
+                      [_tool_called("B", 1, {"order": "order-7"})])  # fmt: skip
+    assert [s.op for s in other.steps] == ["equal", "changed"]
+    unread = diff_runs(parent, branch, [_tool_called("P", 1, {"$enc": "A256GCM", "kid": "k", "ct": "x"})],
+                       [_tool_called("B", 1, {"order": "order-7"})])  # fmt: skip
+    assert [s.op for s in unread.steps] == ["equal", "equal"]  # sealed from this reader: judged by the rest
+    # Plain digests (both runs scheme 1) still compare as they are.
+    parent.digest_scheme = branch.digest_scheme = 1
+    assert [s.op for s in diff_runs(parent, branch).steps] == ["equal", "changed"]

@@ -1,6 +1,6 @@
 """Writes the wire-format test vectors of this folder (docs/wire.md, "Test vectors").
 
-    .venv/bin/python tests/vectors/generate.py     # rewrites canonical.json, runs.json and sealing.json
+    .venv/bin/python tests/vectors/generate.py     # rewrites canonical.json, runs.json, sealing.json, digests.json
 
 ``tests/unit/test_canonical_vectors.py`` checks the Python implementation against the files and
 that this script still produces them byte for byte; other implementations replay the files.
@@ -33,9 +33,10 @@ from runledger.log.subjects import (
 )
 from runledger.protect import keystore
 from runledger.protect.capture import DataPolicy, PayloadProtector
-from runledger.protect.keystore import LocalMasterKey, RunKeys, run_kid, wrap_keys
+from runledger.protect.keystore import DIGEST_KEY_INFO, LocalMasterKey, RunKeys, run_kid, wrap_keys
 from runledger.record import events as events_module
 from runledger.record.canonical import CONTENT_FORMAT, JCS_CHAIN_FORMAT, canonical_json, digest, short_digest
+from runledger.record.digests import KEYED_DIGESTS, Digester
 from runledger.record.events import (
     GENESIS,
     ApprovalRequested,
@@ -323,6 +324,55 @@ def sealing_vectors() -> dict[str, Any]:
     }
 
 
+# -- keyed digests ---------------------------------------------------------------------------------
+
+DIGESTED_VALUES = [
+    (
+        "a model request",
+        {"messages": [{"role": "user", "content": "refund order-8891"}], "params": {"temperature": 0.0}},
+    ),
+    ("a tool's arguments holding a card number", {"card": "4111 1111 1111 1111", "order": "order-8891"}),
+    ("an approval's action and arguments", {"action": "refund", "args": {"order": "order-7", "amount": 250}}),
+    ("an effect's arguments with a small integer", {"order": "order-8891", "amount": 7}),
+    ("a bare yes", "yes"),
+]
+
+
+def digest_vectors() -> dict[str, Any]:
+    """The digests of values under digest scheme 2 (keyed) and 1 (plain), with the run keys of the
+    sealing vectors: what a writer of a run with keys records as ``args_digest`` and approval digests."""
+    keys = RunKeys(run_kid(AGENT, RUN_A), bytes(range(0x40, 0x60)), bytes(range(0x80, 0xA0)))
+    keyed, plain = Digester(JCS_CHAIN_FORMAT, KEYED_DIGESTS, keys.digest_key), Digester(JCS_CHAIN_FORMAT)
+    cases = []
+    for name, value in DIGESTED_VALUES:
+        raw = canonical_json(value, JCS_CHAIN_FORMAT)
+        cases.append({"name": name, "value": value, "canonical": raw.decode(), "plain": plain.of_bytes(raw),
+                      "keyed": keyed.of_bytes(raw)})  # fmt: skip
+    text = "card declined: insufficient funds \u20ac"
+    return {
+        "about": 'Digests of content (docs/wire.md, "Digests of content"): a run that records `digest_scheme: 2` '
+        "in run.started digests with HMAC-SHA256 under its digest key, HKDF-SHA256-Expand of its `data_key` "
+        "(the pseudorandom key) with info `digest_key_info`, 32 bytes: `digest_key` (base64). Each case: the "
+        "value, its canonical JSON (chain format 2), its `plain` digest (scheme 1: sha256) and its `keyed` one "
+        "(scheme 2: HMAC-SHA256 of the same bytes). `hash_only`: what capture hash-only records for a value "
+        '(`{"$hash": keyed digest of its canonical JSON, "size"}`) and for an error text (`«hash:` keyed '
+        "digest of its UTF-8 bytes `»`).",
+        "chain_format": JCS_CHAIN_FORMAT,
+        "digest_scheme": KEYED_DIGESTS,
+        "kid": keys.kid,
+        "data_key": base64.b64encode(keys.data_key).decode(),
+        "digest_key_info": DIGEST_KEY_INFO.decode(),
+        "digest_key": base64.b64encode(keys.digest_key).decode(),
+        "cases": cases,
+        "hash_only": {
+            "value": DIGESTED_VALUES[3][1],
+            "recorded": {"$hash": cases[3]["keyed"], "size": len(cases[3]["canonical"].encode())},
+            "text": text,
+            "recorded_text": f"«hash:{keyed.of_bytes(text.encode())}»",
+        },
+    }
+
+
 def render(value: Any) -> str:
     return json.dumps(value, indent=1, ensure_ascii=False) + "\n"
 
@@ -331,7 +381,9 @@ def main() -> None:
     (HERE / "canonical.json").write_text(render(canonical_vectors()), encoding="utf-8")
     (HERE / "runs.json").write_text(render(run_vectors()), encoding="utf-8")
     (HERE / "sealing.json").write_text(render(sealing_vectors()), encoding="utf-8")
-    print(f"wrote {HERE / 'canonical.json'}, {HERE / 'runs.json'} and {HERE / 'sealing.json'}", file=sys.stderr)
+    (HERE / "digests.json").write_text(render(digest_vectors()), encoding="utf-8")
+    print(f"wrote {HERE / 'canonical.json'}, {HERE / 'runs.json'}, {HERE / 'sealing.json'} and {HERE / 'digests.json'}",
+          file=sys.stderr)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -26,7 +26,14 @@ from runledger.protect.redaction._redactor import (
 )
 from runledger.protect.redaction._scan import GATE_MAX_CHARS, WINDOW_CHARS, WRAPPER_DEPTH
 from runledger.protect.redaction._secrets import SecretResolver
-from runledger.protect.redaction._tokens import SECRET_SCHEME, TOKEN_CLOSE, TOKEN_OPEN, contains_token, is_token
+from runledger.protect.redaction._tokens import (
+    SECRET_SCHEME,
+    TOKEN_CLOSE,
+    TOKEN_OPEN,
+    contains_token,
+    is_token,
+    without_token_keys,
+)
 
 __all__ = [
     "CACHE_MAX_CHARS",
@@ -57,4 +64,5 @@ __all__ = [
     "luhn_ok",
     "off_loop",
     "text_size",
+    "without_token_keys",
 ]

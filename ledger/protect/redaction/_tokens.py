@@ -24,3 +24,13 @@ def is_token(text: str) -> bool:
 
 def contains_token(text: str) -> bool:
     return bool(TOKEN_RE.search(text))
+
+
+_TOKEN_HEX = re.compile(r"(«redacted:[a-z0-9_:.-]+):[0-9a-f]{12}»")
+
+
+def without_token_keys(text: str) -> str:
+    """``text`` with each token's hex dropped (``«redacted:card_number»``): what two runs' records of one
+    value have in common, since each run's tokens are keyed under its own token key (``runledger diff``
+    compares a branch's arguments with its parent's so)."""
+    return _TOKEN_HEX.sub(r"\1»", text) if TOKEN_OPEN in text else text

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from runledger.log.client import LedgerClient
+from runledger.protect.keystore import KVKeyStore, run_kid
 from runledger.protect.loading import load_run
-from runledger.record.canonical import digest
+from runledger.record.digests import Digester
 from runledger.record.fold import Checkpoint, fold
 from runledger.sandbox.diff import diff
 from runledger.sandbox.rerun import Rerunner, RerunRequest
@@ -104,8 +105,13 @@ async def test_a_changed_agent_that_leaves_the_record_before_the_fork_names_the_
     assert (result.status, result.reason) == ("failed", "nondeterminism"), result
     error = result.error or ""
     assert f"branch {result.run_id} step 1, before its fork at step 2" in error
-    assert f"the parent's record has tool 'lookup' (args {digest({'q': 'a'})[:12]})" in error
-    assert f"the branch's agent called tool 'lookup' (args {digest({'q': 'z'})[:12]})" in error
+    # Both digests the parent's way (under the parent's digest key), so they compare.
+    parent = fold((await load_run(client, "cf-leaves")).records)
+    keys = await KVKeyStore(client.js).get(run_kid(parent.agent, "cf-leaves"))
+    assert keys is not None
+    theirs = Digester(parent.chain_format, parent.digest_scheme, keys.digest_key)
+    assert f"the parent's record has tool 'lookup' (args {theirs.digest({'q': 'a'})[:12]})" in error
+    assert f"the branch's agent called tool 'lookup' (args {theirs.digest({'q': 'z'})[:12]})" in error
     assert "The branch changes agent_version" in error and "The version tuple is the recorded one" not in error
     assert len(cf.REQUESTS) == sent  # step 0 was served from the record: the model was sent nothing
 

@@ -19,8 +19,10 @@ from runledger.examples.refund_agent.agent import ORDERS, TICKETS, spec
 from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import LedgerClient
 from runledger.log.subjects import LEDGER_STREAM
+from runledger.protect.keystore import KVKeyStore, run_kid
 from runledger.protect.loading import load_run
 from runledger.record.canonical import digest
+from runledger.record.digests import KEYED_DIGESTS, Digester
 from runledger.record.fold import fold
 from runledger.sandbox.branch import read_committed_claim
 from runledger.sandbox.containers import LABEL, OWNER
@@ -178,8 +180,15 @@ async def test_live_branch_never_serves_a_key_committed_with_other_arguments(
     (simulated,) = [e for e in events if e.type == "effect.simulated"]
     marker = simulated.payload["result"]
     body = {"ticket": "T-1001", "to": "ana@example.com", "body": "We have refunded 49.90 for your juicer."}
+    # Both digests as the claim that committed the key made its own: the parent's, under the parent's
+    # digest key (each run digests under its own key: docs/wire.md, "Digests").
+    parent_keys = await KVKeyStore(client.js).get(run_kid(p_cp.agent, "p-args"))
+    assert parent_keys is not None and p_cp.digest_scheme == KEYED_DIGESTS
+    theirs = Digester(p_cp.chain_format, KEYED_DIGESTS, parent_keys.digest_key)
+    ours = theirs.digest(body)
+    assert ours != digest(body, p_cp.chain_format)
     assert marker == {"simulated": True, "effect": "send_email", "key": "email:T-1001", "reason": "args_differ",
-                      "args_digest": digest(body), "committed_args_digest": p_cp.steps[4].args_digest}  # fmt: skip
+                      "args_digest": ours, "committed_args_digest": p_cp.steps[4].args_digest}  # fmt: skip
     assert marker["args_digest"] != marker["committed_args_digest"]
 
     d = await diff(client, "p-args", result.run_id)

@@ -4,7 +4,8 @@
 //	    replays the test vectors: canonical JSON, hashes and the chain, subjects, headers, msg ids,
 //	    envelopes byte for byte, the key record and sealed values; prints {"checked", "skipped", "failures"}
 //	runledger-go --server nats://127.0.0.1:4222 --agent go-agent --run-id RUN --key refund:order-1 [--stop-after claim]
-//	    writes a run whose content is sealed (RUNLEDGER_MASTER_KEY): run.started, a model call, a tool
+//	    writes a run whose content is sealed (RUNLEDGER_MASTER_KEY) and whose digests are keyed under its
+//	    digest key (digest scheme 2): run.started, a model call, a tool
 //	    call, an effect with its claim on the key, the outcome, run.completed; prints a JSON summary.
 //	    --stop-after claim stops after the intent and the claim, as a crash would: the effect in doubt.
 //	    A key committed already is not acted on: its outcome is copied to the run and its result opened.
@@ -105,6 +106,8 @@ func writeRun(o runOptions) (map[string]any, int, error) {
 		"budgets": map[string]any{"turns": nil, "tokens": nil, "seconds": nil},
 		"input":   seal(map[string]any{"order": order, "amount": 12.5}),
 		"capture": "full", "labels": map[string]any{"client": "go"}, "chain_format": 2, "holder": holder,
+		// Its content is sealed, so its digests are keyed: erasing the run leaves none anyone can test a guess against.
+		"digest_scheme": 2,
 	}); err != nil {
 		return nil, 1, err
 	}
@@ -113,7 +116,7 @@ func writeRun(o runOptions) (map[string]any, int, error) {
 		"params":   map[string]any{"temperature": 0},
 	}
 	if _, _, err := run.Append("model.called", map[string]any{
-		"step": 0, "model": "scripted-go", "request": seal(request), "args_digest": Digest(request),
+		"step": 0, "model": "scripted-go", "request": seal(request), "args_digest": keys.KeyedDigest(request),
 		"response": seal(map[string]any{"content": "refunding " + order, "tool_calls": []any{}, "finish_reason": "stop"}),
 		"error":    nil, "usage": map[string]any{"input_tokens": 9, "output_tokens": 2}, "duration_ms": 1.5,
 		"attempt": 1, "will_retry": false,
@@ -122,7 +125,7 @@ func writeRun(o runOptions) (map[string]any, int, error) {
 	}
 	lookup := map[string]any{"order": order}
 	if _, _, err := run.Append("tool.called", map[string]any{
-		"step": 1, "name": "lookup_order", "args": seal(lookup), "args_digest": Digest(lookup),
+		"step": 1, "name": "lookup_order", "args": seal(lookup), "args_digest": keys.KeyedDigest(lookup),
 		"output": seal(map[string]any{"order": order, "amount": 12.5, "currency": "EUR"}), "error": nil,
 		"duration_ms": 0.25, "attempt": 1, "will_retry": false,
 	}); err != nil {
@@ -133,7 +136,7 @@ func writeRun(o runOptions) (map[string]any, int, error) {
 	// claim); outcome on the run.
 	args := map[string]any{"order": order, "amount": 12.5}
 	intent := map[string]any{
-		"step": 2, "name": "refund", "key": o.key, "args": seal(args), "args_digest": Digest(args),
+		"step": 2, "name": "refund", "key": o.key, "args": seal(args), "args_digest": keys.KeyedDigest(args),
 		"effect_class": "irreversible", "lease_s": o.lease, "tool_call_id": nil, "holder": holder,
 	}
 	if _, _, err := run.Append("effect.intended", intent); err != nil {

@@ -5,6 +5,7 @@ package main
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -118,6 +119,25 @@ func NewRunKeys(kid string) *RunKeys {
 		panic(err)
 	}
 	return &RunKeys{kid, data, tokens}
+}
+
+// DigestKeyInfo is the HKDF info of a run's digest key (docs/wire.md, "Digests of content").
+const DigestKeyInfo = "runledger digest key"
+
+// DigestKey is the key of the run's keyed digests (digest scheme 2): HKDF-SHA256-Expand of the data key
+// with info DigestKeyInfo, 32 bytes, which is HMAC-SHA256(data key, info || 0x01).
+func (k *RunKeys) DigestKey() []byte {
+	mac := hmac.New(sha256.New, k.DataKey)
+	mac.Write(append([]byte(DigestKeyInfo), 1))
+	return mac.Sum(nil)
+}
+
+// KeyedDigest is the lowercase hex HMAC-SHA256, under the digest key, of v's canonical JSON: the
+// args_digest (and approval digest) of a run that records digest_scheme 2 in run.started.
+func (k *RunKeys) KeyedDigest(v any) string {
+	mac := hmac.New(sha256.New, k.DigestKey())
+	mac.Write(MustCanonical(v))
+	return hex.EncodeToString(mac.Sum(nil))
 }
 
 // RunKid is the key id of a run an agent writes.

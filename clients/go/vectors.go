@@ -2,6 +2,8 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
@@ -33,7 +35,7 @@ func readJSON(dir, name string, into any) error {
 
 func CheckVectors(dir string) (*VectorReport, error) {
 	report := &VectorReport{Failures: []string{}}
-	for _, check := range []func(string, *VectorReport) error{checkCanonical, checkRuns, checkSealing} {
+	for _, check := range []func(string, *VectorReport) error{checkCanonical, checkRuns, checkSealing, checkDigests} {
 		if err := check(dir, report); err != nil {
 			return nil, err
 		}
@@ -231,6 +233,66 @@ func checkSealing(dir string, r *VectorReport) error {
 		if sealed := keys.SealText(c.Text, nonce); sealed != c.Sealed {
 			r.fail("%s: sealed %s != %s", c.Name, sealed, c.Sealed)
 		}
+	}
+	return nil
+}
+
+// checkDigests replays digests.json: the digest key derived from the data key, and each value's plain
+// (scheme 1) and keyed (scheme 2) digest; hash-only content digested alike.
+func checkDigests(dir string, r *VectorReport) error {
+	var data struct {
+		Kid           string `json:"kid"`
+		DataKey       string `json:"data_key"`
+		DigestKey     string `json:"digest_key"`
+		DigestKeyInfo string `json:"digest_key_info"`
+		Cases         []struct {
+			Name      string          `json:"name"`
+			Value     json.RawMessage `json:"value"`
+			Canonical string          `json:"canonical"`
+			Plain     string          `json:"plain"`
+			Keyed     string          `json:"keyed"`
+		} `json:"cases"`
+		HashOnly struct {
+			Value        json.RawMessage `json:"value"`
+			Recorded     map[string]any  `json:"recorded"`
+			Text         string          `json:"text"`
+			RecordedText string          `json:"recorded_text"`
+		} `json:"hash_only"`
+	}
+	if err := readJSON(dir, "digests.json", &data); err != nil {
+		return err
+	}
+	dataKey, err := base64.StdEncoding.DecodeString(data.DataKey)
+	if err != nil {
+		return err
+	}
+	keys := &RunKeys{Kid: data.Kid, DataKey: dataKey}
+	r.Checked++
+	if data.DigestKeyInfo != DigestKeyInfo || base64.StdEncoding.EncodeToString(keys.DigestKey()) != data.DigestKey {
+		r.fail("digest key %s != %s", base64.StdEncoding.EncodeToString(keys.DigestKey()), data.DigestKey)
+	}
+	for _, c := range data.Cases {
+		r.Checked++
+		value, err := ParseJSON(c.Value)
+		if err != nil {
+			return err
+		}
+		if string(MustCanonical(value)) != c.Canonical || Digest(value) != c.Plain || keys.KeyedDigest(value) != c.Keyed {
+			r.fail("%s: digests %s, %s != %s, %s", c.Name, Digest(value), keys.KeyedDigest(value), c.Plain, c.Keyed)
+		}
+	}
+	r.Checked++
+	value, err := ParseJSON(data.HashOnly.Value)
+	if err != nil {
+		return err
+	}
+	if keys.KeyedDigest(value) != data.HashOnly.Recorded["$hash"] {
+		r.fail("hash-only value: %s != %v", keys.KeyedDigest(value), data.HashOnly.Recorded["$hash"])
+	}
+	mac := hmac.New(sha256.New, keys.DigestKey())
+	mac.Write([]byte(data.HashOnly.Text))
+	if "«hash:"+hex.EncodeToString(mac.Sum(nil))+"»" != data.HashOnly.RecordedText {
+		r.fail("hash-only text: %s", data.HashOnly.RecordedText)
 	}
 	return nil
 }

@@ -1,14 +1,14 @@
 // A reference publisher of the runledger wire format, written from docs/wire.md and tests/vectors.
 //
 //   node publish.mjs --check-vectors ../../tests/vectors
-//       replays the test vectors: canonical JSON, hashes, subjects, headers and msg ids
+//       replays the test vectors: canonical JSON, hashes, subjects, headers and msg ids, keyed digests
 //   node publish.mjs --server nats://127.0.0.1:4222 --agent node-agent --run-id RUN --key refund:order-1
 //       writes a complete run (run.started, a model call, a tool call, an effect with its claim on the
 //       key, run.completed) and prints a JSON summary; exits 3 when the key was already claimed
 //
 // It imports nothing of runledger: every rule below is the page's.
 
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, createHmac, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -34,6 +34,11 @@ export function canonicalize(value) {
 const sha256hex = (data) => createHash("sha256").update(data).digest("hex");
 export const digest = (value) => sha256hex(Buffer.from(canonicalize(value), "utf8"));
 export const keyToken = (key) => sha256hex(Buffer.from(key, "utf8")).slice(0, 32);
+// Digest scheme 2 (docs/wire.md, "Digests of content"), for a run with keys: HMAC-SHA256 of the canonical
+// JSON under the digest key, HKDF-SHA256-Expand of the data key with info "runledger digest key" (one block:
+// HMAC-SHA256(data key, info || 0x01)). This publisher writes unsealed runs (no keys: scheme 1, plain).
+export const digestKey = (dataKey) => createHmac("sha256", dataKey).update(Buffer.from("runledger digest key\x01", "latin1")).digest();
+export const keyedDigest = (digestKeyBytes, value) => createHmac("sha256", digestKeyBytes).update(Buffer.from(canonicalize(value), "utf8")).digest("hex");
 export const GENESIS = "0".repeat(64);
 
 // -- names, subjects, headers ----------------------------------------------------------------
@@ -216,6 +221,14 @@ function checkVectors(dir) {
     if (problems.length) failures.push(`message ${m.stream_seq}: ${problems.join(", ")}`);
     chains.set(fence, [seq + 1, hash]);
     last.set(fence, m.stream_seq);
+  }
+  const digests = JSON.parse(readFileSync(join(dir, "digests.json"), "utf8"));
+  const key = digestKey(Buffer.from(digests.data_key, "base64"));
+  checked++;
+  if (key.toString("base64") !== digests.digest_key) failures.push("digest key");
+  for (const c of digests.cases) {
+    checked++;
+    if (canonicalize(c.value) !== c.canonical || digest(c.value) !== c.plain || keyedDigest(key, c.value) !== c.keyed) failures.push(`digests: ${c.name}`);
   }
   process.stdout.write(JSON.stringify({ checked, skipped, failures }) + "\n");
   process.exit(failures.length ? 1 : 0);

@@ -219,9 +219,10 @@ def test_a_passphrase_of_words_goes_to_the_end_of_its_line_or_sentence(
 # between them, any item: ``name=value``, ``name: value`` or words; glued to it, a ``name=``); and
 # after the list, any boundary of a value.
 NAMED_ITEMS = st.tuples(WORDS, st.sampled_from(["=", ":", ": ", " = "]), WORDS).map("".join)
+GLUED_ITEMS = st.tuples(WORDS, st.sampled_from(["=", ":", ": "]), WORDS).map("".join)  # ``=`` or ``:`` at the name
 LIST_ITEMS = st.one_of(
     st.tuples(st.sampled_from([", ", "; ", ",\t", ",  ", ",\n", ";\r\n"]), NAMED_ITEMS | PROSE.map(str.strip)),
-    st.tuples(st.sampled_from([",", ";"]), NAMED_ITEMS),
+    st.tuples(st.sampled_from([",", ";"]), GLUED_ITEMS),
 ).map("".join)
 # A value of any shape that ends only where the list does: one word, a passphrase of plain words, or
 # words with symbols and digits (no password-shaped word before a prose word).
@@ -255,6 +256,8 @@ def test_a_separator_inside_a_word_is_part_of_the_value() -> None:
     """A ``,`` or ``;`` between characters of one word, no ``name=`` after it, is the value's own."""
     r = Redactor(KEY)
     assert r.redact_text("pwd=a1,b2;c3 next") == f"pwd={r.token('credential', 'a1,b2;c3')} next"
+    # A name glued to the separator ends the value only with its ``=`` or ``:`` glued to it too.
+    assert r.redact_text("pwd=0;B =0B 0B") == f"pwd={r.token('credential', '0;B =0B 0B')}"
     assert r.redact_text("password: ???") == f"password: {r.token('credential', '???')}"
 
 

@@ -195,9 +195,9 @@ _PASSWORD_WORD = rf"(?=[^0-9 \t\n\r\x00\uffff«»]*+[0-9])(?=[^\W\d_]|{_W}*?[^\W
 _FIRST_WORD_END = re.compile(_PASSWORD_WORD)  # the value's first word, which no blank precedes
 # What follows a list separator (``,`` or ``;``) that ends a value: a blank, the end of the line or of
 # the text (``pwd=abc123, user=alice``), or the next ``name=`` / ``name:`` glued to it
-# (``pwd=abc123,user=alice``). The name read is bounded and stops at the next separator: no
-# character is read twice.
-_LIST_NEXT = r"(?=[ \t\n\r\x00\uffff]|\Z|[A-Za-z_][A-Za-z0-9_.-]{0,63}+[ \t]{0,16}+[=:])"
+# (``pwd=abc123,user=alice``; a blank between name and ``=`` is a word boundary, and ``pwd=a1;b =c``
+# is one value). The name read is bounded and stops at the next separator: no character is read twice.
+_LIST_NEXT = r"(?=[ \t\n\r\x00\uffff]|\Z|[A-Za-z_][A-Za-z0-9_.-]{0,63}+[=:])"
 _LIST_SEP = re.compile(rf"[,;]{_LIST_NEXT}")
 # Sentence punctuation stuck to a value's last word: it ends the sentence, not the value.
 _SENTENCE_STOP = ".!?"

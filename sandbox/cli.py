@@ -422,8 +422,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     signalled, finished = threading.Event(), threading.Event()
 
     async def serve() -> int:
-        policy = SandboxPolicy(image=args.image or current_image(docker), timeout_s=args.timeout,
-                               max_host_cpu_s=args.host_cpu, max_request_cpu_s=args.request_cpu)  # fmt: skip
+        cpu = {
+            name: value
+            for name, value in (("max_host_cpu_s", args.host_cpu), ("max_request_cpu_s", args.request_cpu))
+            if value is not None
+        }
+        policy = SandboxPolicy(image=args.image or current_image(docker), timeout_s=args.timeout, **cpu)  # fmt: skip
         client = await connect(nats_url(args))
         print(f"worker: serving re-runs from {client.url} with {policy.image} (time limit {policy.timeout_s:g}s, "
               f"host CPU {policy.max_host_cpu_s:g}s a re-run and {policy.max_request_cpu_s:g}s a request, "
@@ -589,13 +593,14 @@ def _add_worker(sub: Any, common: argparse.ArgumentParser) -> None:
         help="wall-clock limit of each re-run (s); a request asking for more is capped at it",
     )  # fmt: skip
     p.add_argument(
-        "--host-cpu", type=float, default=SandboxPolicy.max_host_cpu_s, metavar="SECONDS",
+        "--host-cpu", type=float, metavar="SECONDS",
         help="host CPU the broker may spend for one re-run's guest (parsing, checks, recording, host tools); "
-        "past it the branch fails with the reason",
+        "past it the branch fails with the reason (default: SandboxPolicy.max_host_cpu_s, 10)",
     )  # fmt: skip
     p.add_argument(
-        "--request-cpu", type=float, default=SandboxPolicy.max_request_cpu_s, metavar="SECONDS",
-        help="host CPU the broker may spend for one request of a guest; past it the branch fails",
+        "--request-cpu", type=float, metavar="SECONDS",
+        help="host CPU the broker may spend for one request of a guest; past it the branch fails "
+        "(default: SandboxPolicy.max_request_cpu_s, 5)",
     )  # fmt: skip
     p.add_argument(
         "--max-attempts", type=int, default=3,

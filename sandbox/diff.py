@@ -30,7 +30,6 @@ from typing import Any, Literal
 from runledger.log.client import LedgerClient
 from runledger.protect.capture import is_placeholder
 from runledger.protect.loading import load_run
-from runledger.protect.redaction import without_token_keys
 from runledger.record.canonical import JCS_CHAIN_FORMAT, canonical_json
 from runledger.record.digests import PLAIN_DIGESTS
 from runledger.record.fold import Checkpoint, StepRecord, fold
@@ -134,6 +133,8 @@ def step_args(records: Iterable[Recorded]) -> dict[int, str]:
     canonical JSON of the arguments with each redaction token's run-keyed hex dropped (one secret
     recorded by two runs compares equal: ``without_token_keys``). Steps whose arguments are not open
     (sealed, erased, hashed) are left out."""
+    from runledger.protect.redaction import without_token_keys  # (loaded only when keyed runs are compared)
+
     out: dict[int, str] = {}
     for rec in records:
         p = rec.event.payload

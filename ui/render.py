@@ -25,7 +25,7 @@ _TOKEN = re.compile(r"«(redacted|sealed|erased|hash-only|stored by reference)([
 def stand_in(value: Any) -> Any:
     """``value`` with every content marker replaced by a readable «token»."""
     if is_sealed(value) or is_sealed_text(value):
-        return "«sealed: your credentials cannot open it»"
+        return "«sealed: your credentials cannot open it (an analyst's, until an operator grants content)»"
     if is_hashed(value):
         return f"«hash-only: sha256 {str(value.get('$hash'))[:16]}…, {value.get('size')} bytes»"
     if is_blob_ref(value):

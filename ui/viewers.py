@@ -48,11 +48,6 @@ class Viewer:
         """May decide approvals, resolve effects, queue re-runs and set prices."""
         return self.role in ACTING_ROLES
 
-    @property
-    def can_open_content(self) -> bool:
-        """Analysts work on structure (docs/data-protection.md): the page opens content for the others."""
-        return self.role != "analyst"
-
     def may_read(self, agent: str | None) -> bool:
         return self.agent is None or agent == self.agent
 

@@ -38,7 +38,8 @@ from runledger.protect.loading import load_run
 from runledger.protect.roles import secure
 from runledger.record.events import RunForked
 from runledger.sdk.lifecycle import start_run
-from tests.conftest import unavailable
+from tests.conftest import eventually, unavailable
+from tests.integration.processes import runledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -334,6 +335,26 @@ async def test_an_analyst_signs_in_reads_and_cannot_approve(
                 f"csrf={token}&key=refund:order-7777&outcome=not_committed&by=analyst&run_id={waiting}",
             )  # fmt: skip
             assert status == 403  # nor resolve an effect
+
+            # Content: sealed for the analyst's login until an operator grants analysts content on the
+            # running server; then the same page opens it, and seals it again once revoked.
+            step = f"{base}runs/{demo.runs['T-1001']}/steps/0"
+            home = {"RUNLEDGER_HOME": str(creds.parent)}
+
+            def conversation() -> str:
+                driver.get(step)
+                wait_for(driver, "#step-status")
+                return " ".join(e.text for e in css(driver, "section.event"))
+
+            before = conversation()
+            assert "«sealed: your credentials cannot open it" in before and "blender arrived broken" not in before
+            granted = runledger(secure_server.url, "up", "--secure", "--grant-content", "analyst", env=home)
+            assert granted.returncode == 0 and "granted to: analyst" in granted.stdout, granted.stderr
+            opened = await eventually(lambda: "blender arrived broken" in conversation(), timeout=60)
+            assert opened and "«sealed" not in conversation()
+            revoked = runledger(secure_server.url, "up", "--secure", "--revoke-content", "analyst", env=home)
+            assert revoked.returncode == 0, revoked.stderr
+            assert await eventually(lambda: "blender arrived broken" not in conversation(), timeout=60)
         events = [r.event.type for r in (await load_run(admin, waiting)).records]
         assert "approval.resolved" not in events and events[-1] == "run.suspended"
         assert json.loads((creds / "analyst.json").read_text())["role"] == "analyst"

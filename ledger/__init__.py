@@ -94,7 +94,14 @@ if TYPE_CHECKING:
     from runledger.protect.loading import load_run
     from runledger.protect.redaction import RedactionPolicy, SecretResolver
     from runledger.record.budgets import Budgets
-    from runledger.record.events import Event, GraphCheckpointed, GraphWritesSaved, RunCompleted
+    from runledger.record.events import (
+        Event,
+        GraphCheckpointed,
+        GraphWritesSaved,
+        RunCompleted,
+        WorkflowCheckpointDeleted,
+        WorkflowCheckpointed,
+    )
     from runledger.record.fold import Checkpoint, StepRecord, fold
     from runledger.record.ids import is_subject_token
     from runledger.record.versions import VersionTuple
@@ -175,6 +182,8 @@ _MODULE_OF: dict[str, str] = {
             "RunCompleted",
             "RunFailed",
             "RunSuspended",
+            "WorkflowCheckpointDeleted",
+            "WorkflowCheckpointed",
         ],
         "runledger.record.events",
     ),
@@ -248,6 +257,8 @@ __all__ = [
     "ToolFailedError",
     "VersionMismatchError",
     "VersionTuple",
+    "WorkflowCheckpointDeleted",
+    "WorkflowCheckpointed",
     "connect",
     "erase_run",
     "error_info",

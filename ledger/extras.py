@@ -23,6 +23,7 @@ MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
     "openai": ("openai",),
     "pydantic-ai": ("pydantic_ai",),
     "mcp": ("mcp",),
+    "agent-framework": ("agent_framework",),
 }
 
 # The sub-commands of a package that cannot even be imported without its extra, so that calling

@@ -278,6 +278,12 @@ def _detail(ev_type: str, p: dict[str, Any]) -> tuple[Any, Any, Any]:
         parent = p.get("parent_checkpoint_id")
         lineage = f"{'fork of' if p.get('forked') else 'after'} …{parent[-12:]}" if parent else "first"
         return name, f"{lineage} ({p.get('source')} {p.get('graph_step')})", p.get("channels", [])
+    if ev_type == "workflow.checkpointed":  # runledger.integrations.agent_framework
+        parent = p.get("previous_checkpoint_id")
+        lineage = f"{'fork of' if p.get('forked') else 'after'} …{parent[-12:]}" if parent else "first"
+        return f"{p['workflow_name']} …{p['checkpoint_id'][-12:]}", lineage, f"superstep {p.get('iteration_count')}"
+    if ev_type == "workflow.checkpoint_deleted":
+        return f"{p['workflow_name']} …{p['checkpoint_id'][-12:]}", "", "deleted"
     if ev_type == "graph.checkpoints_deleted":
         deleted = sum(len(ids) for ids in (p.get("checkpoints") or {}).values())
         return p.get("reason", ""), f"{deleted} checkpoint(s)", p.get("run_ids") or ""

@@ -86,6 +86,7 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "child.completed": ("output",),
     "graph.checkpointed": ("values", "metadata", "checkpoint"),
     "graph.writes_saved": ("writes",),
+    "workflow.checkpointed": ("checkpoint",),
     "journal.snapshotted": ("journal",),
 }
 # Event types whose ``error`` (an ErrorInfo) carries content in ``message`` and ``traceback``.

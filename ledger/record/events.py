@@ -73,6 +73,8 @@ from runledger.record.payloads import (
     Usage,
     VersionAccepted,
     VersionTuple,
+    WorkflowCheckpointDeleted,
+    WorkflowCheckpointed,
     upcast,
     upcaster,
 )
@@ -122,6 +124,8 @@ __all__ = [
     "Usage",
     "VersionAccepted",
     "VersionTuple",
+    "WorkflowCheckpointDeleted",
+    "WorkflowCheckpointed",
     "chain_hash",
     "decode",
     "decode_fast",

@@ -488,6 +488,40 @@ class GraphCheckpointsDeleted(Payload):
     run_ids: list[str] = Field(default_factory=list)
 
 
+class WorkflowCheckpointed(Payload):
+    """A checkpoint of a Microsoft Agent Framework workflow, taken at a superstep boundary, on the
+    run that records its lineage (runledger.integrations.agent_framework).
+
+    Structure, in the clear: the workflow's name, the checkpoint's id and its parent's
+    (``previous_checkpoint_id``: the lineage the framework chains), the hash of the workflow's
+    graph (the framework refuses to restore a checkpoint into another graph), the superstep it
+    sits on (``iteration_count``), the framework's own timestamp and format ``version``, and
+    ``forked`` when the parent is not the latest checkpoint of the run (a resume from an older
+    checkpoint). Content: ``checkpoint``, the rest of the checkpoint (messages between executors,
+    committed state, pending requests, metadata) in the framework's checkpoint encoding."""
+
+    TYPE = "workflow.checkpointed"
+    workflow_name: str
+    checkpoint_id: str
+    previous_checkpoint_id: str | None = None
+    graph_signature_hash: str
+    iteration_count: int = 0
+    timestamp: str
+    version: str = "1.0"
+    forked: bool = False
+    checkpoint: Any = None
+
+
+class WorkflowCheckpointDeleted(Payload):
+    """A Microsoft Agent Framework checkpoint of this run, deleted (``CheckpointStorage.delete``): a
+    tombstone. The log is append-only: the checkpoint's event stays, readable by whoever may read
+    the run; the storage reading the run back honours the tombstone and no longer returns it."""
+
+    TYPE = "workflow.checkpoint_deleted"
+    workflow_name: str
+    checkpoint_id: str
+
+
 PAYLOADS: dict[str, type[Payload]] = {
     cls.TYPE: cls
     for cls in (
@@ -519,6 +553,8 @@ PAYLOADS: dict[str, type[Payload]] = {
         GraphCheckpointed,
         GraphWritesSaved,
         GraphCheckpointsDeleted,
+        WorkflowCheckpointed,
+        WorkflowCheckpointDeleted,
     )
 }
 

@@ -29,6 +29,7 @@ MODULE_OF_DISTRIBUTION: dict[str, str] = {
     "opentelemetry-proto": "opentelemetry.proto",
     "langgraph-checkpoint": "langgraph.checkpoint",
     "pydantic-ai-slim": "pydantic_ai",
+    "agent-framework-core": "agent_framework",
 }
 
 

@@ -36,7 +36,7 @@ PUBLIC = [
     "GraphWritesSaved", "ModelError",
     "RecordedRun", "RunCompleted", "RunFailed", "RunNotFoundError", "RunSuspended", "erase_run", "error_info",
     "is_subject_token", "list_runs", "load_run",
-    "open_run", "require_extra",
+    "open_run", "require_extra", "WorkflowCheckpointDeleted", "WorkflowCheckpointed",
     # What a reader of runs needs (the OTLP exporter): a run as read, its steps, content stand-ins, runs live.
     "RunLog", "StepRecord", "follow_events", "is_placeholder",
     # What a service author needs to honour fencing tokens (runledger.sdk.fencing).

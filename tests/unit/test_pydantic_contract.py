@@ -210,6 +210,18 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "channels": ["messages"],
         "writes": [{"type": "null"}],
     },
+    "workflow.checkpointed": {
+        "workflow_name": "orders",
+        "checkpoint_id": "c-2",
+        "previous_checkpoint_id": "c-1",
+        "graph_signature_hash": "ab" * 32,
+        "iteration_count": 2,
+        "timestamp": "2026-12-01T10:00:00+00:00",
+        "version": "1.0",
+        "forked": True,
+        "checkpoint": {"messages": {}, "state": {"n": 1}},
+    },
+    "workflow.checkpoint_deleted": {"workflow_name": "orders", "checkpoint_id": "c-1"},
     "graph.checkpoints_deleted": {
         "thread_id": "t-1",
         "checkpoints": {"": ["1f0-9"], "child:1": ["1f0-8"]},

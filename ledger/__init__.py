@@ -20,7 +20,8 @@ the layers the table in docs/architecture.md ("Packages and layers") lets it
     ├── testing          recorded runs replayed in-process for unit tests: recordings (``export jsonl``),
     │                    the replayer, the pytest plugin (not a sandbox: trusted recordings only)
     ├── projections      [projections] DuckDB read models of the log, SQL for analysts (projections/)
-    ├── integrations     [langgraph] [openai] [pydantic-ai] [otel] frameworks as runs; runs as traces (integrations/)
+    ├── integrations     [langgraph] [agent-framework] [openai] [pydantic-ai] [otel] frameworks as runs; runs as traces
+    │                    (integrations/)
     ├── sandbox          [sandbox] re-runs in Docker sandboxes, workers, diffs of branches (sandbox/)
     ├── ui               [ui] the page: runs, timelines, the matrix, operator actions (ui/)
     └── examples         the example agents and the ``runledger demo`` command (examples/)

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_framework import WorkflowCheckpoint
 
-from runledger import LedgerClient, connect, fold, load_run
+from runledger import FencedError, LedgerClient, connect, fold, load_run
 from runledger.integrations.agent_framework import DEFAULT_AGENT, RunledgerCheckpointStorage
 from tests import agent_framework_cases as cases
 from tests.integration.processes import ROOT, runledger, wait_for
@@ -154,3 +155,24 @@ def _read_as_any_run(url: str, tmp_path: Path) -> None:
     counted = runledger(url, "sql", "--db", str(tmp_path / "p.duckdb"), "--format", "json", query)
     assert counted.returncode == 0, counted.stderr
     assert json.loads(counted.stdout)[0]["n"] >= 11 * 4  # an entry and 3 supersteps an order, more across kills
+
+
+async def test_a_process_whose_execution_was_resumed_elsewhere_is_fenced(nats_url: str) -> None:
+    # Process A checkpoints an execution; process B resumes it from A's checkpoint and saves the next
+    # one; A, still alive (a zombie), saves its own next checkpoint: the server refuses it.
+    first, second = await connect(nats_url), await connect(nats_url)
+    try:
+        zombie, resumer = RunledgerCheckpointStorage(first), RunledgerCheckpointStorage(second)
+        pending: dict[str, Any] = {"messages": {"charge": ["A1"]}}  # mid-execution: messages to deliver
+        entry = WorkflowCheckpoint(workflow_name="w", graph_signature_hash="h", **pending)
+        await zombie.save(entry)
+        assert (await resumer.load(entry.checkpoint_id)).checkpoint_id == entry.checkpoint_id
+        await resumer.save(WorkflowCheckpoint("w", "h", previous_checkpoint_id=entry.checkpoint_id, iteration_count=1))
+        with pytest.raises(FencedError):
+            await zombie.save(
+                WorkflowCheckpoint("w", "h", previous_checkpoint_id=entry.checkpoint_id, iteration_count=1)
+            )
+        assert len(await resumer.list_checkpoints(workflow_name="w")) == 2  # the zombie's is not in the log
+    finally:
+        await first.close()
+        await second.close()

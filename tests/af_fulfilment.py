@@ -26,7 +26,9 @@ from agent_framework import Executor, Workflow, WorkflowBuilder, WorkflowContext
 from runledger import NOT_FOUND, connect
 from runledger.integrations.agent_framework import RunledgerCheckpointStorage
 
-STEP_S = 0.15  # each executor's own work, before and after its side effect: supersteps a random kill can land in
+# Each executor's own work before and after its side effect. Most of a superstep comes after the side
+# effect, before its checkpoint: the window where a kill makes the framework run the executor again.
+BEFORE_S, AFTER_S = 0.05, 0.3
 
 
 def workflow_name(order: str) -> str:
@@ -42,7 +44,7 @@ class _Step(Executor):
         self.witness = witness
 
     async def act(self, order: str) -> Any:
-        await asyncio.sleep(STEP_S)
+        await asyncio.sleep(BEFORE_S)
 
         def side_effect(args: dict[str, Any]) -> dict[str, Any]:
             with self.witness.open("a") as f:  # one line a real call, on disk before the effect is recorded
@@ -65,7 +67,7 @@ class _Step(Executor):
         if os.environ.get("AF_HOLD_AFTER") == self.id:
             Path(f"{self.witness}.held").write_text(self.id)
             await asyncio.Event().wait()  # held here until killed: after the effect, before the checkpoint
-        await asyncio.sleep(STEP_S)
+        await asyncio.sleep(AFTER_S)
         return result
 
 

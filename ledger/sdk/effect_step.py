@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from runledger.errors import (
@@ -35,6 +35,7 @@ from runledger.record.events import (
     EffectFailed,
     EffectIntended,
     EffectResolved,
+    ErrorInfo,
     Payload,
     RunSuspended,
 )
@@ -67,6 +68,13 @@ def _report_lease_wait(seconds: float, state: KeyState) -> None:
         "another %.1fs (its process may be paused, not dead); waiting for the lease to expire",
         state.key, state.attempt, state.fencing_token, state.run_id, state.step, seconds,
     )  # fmt: skip
+
+
+def _new_key(key: str) -> KeyState:
+    """A key as never claimed (its first claim is fenced on "the subject is empty")."""
+    from runledger.sdk.effects import KeyState
+
+    return KeyState(key)
 
 
 class EffectStep:
@@ -184,16 +192,16 @@ class EffectStep:
             )  # fmt: skip
         await self._before_live(name)  # before anything of the call is recorded (deferred_tools)
         await self._check_budgets(step, model_call=False)
-        # A claim is seen by other processes: the run's last effect outcome lands on the run first (a
+        # A claim is seen by other processes: the run's last effect record lands on the run first (a
         # process that lost the run stops here, before it claims anything).
         await self._mirrored()
-        # Under output durability the steps before this one are acknowledged before the claim: their
-        # window's round trips start now, while the intent is built and sealed.
+        # Under output durability the steps before this one are acknowledged before acting: their
+        # window's round trips start now, while the intent is built and sealed, and end in flight with
+        # the claim (``_write_ahead``).
         self._writer.flush_soon()
-        # Write-ahead, both before acting and published together: the run's intent, and the claim
-        # of the key, optimistically as its first event (fenced on "the subject is empty"). A key
-        # with a history refuses that claim; then _settle reads the key and decides. Either order
-        # of the two writes is a state a crash between them could leave, and resume handles both.
+        # The claim of the key is the one write ahead of acting, and it is the intent: its payload is
+        # the run's ``effect.intended``. Optimistically the key's first event (fenced on "the subject is
+        # empty"); a key with a history refuses it, and _settle reads the key and decides.
         intent = await self._protected(EffectIntended(
             step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class,
             lease_s=lease, tool_call_id=tool_call_id, holder=this_holder() or None,
@@ -204,7 +212,7 @@ class EffectStep:
                 step, name, args, key, fn, reconcile,
                 effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
             )  # fmt: skip
-        return await self._act(step, args, key, fn, claimed, tool_call_id)
+        return await self._act(step, args, fn, claimed, intent)
 
     async def _orphaned_effect(self, key: str) -> StepRecord | None:
         """The run's effect step on ``key`` recorded as intended only, once the last outcome on its
@@ -215,24 +223,77 @@ class EffectStep:
             None,
         )
 
-    async def _write_ahead(self, intent: EffectIntended) -> KeyState | None:
-        """Publish the run's ``intent`` and the claim of its key together, the intent committed to
-        the run's log before anything acts. Returns the key's state as claimed, None when the key
-        has a history (the caller settles it). A failed write waits for the claim, then raises.
+    async def _write_ahead(self, intent: EffectIntended, state: KeyState | None = None) -> KeyState | None:
+        """Claim the intent's key, the only write ahead of acting, with the run's fence checked in
+        flight with it (``_run_is_ours``). Returns the key's state as claimed; None when the key has
+        a history (a new key's claim, ``state`` None) or moved on since ``state`` was read (a claim
+        after it): the caller settles it.
 
-        Under output durability the run's earlier steps are acknowledged first (a key is seen by
-        others: the claim of a run whose steps before it could still be lost would outlive them),
-        and then the intent's window and the claim are in flight together, as under step
-        durability (the claim does not wait for the intent: either order is a state a crash leaves)."""
-        await self._writer.commit()  # raises FencedError before anything is claimed if the run is not ours
-        claim = asyncio.ensure_future(self._claim_new_key(intent))
+        The fence check refuses an effect of a run that another process owns (resumed elsewhere,
+        cancelled and taken over): the key this process just claimed is freed again with an outcome
+        that says nothing was done (``effect.failed``, ``FencedError``), and FencedError is raised.
+        Under output durability the check is the flush of the run's window (fenced on the run) when it
+        holds events, and the window is acknowledged before this returns: nothing acts before the log
+        holds every step that led to it, and the claim does not wait for them (docs/wire.md)."""
+        fence = asyncio.ensure_future(self._run_is_ours())
         try:
-            await self._append(intent)
-            await self._writer.commit()  # output durability: the run's log holds the intent before acting
+            claimed = await self._claim_key(state or _new_key(intent.key), intent)
         except BaseException:
-            await asyncio.gather(claim, return_exceptions=True)  # never act, never leave it running
+            await asyncio.gather(fence, return_exceptions=True)  # never act, never leave it running
             raise
-        return await claim
+        try:
+            await fence
+        except BaseException as exc:
+            if claimed is not None and isinstance(exc, Exception):
+                await self._release(claimed, intent, exc)
+            raise
+        return claimed
+
+    async def _run_is_ours(self) -> None:
+        """Raise FencedError when the run's subject moved past this writer's last event (another
+        process appended to it: the run was resumed elsewhere or taken over). One direct get of the
+        run's last message (no write, no fsync); under output durability, the window's own flush
+        when it holds events (fenced on the run, it answers the same question)."""
+        from runledger.log.publish import last_subject_seq
+        from runledger.log.subjects import fence_filter
+
+        writer = self._writer
+        windowed = getattr(writer, "unacknowledged", 0)
+        await writer.commit()  # raises FencedError when the window is refused
+        if windowed:
+            return
+        subject = fence_filter(writer.subject) or writer.subject
+        last = await last_subject_seq(self._client.js, subject)
+        if last > writer.last_stream_seq:
+            # A step of this run may be on its way in parallel (gathered calls): its ack moves the
+            # writer. Once the run's appends are done, the question is asked again.
+            async with self._append_lock:
+                last = await last_subject_seq(self._client.js, subject)
+                if last > writer.last_stream_seq:
+                    raise FencedError(writer.subject, f"{writer.msg_id_prefix}:{writer.next_seq}",
+                                      writer.last_stream_seq, last)  # fmt: skip
+
+    async def _claim_key(self, state: KeyState, intent: EffectIntended) -> KeyState | None:
+        """Append the claim right after ``state``; None when another writer got there first."""
+        try:
+            return await self._write_key(state, intent, committed=True)
+        except FencedError:
+            return None
+
+    async def _release(self, state: KeyState, intent: EffectIntended, why: Exception) -> None:
+        """Free a key this process claimed and will not act on (the run is not its own any more):
+        ``effect.failed`` on the key, fenced on the claim, saying nothing was done. A release that
+        cannot be written leaves the claim in doubt, as a crash would (its holder is this process)."""
+        failed = EffectFailed(
+            step=intent.step, key=intent.key, fencing_token=state.fencing_token,
+            error=ErrorInfo(type=type(why).__name__, message=f"not performed: the run moved on before the effect "
+                            f"acted (another process owns it); nothing was done. {why}"),
+        )  # fmt: skip
+        try:
+            await self._write_key(state, failed, committed=True)
+        except Exception as exc:
+            logger.warning("effect %r of run %s step %s: its claim could not be released (%s); it stays in doubt "
+                           "until settled (nothing was done)", intent.key, self.run_id, intent.step, exc)  # fmt: skip
 
     def _effect_key(self, key_fn: Callable[..., Any], args: Any, *, tool_call_id: str | None = None) -> str:
         """The idempotency key ``key_fn`` builds from ``args`` for the effect about to take the next
@@ -243,16 +304,6 @@ class EffectStep:
             key="", run_id=self.run_id, step=self._next_step, attempt=0, fencing_token=0, tool_call_id=tool_call_id
         )
         return call_key(key_fn, args, ctx)
-
-    async def _claim_new_key(self, intent: EffectIntended) -> KeyState | None:
-        """Claim a key that has never been used; None when it has a history (the fence refused).
-        The run's steps before the intent are acknowledged already (``_write_ahead``)."""
-        from runledger.sdk.effects import KeyState
-
-        try:
-            return await self._write_key(KeyState(intent.key), intent, committed=True)
-        except FencedError:
-            return None
 
     async def _settle(
         self,
@@ -277,11 +328,21 @@ class EffectStep:
         from runledger.log.subjects import AGENT_WRITER
         from runledger.sdk.effects import agent_view, lease_remaining, read_key, wait_for_lease
 
+        # What the run records of this step, with its outcome: the key's claims carry the same payload.
+        intent = EffectIntended(
+            step=step, name=name, key=key, args=args, args_digest=self._digests.digest(args),
+            effect_class=effect_class, lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
+        )  # fmt: skip
         state = await read_key(self._client, key, self.agent)
         for _ in range(_SETTLE_ROUNDS):
             if self._key_writer == AGENT_WRITER:
                 state = agent_view(state)  # a key only workers' branches claimed is not the agent's word
             if state.status == "claimed":
+                if self._adopts(state, step):
+                    # A run continued without replay whose earlier attempt claimed the key and stopped
+                    # before the run recorded anything of the effect: settled on the claim's own step.
+                    step = cast(int, state.step)
+                    intent = intent.model_copy(update={"step": step})
                 if state.run_id != self.run_id or state.step != step:
                     holder = -1 if state.step is None else state.step
                     raise EffectClaimedElsewhereError(key, state.run_id or "?", holder)
@@ -289,10 +350,11 @@ class EffectStep:
                     state = await wait_for_lease(self._client, state, on_wait=_report_lease_wait)
                     continue
                 if reconcile is None:
+                    await self._record_on_run(intent)  # the run shows the effect in doubt from now on
                     await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
                     raise EffectInDoubtError(self.run_id, step, key)
                 await self._before_live(name)  # a reconcile asks the tool's service
-                found = await self._reconciled(step, key, reconcile)
+                found = await self._reconciled(step, key, reconcile, intent)
                 resolution = EffectResolved(
                     key=key,
                     by="reconcile",
@@ -302,27 +364,35 @@ class EffectStep:
                 state = await self._try_append_key(state, resolution) or await read_key(self._client, key, self.agent)
                 continue
             if state.status == "committed":
-                await self._append(
-                    EffectCommitted(
-                        step=step,
-                        key=key,
-                        result=state.result,
-                        via="reconcile" if state.via == "reconcile" else "record",
-                    )
-                )
+                via = "reconcile" if state.via == "reconcile" else "record"
+                await self._record_on_run(intent, EffectCommitted(step=step, key=key, result=state.result, via=via))
                 self._after_step(step)
                 return await self._open_committed(key, state.result, state.run_id)
             # free (never claimed, released, or an earlier attempt failed): claim a new attempt, act, record.
             await self._before_live(name)
-            intent = EffectIntended(
-                step=step, name=name, key=key, args=args, args_digest=self._digests.digest(args),
-                effect_class=effect_class, lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
-            )  # fmt: skip
-            claimed = await self._try_append_key(state, intent)
+            await self._writer.commit()  # the run's own fencing raises, before the key's is caught
+            claimed = await self._write_ahead(intent, state)
             if claimed is not None:
-                return await self._act(step, args, key, fn, claimed, tool_call_id)
+                return await self._act(step, args, fn, claimed, intent)
             state = await read_key(self._client, key, self.agent)
         raise EffectClaimedElsewhereError(key, state.run_id or "?", -1 if state.step is None else state.step)
+
+    def _adopts(self, state: KeyState, step: int) -> bool:
+        """Whether this run, continued without replay (lifecycle.open_run), takes the claim in
+        ``state`` for its own: the run's claim of another step, of which the run holds no outcome."""
+        if not self._continuing or state.run_id != self.run_id or state.step is None or state.step == step:
+            return False
+        rec = self._cp.steps.get(state.step)
+        return rec is None or (rec.kind == "effect" and rec.key == state.key and rec.status == "intended")
+
+    async def _record_on_run(self, intent: EffectIntended, outcome: Payload | None = None) -> None:
+        """Append the effect's intent to the run unless the run holds it already (recorded by the
+        protocol before this one, or by an earlier settle), then its ``outcome``, if any."""
+        rec = self._cp.steps.get(intent.step)
+        if rec is None or rec.kind != "effect" or rec.key != intent.key:
+            await self._append(intent)
+        if outcome is not None:
+            await self._append(outcome)
 
     async def _open_committed(self, key: str, result: Any, committed_by: str | None) -> Any:
         """A committed effect's result as the agent receives it. A result sealed under a key that is
@@ -339,7 +409,7 @@ class EffectStep:
                 raise  # hash-only capture, a missing blob: not an erasure
             raise EffectResultErasedError(key, committed_by, exc.reason) from exc
 
-    async def _reconciled(self, step: int, key: str, reconcile: Any) -> Any:
+    async def _reconciled(self, step: int, key: str, reconcile: Any, intent: EffectIntended) -> Any:
         """What ``reconcile(key)`` found. A reconcile that raises (its service unreachable) answers
         nothing: the key stays in doubt and the run suspends (``effect_in_doubt``, resumable once the
         key is resolved or the service answers again), never a final failure of the run."""
@@ -348,25 +418,28 @@ class EffectStep:
         except Exception as exc:
             cause = f"{type(exc).__name__}: {exc}"
             logger.warning("effect %r of run %s step %s: reconcile failed (%s)", key, self.run_id, step, cause)
+            await self._record_on_run(intent)
             await self._append(RunSuspended(step=step, request_id=key, reason="effect_in_doubt"))
             raise EffectInDoubtError(self.run_id, step, key, reconcile_error=cause) from exc
 
-    async def _act(
-        self, step: int, args: Any, key: str, fn: ToolFn, state: KeyState, tool_call_id: str | None = None
-    ) -> Any:
-        """The key is claimed by this step: call the function, record the outcome (key first, then run).
+    async def _act(self, step: int, args: Any, fn: ToolFn, state: KeyState, intent: EffectIntended) -> Any:
+        """The key is claimed by this step: call the function, record the outcome (key first, then the
+        run: the intent and the outcome together).
 
         The function gets this attempt's context, which can check the claim before the function acts
         (``ctx.check()``: its lease by this process's clock, and the key's last message on the ledger);
-        the outcome is fenced on this attempt's claim."""
+        the outcome is fenced on this attempt's claim. Under step durability the key's outcome is
+        acknowledged before this returns; under output durability it is on its way (``_defer``), and
+        acknowledged before anything leaves the process (the run's next commit)."""
         from runledger.sdk.key_probe import KeyProbe
 
+        key = intent.key
         lease_end = lease_ends(state.claimed_at, state.lease_s)  # read right after the claim's ack, before any pause
         crash_point(f"effect:{key}:claimed")
         pause_point(f"effect:{key}:claimed")
         ctx = EffectContext(
             key=key, run_id=self.run_id, step=step, attempt=state.attempt, fencing_token=state.fencing_token,
-            tool_call_id=tool_call_id, lease_s=state.lease_s, lease_ends=lease_end,
+            tool_call_id=intent.tool_call_id, lease_s=state.lease_s, lease_ends=lease_end,
             _probe=KeyProbe(self._client, state.agent or self.agent, key, asyncio.get_running_loop()),
         )  # fmt: skip
         started = time.perf_counter()
@@ -376,7 +449,7 @@ class EffectStep:
             info = error_info(exc, False)
             failed = EffectFailed(step=step, key=key, error=info, fencing_token=ctx.fencing_token)
             await self._append_key(state, failed)
-            await self._append(failed)
+            await self._record_on_run(intent, failed)
             self._after_step(step)
             raise EffectFailedError(key, f"{info.type}: {info.message}") from exc
         duration = (time.perf_counter() - started) * 1000
@@ -388,9 +461,12 @@ class EffectStep:
             EffectCommitted(step=step, key=key, result=result, duration_ms=duration, fencing_token=ctx.fencing_token),
             {"result": result_json},
         )
-        await self._append_key(state, committed)
-        crash_point(f"effect:{key}:recorded")
-        await self._mirror(committed, step)
+        if getattr(self._writer, "unacknowledged", None) is not None:
+            self._defer(self._outcome_later(state, intent, committed))  # output durability
+        else:
+            await self._append_key(state, committed)
+            crash_point(f"effect:{key}:recorded")
+            await self._mirror(intent, committed)
         return canonical.read_back(json.loads(result_json), result_json)
 
     async def _protected(self, body: P, encoded: Mapping[str, bytes] | None = None) -> P:
@@ -413,25 +489,24 @@ class EffectStep:
         finally:
             CONTENT_FORMAT.reset(token)
 
-    async def _mirror(self, committed: EffectCommitted, step: int) -> None:
-        """Mirror the outcome the key just acknowledged onto the run: in the run's append order
-        (after the steps already waiting, before any later one), built and published once this
-        returns, acknowledged before the run's next event and by ``commit``. The step is durable
-        already: its key holds the outcome, and a crash before the mirror lands leaves the state
-        a resume completes from the key (``_settle``: ``effect.committed`` with ``via: "record"``).
-        A mirror that fails (FencedError: another process owns the run; PublishError) stops the
-        run at its next append or commit, which raise it: nothing is written after it."""
+    async def _mirror(self, intent: EffectIntended, committed: EffectCommitted) -> None:
+        """Record the effect on the run once its key acknowledged the outcome: the intent and the
+        outcome, in the run's append order (after the steps already waiting, before any later one),
+        built and published once this returns, acknowledged before the run's next event and by
+        ``commit``. The step is durable already: its key holds the claim (the intent) and the outcome,
+        and a crash before the run holds them leaves the state a resume completes from the key
+        (``_settle``: ``effect.committed`` with ``via: "record"``). A record that fails (FencedError:
+        another process owns the run; PublishError) stops the run at its next append or commit, which
+        raise it: nothing is written after it."""
         lock = self._append_lock
         handed: list[asyncio.Lock] = []
         if not lock.locked():
             # Free (no other step appending): taken here at once, without a turn of the loop, and
-            # handed to the task, so the mirror is ahead of whatever the agent appends next while
+            # handed to the task, so the record is ahead of whatever the agent appends next while
             # its work (protect, build, publish) is done after this returns.
             await lock.acquire()
             handed.append(lock)
-        task = asyncio.ensure_future(self._mirror_outcome(committed, step, handed))
-        self._mirroring.add(task)  # held until it is done (the loop holds tasks weakly)
-        task.add_done_callback(self._mirroring.discard)
+        task = self._defer(self._mirror_outcome(intent, committed, handed))
         if handed:
             # A task cancelled before its first step never runs its own release.
             task.add_done_callback(lambda _: handed.pop().release() if handed else None)
@@ -440,26 +515,53 @@ class EffectStep:
             # loop and it is ahead of whatever the agent appends next.
             await asyncio.sleep(0)
 
-    async def _mirror_outcome(self, committed: EffectCommitted, step: int, handed: list[asyncio.Lock]) -> None:
-        """Append the mirror (under the append lock ``_mirror`` handed over, if it did), then fold it."""
+    def _defer(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``work`` (an effect's record on its way) as a task the run's commit waits for."""
+        task = asyncio.ensure_future(work)
+        self._mirroring.add(task)  # held until it is done (the loop holds tasks weakly)
+        task.add_done_callback(self._mirroring.discard)
+        return task
+
+    async def _outcome_later(self, state: KeyState, intent: EffectIntended, committed: EffectCommitted) -> None:
+        """Output durability: the key's outcome, then the run's record of the effect in its window.
+        Acknowledged by the run's next commit (``commit`` waits for it), before anything leaves the
+        process; a crash before the key holds it leaves the claim in doubt (docs/wire.md)."""
         try:
-            if handed:
-                lock = handed.pop()
-                try:
-                    await self._append_held(committed)
-                finally:
-                    lock.release()
-            else:
-                await self._append(committed)
+            await self._append_key(state, committed, commit_run=False)
+            crash_point(f"effect:{intent.key}:recorded")
         except BaseException as exc:
             self._unmirrored = exc
             if not isinstance(exc, Exception):
                 raise
             return
-        self._after_step(step)
+        await self._mirror_outcome(intent, committed, [])
+
+    async def _mirror_outcome(
+        self, intent: EffectIntended, committed: EffectCommitted, handed: list[asyncio.Lock]
+    ) -> None:
+        """Append the effect's record (under the append lock ``_mirror`` handed over, if it did), then fold it."""
+        try:
+            if handed:
+                lock = handed.pop()
+            else:
+                lock = self._append_lock
+                await lock.acquire()
+            try:
+                rec = self._cp.steps.get(intent.step)
+                if rec is None or rec.kind != "effect" or rec.key != intent.key:
+                    await self._append_held(intent)
+                await self._append_held(committed)
+            finally:
+                lock.release()
+        except BaseException as exc:
+            self._unmirrored = exc
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._after_step(intent.step)
 
     async def _mirrored(self) -> None:
-        """Return once every effect outcome on its way is on the run; raise what stopped one."""
+        """Return once every effect record on its way is on the run; raise what stopped one."""
         if self._mirroring:
             await asyncio.wait(list(self._mirroring))  # never cancelled with a caller that gives up waiting
         if self._unmirrored is not None:
@@ -494,16 +596,17 @@ class EffectStep:
         except FencedError:
             return None
 
-    async def _append_key(self, state: KeyState, body: Payload) -> KeyState:
+    async def _append_key(self, state: KeyState, body: Payload, *, commit_run: bool = True) -> KeyState:
         """Record this attempt's outcome on the key, fenced on its claim.
 
         Anything written to the key since the claim (a resolution, a newer attempt's claim, taken
         over after the lease) means this process lost the claim while it acted (it was paused, or
         slower than its lease): it stops with FencedError and records nothing more. Whatever it
         did in the world carried the same idempotency key as the attempt that took over."""
-        await self._writer.commit()  # the run's own fencing raises as it is, not as a lost claim
+        if commit_run:
+            await self._writer.commit()  # the run's own fencing raises as it is, not as a lost claim
         try:
-            return await self._write_key(state, body)
+            return await self._write_key(state, body, committed=True)
         except FencedError:
             logger.warning(
                 "effect %r: attempt %d (fencing token %d) of run %s step %s lost its claim before recording "

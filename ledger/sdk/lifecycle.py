@@ -719,6 +719,7 @@ async def _drive(run: RecordedRun, spec: AgentSpec, record_nondeterminism: bool)
             raise  # a live call refused before anything of it was recorded (its tools' source is down)
         return await _fail(run, getattr(exc, "failure_reason", "exception"), exc, with_traceback=True)
     output = jsonable(output)
+    await run._mirrored()  # an effect's record on its way (output durability) lands before the run's end
     await run._append(RunCompleted(output=output))
     return RunResult(run.run_id, "completed", output=output)
 
@@ -728,6 +729,7 @@ async def _fail(run: RecordedRun, reason: str, exc: Exception, *, with_traceback
     # retryably: `runledger resume RUN --retry` runs that step again.
     retryable = bool(getattr(exc, "retryable", False))
     failed_step = exc.step if isinstance(exc, ToolFailedError) else run.checkpoint.last_step
+    await run._mirrored()  # an effect's record on its way (output durability) lands before the run's end
     await run._append(
         RunFailed.of(reason, error_info(exc, with_traceback, retryable=retryable), failed_step, retryable=retryable)
     )

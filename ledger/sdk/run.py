@@ -568,11 +568,12 @@ class RecordedRun(EffectStep):
                 assert rec.request_id is not None
                 raise SuspendedForApprovalError(self.run_id, rec.request_id, action)
         request_id = uuid.uuid4().hex[:12]
+        await self._mirrored()  # an effect's record on its way lands before the run suspends
         await self._append(
             ApprovalRequested(step=step, request_id=request_id, action=action, args=args, digest=approval_digest)
         )
         await self._append(RunSuspended(step=step, request_id=request_id, reason="approval"))
-        await self._writer.commit()  # the request is what an operator sees: acknowledged before it is raised
+        await self.commit()  # the request is what an operator sees: acknowledged before it is raised
         self._after_step(step)
         raise SuspendedForApprovalError(self.run_id, request_id, action)
 
@@ -623,7 +624,7 @@ class RecordedRun(EffectStep):
         await self._check_budgets(step, model_call=False)
         child_id = child_run_id(self.run_id, step)
         await self._append(ChildStarted(step=step, run_id=child_id, agent=spec.name, args_digest=args_digest))
-        await self._writer.commit()  # the child is another run: its parent's log holds everything before it
+        await self.commit()  # the child is another run: its parent's log holds everything before it
         crash_point(f"child:{step}:started")
         return await self._child_outcome(step, child_id, await self._run_child(spec, child_id, input, step, False))
 

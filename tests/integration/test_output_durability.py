@@ -70,18 +70,25 @@ async def test_steps_wait_in_the_window_until_the_run_commits(client: LedgerClie
     assert result.status == "completed"
     assert seen["before commit"] == ["run.started"]  # the start is committed: the run id is ours
     assert seen["after commit"] == ["run.started", *["tool.called"] * 5]
-    assert seen["while acting"][-2:] == ["clock.read", "effect.intended"]
-    assert (await stored_types(client, "commit1"))[-3:] == ["effect.committed", "tool.called", "run.completed"]
+    # The claim carries the intent: the run holds every step before the effect, nothing of it yet.
+    assert seen["while acting"][-1] == "clock.read", seen["while acting"]
+    # The effect's record joins the window once its key holds the outcome: after the next step here.
+    assert (await stored_types(client, "commit1"))[-4:] == [
+        "tool.called",
+        "effect.intended",
+        "effect.committed",
+        "run.completed",
+    ]
     (verified,) = await verify_runs(client, "commit1")
     assert verified.ok, verified.problems
 
 
-async def test_the_steps_before_an_effect_are_stored_before_its_key_is_claimed(
+async def test_the_steps_before_an_effect_are_in_flight_with_its_claim_and_stored_before_it_acts(
     client: LedgerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The effect's intent and its claim are in flight together (either order is a state a crash
-    leaves, docs/wire.md), but the steps before the effect are acknowledged before the claim is
-    published: a key seen by others never outlives the steps that led to it."""
+    """The claim (which carries the intent) is the one write awaited before acting: the window of the
+    steps before the effect is flushed in flight with it, not before it, and acknowledged before the
+    effect acts (docs/wire.md, "The claim protocol for effects")."""
     import runledger.sdk.effects as effects
 
     writers: list[WindowedWriter] = []
@@ -96,19 +103,29 @@ async def test_the_steps_before_an_effect_are_stored_before_its_key_is_claimed(
 
     monkeypatch.setattr(effects, "append_to_key", watched)
 
+    at_act: list[int] = []
+
     async def agent(run: Run) -> Any:
         assert isinstance(run, RecordedRun) and isinstance(run._writer, WindowedWriter)
         writers.append(run._writer)
         for i in range(3):
             await run.tool("read", i, fn=lambda a: a)
-        await run.effect("charge", 1, key="charge:claim-1", fn=lambda a: {"ok": a})
+
+        def charge(a: Any) -> Any:
+            at_act.append(run._writer.unacknowledged)  # type: ignore[attr-defined]
+            return {"ok": a}
+
+        await run.effect("charge", 1, key="charge:claim-1", fn=charge)
         return "done"
 
     result = await start_run(client, spec_of(agent, window_events=64, window_ms=LONG), run_id="claim1")
     assert result.status == "completed"
-    # run.started and the 3 tool steps acknowledged; at most the intent itself still on its way.
+    # The claim is published while the tool steps are still on their way (not awaited before it: no
+    # turn of the loop between the window's flush starting and the claim's publish waits for an ack)...
     ((acknowledged, unacknowledged),) = at_claim
-    assert acknowledged >= 4 and unacknowledged <= 1, at_claim
+    assert acknowledged + unacknowledged == 4 and unacknowledged >= 1, at_claim
+    # ...and every one of them is acknowledged before the effect acts.
+    assert at_act == [0]
     assert (await stored_types(client, "claim1"))[-3:] == ["effect.intended", "effect.committed", "run.completed"]
 
 

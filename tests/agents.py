@@ -298,3 +298,8 @@ async def approver(run: Run) -> str:
 
 def approver_spec() -> AgentSpec:
     return AgentSpec("approver", approver, ScriptedModel(["done"], name="fixed"), agent_version="v1")
+
+
+def windowed_step_spec() -> AgentSpec:
+    """``windowed`` in step durability: the same effects, every step acknowledged before it returns."""
+    return AgentSpec("windowed", windowed, ScriptedModel(_windowed_model, name="scripted-windowed"), agent_version="v1")

@@ -10,10 +10,11 @@ step, and every step is timed from the call to its return:
 - **SDK**: ``run.model`` / ``run.tool`` (an ``inline`` tool: no worker thread) / ``run.effect``
   with the default data policy (redacted, sealed): the event is built, hashed, published with msg
   id and fence and acked.
-  An effect is four publishes and two round trips: intent on the run and claim on the key
-  (fenced: first claim wins) in flight together, then the outcome on the key; it returns once the
-  key holds the outcome, and the outcome's copy on the run (the fourth publish) is acknowledged
-  before the run's next event (the key's subject is read only when the claim is refused).
+  An effect is four publishes and two round trips: the claim on the key (fenced: first claim wins;
+  it carries the intent, and the run's fence is checked by a read in flight with it), then the
+  outcome on the key; it returns once the key holds the outcome, and the intent and outcome on the
+  run (the third and fourth publishes) are acknowledged before the run's next event (the key's
+  subject is read only when the claim is refused).
 - **raw js.publish**: the bytes the SDK stored for that step, published one message at a
   time with ``js.publish`` and no headers (1 message for a model or tool step, 4 for an
   effect step), to a fresh subject of the same stream.
@@ -408,11 +409,9 @@ WHY_STEP = (
     "hash chain, ids); the encoding was already cut (msgspec canonical JSON, each value encoded once)."
 )
 WHY_EFFECT = (
-    "an effect writes three fsynced events before it returns (the run's intent and the key's claim in flight "
-    "together, which the server fsyncs one after the other: about 1.6 publishes; then the outcome on the key) "
-    "and builds and seals four events (~0.5 ms of CPU); an atomic batch of two messages costs 4.3 ms at p50 "
-    "here, worse than both. About 2x needs one write fewer before acting, a change of the claim protocol "
-    "(the key's claim as the only write ahead, or the run's fence checked by a read): not made."
+    "an effect writes two fsynced events before it returns (the key's claim, which carries the intent, with "
+    "the run's fence checked by a direct get in flight with it; then the outcome on the key), and builds and "
+    "seals four events (~0.5 ms of CPU); the run's intent and outcome are written after it returns."
 )
 WHY_OUTPUT = (
     "two thirds of the mix are model and tool steps, which in output durability wait for no ack, so the "
@@ -687,8 +686,8 @@ def run_suite(opts: SuiteOptions) -> Section:
         "to its return. SDK: `run.model` / `run.tool` / `run.effect` with the default data policy (redacted, "
         "sealed). raw: `js.publish`, one message at a time, no headers, of the bytes the SDK stored for the same "
         "step of the previous run (same content and sizes; only ids, times, hashes and the seal differ): 1 message "
-        "a model or tool step, 4 an effect step (the SDK's intent and outcome on the run, claim and outcome on the "
-        "key; an effect returns once the key holds its outcome, whose copy on the run is acknowledged before the "
+        "a model or tool step, 4 an effect step (the SDK's claim and outcome on the key, intent and outcome on the "
+        "run; an effect returns once the key holds its outcome, and the run's two are acknowledged before the "
         "run's next event). LangGraph: `SqliteSaver.put` of the thread's checkpoint per step, carrying "
         "the whole message list so far (langchain-core messages: human + AI per model step, AI tool call + tool "
         "message per tool or effect step), as `MessagesState` does; building the messages is not timed, "

@@ -1,8 +1,10 @@
 """The effect step of a run: an action outside the run done at most once per idempotency key.
 
 ``RecordedRun.effect`` (and an effect tool's ``RecordedRun.tool``) claims the key on its own
-subject, acts, and records the outcome on the key first and then on the run; a resume that finds
-a claim without an outcome settles it (waits for its lease, reconciles, or reports it in doubt).
+subject (the claim carries the intent: the only write ahead of acting, the run's fence checked in
+flight with it), acts, and records the outcome on the key first and then the intent and the outcome
+on the run; a resume that finds a claim without an outcome settles it (waits for its lease,
+reconciles, or reports it in doubt). docs/wire.md's crash table is the contract.
 Separate from runledger.sdk.run (the journal and the other steps) because it is the one step
 with a second writer's subject and its own fencing; ``RecordedRun`` inherits it, so the names
 are the run's as before.
@@ -364,8 +366,10 @@ class EffectStep:
                 state = await self._try_append_key(state, resolution) or await read_key(self._client, key, self.agent)
                 continue
             if state.status == "committed":
-                via = "reconcile" if state.via == "reconcile" else "record"
-                await self._record_on_run(intent, EffectCommitted(step=step, key=key, result=state.result, via=via))
+                committed = EffectCommitted(
+                    step=step, key=key, result=state.result, via="reconcile" if state.via == "reconcile" else "record"
+                )
+                await self._record_on_run(intent, committed)
                 self._after_step(step)
                 return await self._open_committed(key, state.result, state.run_id)
             # free (never claimed, released, or an earlier attempt failed): claim a new attempt, act, record.

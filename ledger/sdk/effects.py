@@ -22,19 +22,22 @@ idempotency key the effect function passes downstream (runledger.sdk.context) ke
 wakes up after its lease from acting twice. Leases are measured on the wall clock of the claim's
 writer (its ``ts``) against the reader's: they assume clocks agree to well within a lease.
 
-Design note: the live write path (``RecordedRun.effect``, docs/wire.md "The claim protocol"). A new
-effect costs two round trips before it returns: the run's intent and the key's claim, published
-together (the claim fenced on "the key is empty": the key is read only when that fence refuses),
-then the outcome on the key, fenced on the claim. The outcome's mirror onto the run is built and
-published once the effect has returned (it holds the run's append lock from the outcome's ack, so
-it comes before the run's next event) and acknowledged before the run's next event (and by
-``commit``): the step is durable once the key holds its outcome, and a crash before the mirror lands is
-the wire's "crash after 4" row, which a resume completes from the key. A mirror that fails stops the
-run: its next append or commit raises the failure, and no other key is claimed after it (a claim
-first waits for the mirror). What a run that lost its subject can still do meanwhile is what any
-run can do between its last acknowledged step and its next: run its agent code, at most one model
-or tool call, which records nothing. The intent and the outcome are protected (redacted, sealed)
-once for both subjects, which then hold the same ciphertext.
+Design note: the live write path (``RecordedRun.effect``, docs/wire.md "The claim protocol"), at the
+floor of the guarantee. The key's claim is the only write ahead of acting: it is the intent (the
+run's ``effect.intended`` payload), fenced on "the key is empty" (the key is read only when that
+fence refuses), with the run's fence checked in flight with it (a direct get of the run's last
+message; under output durability the window's own fenced flush). Then the outcome on the key, fenced
+on the claim: awaited before the effect returns under step durability, on its way under output
+durability (acknowledged by the run's next commit, before anything leaves the process). The run
+records the intent and the outcome together once the key holds the outcome: built and published
+once the effect has returned (under step durability holding the run's append lock from the
+outcome's ack, so they come before the run's next event; under output durability joining the
+window), acknowledged by ``commit``. A crash before they land is the wire's row "3", which a resume
+completes from the key. A record that fails stops the run: its next append or commit raises the
+failure, and no other key is claimed after it (a claim first waits for the record). The intent and
+the outcome are protected (redacted, sealed) once for both subjects, which then hold the same
+ciphertext. An effect in doubt (a crash between claim and outcome) shows on the key (which carries
+the run and step), not on the run, until a resume meets it and writes it there.
 
 Rejected, with what was measured here (2-core machine, nats-server with ``sync_interval: always``;
 single fenced publishes 0.35-0.45 ms at p50 when quiet):
@@ -48,9 +51,10 @@ single fenced publishes 0.35-0.45 ms at p50 when quiet):
   key. The mirror is published only once the key accepted the outcome.
 - Returning before the key's outcome is acknowledged: a crash right after would leave an effect that
   happened in doubt (a reconcile or an operator) where today the record says committed.
-- The run's intent merged into the key's claim (no ``effect.intended`` on the run): it saves no
-  round trip (the two are in flight together) but only the CPU of one event (~0.1 ms under load),
-  and the run's own journal and projection would no longer show an effect in doubt; a wire change.
+- (Once rejected, now done) the run's intent merged into the key's claim: the two were in flight
+  together, but the server fsyncs each, one after the other (below: 1.6x one fenced publish), so an
+  effect paid about 2.6 fenced publishes before returning. The run now records the intent after the
+  outcome; an effect in doubt shows on its key until a resume writes it on the run.
 - Reading the key before claiming it: already gone (the optimistic claim above); counted, a new
   effect makes 4 publishes and no read.
 - The intent and the claim in one atomic batch: measured again on this server (interleaved), a

@@ -21,7 +21,6 @@ from runledger.log.reader import read_raw
 from runledger.log.subjects import effect_filter, run_subject
 from runledger.ops.verify import verify_runs
 from runledger.protect.loading import load_run
-from runledger.record.canonical import digest
 from runledger.record.events import BudgetGranted, EffectIntended
 from runledger.record.fold import fold
 from runledger.sdk.effects import KeyState, append_to_key, read_key
@@ -107,16 +106,19 @@ async def _old_protocol_run(client: LedgerClient, spec: AgentSpec, run_id: str, 
     """A run as the previous protocol left it when its process died inside an effect: a clock step,
     then the effect's intent on the run (published before acting), and (``claim``) the key's claim."""
 
+    args = {"amount": 5}
+    digests: list[str] = []
+
     async def dies(run: Run) -> Any:
         await run.now()
+        digests.append(run._digests.digest(args))  # type: ignore[attr-defined]  # the run's own (keyed) digest
         raise KeyboardInterrupt  # not an Exception: the run is left as it is, running
 
     with pytest.raises(KeyboardInterrupt):
         await start_run(client, AgentSpec(spec.name, dies, ScriptedModel([]), agent_version="v1"), run_id=run_id)
     log = await load_run(client, run_id, open_content=False)
     cp = fold(log.records)
-    args = {"amount": 5}
-    intent = EffectIntended(step=1, name="charge", key=key, args=args, args_digest=digest(args, cp.chain_format))
+    intent = EffectIntended(step=1, name="charge", key=key, args=args, args_digest=digests[0])
     writer = SubjectWriter(
         client.js, run_subject(spec.name, run_id), run_id=run_id, agent=spec.name, msg_id_prefix=run_id,
         next_seq=cp.next_seq, prev_hash=cp.last_hash, last_stream_seq=log.last_stream_seq,

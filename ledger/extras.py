@@ -24,6 +24,7 @@ MODULES_OF_EXTRA: dict[str, tuple[str, ...]] = {
     "pydantic-ai": ("pydantic_ai",),
     "mcp": ("mcp",),
     "agent-framework": ("agent_framework",),
+    "openai-agents": ("agents",),
 }
 
 # The sub-commands of a package that cannot even be imported without its extra, so that calling

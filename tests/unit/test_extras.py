@@ -30,6 +30,7 @@ MODULE_OF_DISTRIBUTION: dict[str, str] = {
     "langgraph-checkpoint": "langgraph.checkpoint",
     "pydantic-ai-slim": "pydantic_ai",
     "agent-framework-core": "agent_framework",
+    "openai-agents": "agents",
 }
 
 

@@ -71,6 +71,7 @@ from agents import (  # noqa: E402
     RunConfig,
     RunContextWrapper,
     Runner,
+    RunResult,
     Usage,
     handoff,
 )
@@ -655,17 +656,19 @@ def agent_spec(
     context: Callable[[Run], Any] | None = None,
     max_turns: int = 10,
     agents: Iterable[Agent[Any]] = (),
+    result: Callable[[RunResult], Any] | None = None,
     **spec: Any,
 ) -> AgentSpec:
     """A runledger agent (``start_run``, ``resume_run``, ``runledger run --agent module:attr``, ``runledger
-    rerun``) that runs ``agent`` with ``Runner.run`` on the run's input (a string, or an object whose
-    ``input`` is) and returns its final output as JSON.
+        rerun``) that runs ``agent`` with ``Runner.run`` on the run's input (a string, or an object whose
+        ``input`` is) and returns its final output as JSON.
 
-    The spec's ``prompt`` is the agent's instructions (when they are a string), so ``prompt_hash``
-    pins them and a counterfactual of the prompt (``runledger rerun --mode counterfactual --set
-    prompt=TEXT``) runs the agent with new instructions. ``effects`` maps tool names to their
-    ``Effect``; ``run_config(run)`` and ``context(run)`` build the SDK's ``RunConfig`` and the run
-    context; ``spec`` is passed on to ``AgentSpec`` (budgets, data policy, durability)."""
+        The spec's ``prompt`` is the agent's instructions (when they are a string), so ``prompt_hash``
+        pins them and a counterfactual of the prompt (``runledger rerun --mode counterfactual --set
+        prompt=TEXT``) runs the agent with new instructions. ``effects`` maps tool names to their
+        ``Effect``; ``run_config(run)`` and ``context(run)`` build the SDK's ``RunConfig`` and the run
+        context; ``result(run_result)`` makes the agent's output from the SDK's ``RunResult`` (by
+    default its final output as JSON); ``spec`` is passed on to ``AgentSpec`` (budgets, data policy, durability)."""
     run_name = name or agent.name
     adapter = model or OpenAIAgentsModel()
     extra = tuple(agents)
@@ -676,14 +679,16 @@ def agent_spec(
         instructions = run.prompt if isinstance(agent.instructions, str) and run.prompt else None
         made = durable(agent, run, effects=effects, model=adapter.default_model, instructions=instructions,
                        agents=extra)  # fmt: skip
-        result = await Runner.run(
+        done = await Runner.run(
             made,
             given if isinstance(given, str | list) else json.dumps(given),
             context=context(run) if context is not None else None,
             max_turns=max_turns,
             run_config=run_config(run) if run_config is not None else None,
         )
-        output = result.final_output
+        if result is not None:
+            return result(done)
+        output = done.final_output
         return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
 
     spec.setdefault("tools", declared_tools(agent, effects))

@@ -33,8 +33,9 @@ the agent's model (a ``Model`` the agent was given) or the one its ``ModelProvid
 recorded step is served from the record; past the record the run goes on live.
 
 Not covered (each raises ``ConfigurationError`` saying so): hosted tools (web search, file search,
-computer use: the model provider runs them, outside the record), streaming (``Runner.run_streamed``),
-and agents used as tools (``agent.as_tool``: a run nested inside a tool step). Guardrails, hooks and
+computer use: the model provider runs them, outside the record), MCP servers on an agent, and streaming
+(``Runner.run_streamed``). An agent used as a tool (``agent.as_tool``) runs inside its tool's step: the
+step is recorded, the nested agent's model calls are not steps of the run. Guardrails, hooks and
 dynamic instructions run in the agent process as they are: they must be deterministic or go through
 the Run API, as any runledger agent's code.
 
@@ -284,6 +285,22 @@ class _RecordedOutputSchema(AgentOutputSchemaBase):
         return json.loads(json_str)  # never asked: the agent's own schema validates its output
 
 
+def _declared_order(schema: Any) -> Any:
+    """A JSON schema from the record (whose objects' keys are sorted) with each object's ``properties`` in
+    the order of its ``required`` list, the order they were declared in (a strict schema requires every
+    property): the SDK derives ``required`` from that order again, and a model generates arguments in it."""
+    if isinstance(schema, list):
+        return [_declared_order(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _declared_order(v) for k, v in schema.items()}
+    properties, required = out.get("properties"), out.get("required")
+    if isinstance(properties, dict) and isinstance(required, list):
+        first = [k for k in required if isinstance(k, str) and k in properties]
+        out["properties"] = {k: properties[k] for k in [*first, *(k for k in properties if k not in first)]}
+    return out
+
+
 async def _never_invoked(ctx: RunContextWrapper[Any], arguments: str) -> Any:
     raise ConfigurationError("a tool rebuilt from a model step's request is shown to the model, never called")
 
@@ -300,13 +317,13 @@ def _call_arguments(messages: list[dict[str, Any]], params: Mapping[str, Any]) -
         if "handoff" in schema:
             handoffs.append(Handoff(
                 tool_name=schema["name"], tool_description=schema.get("description") or "",
-                input_json_schema=schema.get("parameters") or {}, agent_name=schema["handoff"],
+                input_json_schema=_declared_order(schema.get("parameters") or {}), agent_name=schema["handoff"],
                 on_invoke_handoff=_never_invoked, strict_json_schema=schema.get("strict", True),
             ))  # fmt: skip
         else:
             tools.append(FunctionTool(
                 name=schema["name"], description=schema.get("description") or "",
-                params_json_schema=schema.get("parameters") or {}, on_invoke_tool=_never_invoked,
+                params_json_schema=_declared_order(schema.get("parameters") or {}), on_invoke_tool=_never_invoked,
                 strict_json_schema=schema.get("strict", True),
             ))  # fmt: skip
     settings = dict(params.get("model_settings") or {})
@@ -317,7 +334,7 @@ def _call_arguments(messages: list[dict[str, Any]], params: Mapping[str, Any]) -
         "input": messages,
         "model_settings": ModelSettings(**settings),
         "tools": tools,
-        "output_schema": _RecordedOutputSchema(output) if isinstance(output, dict) else None,
+        "output_schema": _RecordedOutputSchema(_declared_order(output)) if isinstance(output, dict) else None,
         "handoffs": handoffs,
         "previous_response_id": params.get("previous_response_id"),
         "conversation_id": params.get("conversation_id"),
@@ -510,6 +527,7 @@ class _Graph:
         self._copies: dict[int, Agent[Any]] = {}
         self._made: set[int] = set()  # the copies' own ids: a copy is durable already
         self._by_name: dict[str, Agent[Any]] = {}
+        self._targets: set[str] = set()  # the agents custom Handoff objects name
         for extra in agents:
             self.copy(extra)
 
@@ -544,11 +562,22 @@ class _Graph:
         copy.handoffs = [self._durable_handoff(h) for h in agent.handoffs]
         return copy
 
+    def check_targets(self) -> None:
+        """Refuse, before anything runs, a custom ``Handoff`` to an agent a resume could not hand off to."""
+        unknown = sorted(self._targets - set(self._by_name))
+        if unknown:
+            raise ConfigurationError(
+                f"a handoff goes to agent(s) {', '.join(map(repr, unknown))} that the agent does not reach as "
+                "Agent objects in its handoffs (a custom Handoff hides its agent until it is invoked): pass "
+                "them as agents=[...] so a resume hands off to them without invoking the handoff again"
+            )
+
     def _durable_handoff(self, entry: Agent[Any] | Handoff[Any, Any]) -> Handoff[Any, Any]:
         if isinstance(entry, Agent):
             made: Handoff[Any, Any] = handoff(self.copy(entry))
         else:
             made = entry
+            self._targets.add(made.agent_name)
         original = made.on_invoke_handoff
         name = made.tool_name
 
@@ -591,7 +620,10 @@ def durable(
     agents reached only through custom ``Handoff`` objects, so a resume can hand off to them by name.
 
     Raises ConfigurationError for what is not recorded (hosted tools, MCP servers)."""
-    return _Graph(run, effects or {}, model, agents).copy(agent, instructions)
+    graph = _Graph(run, effects or {}, model, agents)
+    made = graph.copy(agent, instructions)
+    graph.check_targets()
+    return made
 
 
 def declared_tools(agent: Agent[Any], effects: Mapping[str, Effect] | None = None) -> list[Tool[Any, Any]]:

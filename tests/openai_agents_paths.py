@@ -18,13 +18,20 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
+import openai
 from agents import Agent, FunctionTool, OpenAIProvider, RunConfig
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 
 from runledger import AgentSpec, DataPolicy
 from runledger.integrations.openai_agents import OpenAIAgentsModel, agent_spec
-from tests.openai_paths import Killed, observed
+from tests.openai_agents_shop import Killed
+from tests.replay_paths import typed
+
+if int(openai.__version__.split(".")[0]) >= 3:  # openai 3.x speaks HTTP through httpx2 (openai-agents 0.21 on)
+    import httpx2 as httpx
+else:
+    import httpx
 
 if TYPE_CHECKING:
     from runledger.log.client import LedgerClient
@@ -35,6 +42,20 @@ STOP_AT: list[int] = []  # when set, the process dies as it sends that request (
 OBSERVED: list[str] = []
 CALLS: list[str] = []  # every request the fake answered: a resume makes none for a recorded step
 REQUESTS = 3
+
+
+def observed(value: Any) -> Any:
+    """``typed`` at every node; an SDK object (any pydantic model) as its class, the fields it has set and
+    its fields and extras in order (as tests/openai_paths.py observes the OpenAI SDK's)."""
+    if isinstance(value, BaseModel):
+        fields = {**value.__dict__, **(value.__pydantic_extra__ or {})}
+        return {type(value).__name__: {"set": sorted(value.model_fields_set),
+                                       "fields": [[k, observed(v)] for k, v in fields.items()]}}  # fmt: skip
+    if type(value) is dict:
+        return {"dict": [[observed(k), observed(v)] for k, v in value.items()]}
+    if type(value) in (list, tuple):
+        return {type(value).__name__: [observed(v) for v in value]}
+    return typed(value)
 
 
 def answer(request: httpx.Request) -> httpx.Response:

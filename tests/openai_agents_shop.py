@@ -39,6 +39,10 @@ CLOSER = "You write the closing note of a support case."
 NEVER = "never refund"
 
 
+class Killed(BaseException):
+    """The process dying at a chosen moment (in-process tests)."""
+
+
 # -- the fake Responses API --------------------------------------------------------------------------------
 
 

@@ -7,9 +7,7 @@ What erasure leaves is brute-forced against a real server in tests/integration/t
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -17,7 +15,6 @@ import pytest
 from runledger import AgentSpec, ModelResponse, Run, ScriptedModel
 from runledger.errors import KeyStoreError, NondeterminismError
 from runledger.log.client import LedgerClient
-from runledger.log.memory import MemoryLedger
 from runledger.log.subjects import effect_filter
 from runledger.ops.decisions import approve
 from runledger.protect.capture import DataPolicy, is_hashed
@@ -32,19 +29,9 @@ from runledger.sdk.lifecycle import resume_run, start_run
 from runledger.testing import Replayer
 from runledger.testing.export import read_recording
 from tests import recorded_agents
+from tests.unit.test_replay_paths import on_memory
 
 CARD = "4539148803436467"
-
-
-def on_memory(drive: Callable[[LedgerClient], Awaitable[Any]]) -> Any:
-    async def go() -> Any:
-        client = await MemoryLedger().connect()
-        try:
-            return await drive(client)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
 
 
 def _kid_spec(policy: DataPolicy) -> AgentSpec:

@@ -104,6 +104,7 @@ if TYPE_CHECKING:
         WorkflowCheckpointed,
     )
     from runledger.record.fold import Checkpoint, StepRecord, fold
+    from runledger.record.payloads import Server
     from runledger.record.ids import is_subject_token
     from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
@@ -118,6 +119,7 @@ if TYPE_CHECKING:
         ModelResponse,
         OpenAIChatModel,
         ScriptedModel,
+        server_of,
     )
     from runledger.sdk.protocol import Run
     from runledger.sdk.retry import Retry
@@ -162,7 +164,9 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["Checkpoint", "fold"], "runledger.record.fold"),
     **dict.fromkeys(["AgentSpec", "load_agent"], "runledger.sdk.agent"),
     **dict.fromkeys(["RunResult", "resume_run", "start_run"], "runledger.sdk.lifecycle"),
-    **dict.fromkeys(["ModelAdapter", "ModelResponse", "OpenAIChatModel", "ScriptedModel"], "runledger.sdk.models"),
+    **dict.fromkeys(
+        ["ModelAdapter", "ModelResponse", "OpenAIChatModel", "ScriptedModel", "server_of"], "runledger.sdk.models"
+    ),
     **dict.fromkeys(["Run"], "runledger.sdk.protocol"),
     **dict.fromkeys(["EffectContext"], "runledger.sdk.context"),
     **dict.fromkeys(["FencingTokens"], "runledger.sdk.fencing"),
@@ -196,6 +200,7 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["EffectClass"], "runledger.sdk.tools"),
     **dict.fromkeys(["RunLog", "follow_events"], "runledger.log.reader"),
     **dict.fromkeys(["StepRecord"], "runledger.record.fold"),
+    **dict.fromkeys(["Server"], "runledger.record.payloads"),
     **dict.fromkeys(["is_placeholder"], "runledger.protect.capture"),
 }
 
@@ -248,6 +253,7 @@ __all__ = [
     "RunSuspended",
     "ScriptedModel",
     "SecretResolver",
+    "Server",
     "StaleClaimError",
     "StaleFencingTokenError",
     "StepRecord",
@@ -275,6 +281,7 @@ __all__ = [
     "resume_run",
     "resume_sync",
     "run_sync",
+    "server_of",
     "start_run",
     "sync_agent",
     "tool",

@@ -48,6 +48,25 @@ class Usage(BaseModel):
     output_tokens: int = 0
 
 
+class Server(BaseModel):
+    """Where a call went over the network: the host and port only (``server.address`` /
+    ``server.port`` of OpenTelemetry's conventions), never a path, a query or credentials
+    (``server_of`` builds one from a URL)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    address: str
+    port: int | None = None
+
+
+def _absent(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` without the optional ``names`` that have no value: a payload that does not use a field
+    added later records exactly the bytes it recorded before the field existed."""
+    for name in names:
+        if name in data and data[name] is None:
+            del data[name]
+    return data
+
+
 class ToolListing(BaseModel):
     """One listing of tools made outside the code (an MCP server's ``tools/list``), as the run's
     tools were declared from it: ``source`` names its kind (``"mcp"``), ``listing`` is the listing
@@ -203,6 +222,9 @@ class RunRetried(Payload):
 
 
 class ModelCalled(Payload):
+    """``server``: the host and port the adapter sent the call to, when it called one over HTTP
+    (absent otherwise, and from calls recorded before it was)."""
+
     TYPE = "model.called"
     step: int
     model: str
@@ -214,9 +236,20 @@ class ModelCalled(Payload):
     duration_ms: float = 0.0
     attempt: int = 1  # attempts of one step are events of the same step (runledger.sdk.retry)
     will_retry: bool = False  # this attempt failed and another one follows
+    server: Server | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _absent(handler(self), ("server",))
 
 
 class ToolCalled(Payload):
+    """``description``: the tool's description as declared (``Tool.description``, else its function's
+    docstring), structure like its name. ``via``: how the tool was reached when it is another
+    process's (an MCP server's ``tools/call``: ``protocol``, ``method``, ``transport``, ``session_id``,
+    ``protocol_version``, ``request_id``, ``server``). Both absent when unknown, and from calls
+    recorded before they were."""
+
     TYPE = "tool.called"
     step: int
     name: str
@@ -227,6 +260,12 @@ class ToolCalled(Payload):
     duration_ms: float = 0.0
     attempt: int = 1
     will_retry: bool = False
+    description: str | None = None
+    via: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _absent(handler(self), ("description", "via"))
 
 
 class ClockRead(Payload):
@@ -247,7 +286,8 @@ class EffectIntended(Payload):
     ``lease_s``: how long, from this event's ``ts``, the claimant may take to record an outcome;
     until then a resume or an operator waits before settling the claim (None: a claim recorded
     before leases existed, settled without waiting). ``tool_call_id``: the model's id of the tool
-    call this effect answers, when there is one."""
+    call this effect answers, when there is one. ``description``, ``via``: as ``tool.called``'s
+    (absent when unknown)."""
 
     TYPE = "effect.intended"
     step: int
@@ -259,6 +299,12 @@ class EffectIntended(Payload):
     lease_s: float | None = None
     tool_call_id: str | None = None
     holder: str | None = None  # the claiming process (runledger.sdk.holder): a dead one is not waited for
+    description: str | None = None
+    via: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _absent(handler(self), ("description", "via"))
 
 
 class EffectCommitted(Payload):

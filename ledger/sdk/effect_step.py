@@ -160,9 +160,11 @@ class EffectStep:
         effect_class: EffectClass = "write",
         tool_call_id: str | None = None,
         lease_s: float | None = None,
+        about: dict[str, Any] | None = None,
     ) -> Any:
         """``effect`` with ``args`` JSON-native already (``jsonable``: a declared effect tool's
-        arguments, converted once for their check, their key and the step)."""
+        arguments, converted once for their check, their key and the step). ``about``: the intent's
+        optional facts of a declared tool (its ``description``, and ``via``)."""
         if not key:
             raise ConfigurationError(f"effect {name!r} needs a non-empty idempotency key")
         lease = effect_lease(lease_s)
@@ -176,7 +178,7 @@ class EffectStep:
                 self._check(orphan.step, orphan, "effect", name, args_digest, args)
                 return await self._settle(
                     orphan.step, name, args, key, fn, reconcile,
-                    effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+                    effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about,
                 )  # fmt: skip
         step, rec = self._take_step()
         if rec is not None:
@@ -190,7 +192,7 @@ class EffectStep:
             # Recorded as intended only: the process died (or stopped) somewhere inside the effect.
             return await self._settle(
                 step, name, args, key, fn, reconcile,
-                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about,
             )  # fmt: skip
         await self._before_live(name)  # before anything of the call is recorded (deferred_tools)
         await self._check_budgets(step, model_call=False)
@@ -206,13 +208,13 @@ class EffectStep:
         # empty"); a key with a history refuses it, and _settle reads the key and decides.
         intent = await self._protected(EffectIntended(
             step=step, name=name, key=key, args=args, args_digest=args_digest, effect_class=effect_class,
-            lease_s=lease, tool_call_id=tool_call_id, holder=this_holder() or None,
+            lease_s=lease, tool_call_id=tool_call_id, holder=this_holder() or None, **(about or {}),
         ), {"args": args_json})  # fmt: skip
         claimed = await self._write_ahead(intent)
         if claimed is None:
             return await self._settle(
                 step, name, args, key, fn, reconcile,
-                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about,
             )  # fmt: skip
         return await self._act(step, args, fn, claimed, intent)
 
@@ -319,6 +321,7 @@ class EffectStep:
         effect_class: EffectClass,
         tool_call_id: str | None,
         lease_s: float,
+        about: dict[str, Any] | None = None,
     ) -> Any:
         """Bring the key to an outcome for this step: reuse, reconcile, or claim and act.
 
@@ -334,6 +337,7 @@ class EffectStep:
         intent = EffectIntended(
             step=step, name=name, key=key, args=args, args_digest=self._digests.digest(args),
             effect_class=effect_class, lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
+            **(about or {}),
         )  # fmt: skip
         state = await read_key(self._client, key, self.agent)
         for _ in range(_SETTLE_ROUNDS):

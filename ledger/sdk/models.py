@@ -26,12 +26,14 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runledger.cpu import in_thread
 from runledger.errors import ModelError
 from runledger.extras import require_extra
+from runledger.record.payloads import Server
 from runledger.sdk.retry import Retry
 
 if TYPE_CHECKING:
@@ -43,12 +45,37 @@ DEFAULT_RETRY = Retry(attempts=4, backoff_s=1.0, max_backoff_s=20.0, deadline_s=
 
 
 class ModelResponse(BaseModel):
+    """What a model call answered. ``finish_reason`` is the adapter's (``stop`` when it fills one
+    in); ``model_finish_reason`` the model's own as the provider gave it (OpenAI's ``finish_reason``,
+    Anthropic's ``stop_reason``...), recorded beside it when the adapter saw one. ``server``: where
+    the adapter sent the call (``server_of(url)``), recorded on the step's event (``model.called``'s
+    ``server``), not in the response an agent gets back."""
+
     model_config = ConfigDict(frozen=True)
     content: str = ""
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     finish_reason: str = "stop"
     input_tokens: int = 0
     output_tokens: int = 0
+    model_finish_reason: str | None = None
+    server: Server | None = None
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def server_of(url: Any) -> Server | None:
+    """The host and port of ``url`` (``server.address`` / ``server.port``), the scheme's default
+    port when it names none; None for what is not a URL with a host. Never the path, the query or
+    credentials: ``https://user:key@api.example.com/v1?k=1`` is ``api.example.com`` and 443."""
+    try:
+        parts = urlsplit(str(url))
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is no number
+        return None
+    if not host:
+        return None
+    return Server(address=host, port=port if port is not None else _DEFAULT_PORTS.get(parts.scheme.lower()))
 
 
 class ModelAdapter(Protocol):
@@ -154,6 +181,7 @@ class OpenAIChatModel:
             finish_reason=choice.get("finish_reason") or ("tool_calls" if tool_calls else "stop"),
             input_tokens=int(usage.get("prompt_tokens", 0)),
             output_tokens=int(usage.get("completion_tokens", 0)),
+            model_finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
         )
 
     def _client(self) -> openai.OpenAI:
@@ -209,4 +237,4 @@ class OpenAIChatModel:
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         # The blocking client in a worker thread: see the module's note for the async one rejected.
         body = await in_thread(self._post, self.request_body(messages, **params))
-        return self.parse(body)
+        return self.parse(body).model_copy(update={"server": server_of(self.base_url)})

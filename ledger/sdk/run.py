@@ -398,7 +398,7 @@ class RecordedRun(EffectStep):
         # An adapter's ModelResponse subclass adds fields (the SDK's own response, for
         # runledger.integrations.openai; Pydantic AI's, for runledger.integrations.pydantic_ai): recorded
         # with the rest, and returned live as a replay returns them (below).
-        recorded = jsonable(response.model_dump(exclude={"input_tokens", "output_tokens"}))
+        recorded = response_record(response)
         usage = Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens)
         response_json = canonical.canonical_json(recorded, self._cp.chain_format)
         await self._append(
@@ -411,6 +411,7 @@ class RecordedRun(EffectStep):
                 usage=usage,
                 duration_ms=(time.perf_counter() - started) * 1000,
                 attempt=attempt,
+                server=response.server,
             ),
             {"request": request_json, "response": response_json},
         )
@@ -465,6 +466,7 @@ class RecordedRun(EffectStep):
                     effect_class=declared.effect_class,
                     tool_call_id=tool_call_id,
                     lease_s=declared.lease_s,
+                    about=declared.recorded_facts(),
                 )
         args = jsonable(args)
         args_json, args_digest = self._digests.encoded(args)  # the bytes sealed too
@@ -527,6 +529,7 @@ class RecordedRun(EffectStep):
                     duration_ms=(time.perf_counter() - started) * 1000,
                     attempt=attempt,
                     will_retry=again,
+                    **declared.recorded_facts(),
                 ),
                 encoded,
             )
@@ -693,6 +696,17 @@ _UNSET: Any = object()
 def child_run_id(parent_run_id: str, step: int) -> str:
     """The id of the child run a run starts at ``step``: derived, so a resume finds the same child."""
     return f"{parent_run_id}-c{step}"
+
+
+def response_record(response: ModelResponse) -> dict[str, Any]:
+    """A model's response as the record keeps it (JSON, without the usage the event holds apart).
+    Where the call went is the event's (``model.called``'s ``server``: structure, kept under every
+    capture policy), not the response's; the model's own finish reason is kept only when the adapter
+    saw one, so a response without it records the bytes it recorded before the field existed."""
+    recorded: dict[str, Any] = jsonable(response.model_dump(exclude={"input_tokens", "output_tokens", "server"}))
+    if recorded.get("model_finish_reason", "") is None:
+        del recorded["model_finish_reason"]
+    return recorded
 
 
 def response_from_record(output: Any, response_type: type[ModelResponse] = ModelResponse) -> ModelResponse:

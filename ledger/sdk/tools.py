@@ -97,6 +97,10 @@ class Tool(Generic[P, R]):
     # The ``secret://NAME`` references this tool may have resolved where a sandboxed re-run calls it
     # (runledger.sandbox.branch): a re-run resolves no other name, whatever the arguments say.
     secrets: tuple[str, ...] = ()
+    # How the tool is reached when it is another process's (an MCP server's ``tools/call``): facts
+    # recorded with each call (``tool.called``/``effect.intended``'s ``via``), read after the call of
+    # a read tool and before the claim of an effect. None: a function of this process.
+    via: Callable[[], dict[str, Any] | None] | None = None
 
     def __post_init__(self) -> None:
         if self.effect_class != "read" and self.key is None:
@@ -109,6 +113,18 @@ class Tool(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
+
+    def recorded_facts(self) -> dict[str, Any]:
+        """The optional facts a call of this tool records beside its arguments: its ``description``
+        (declared, else the function's docstring) and ``via`` (above), each only when known."""
+        facts: dict[str, Any] = {}
+        description = self.description if self.description is not None else inspect.getdoc(self.fn)
+        if description:
+            facts["description"] = description
+        via = self.via() if self.via is not None else None
+        if via:
+            facts["via"] = via
+        return facts
 
     @property
     def takes_keywords(self) -> bool:

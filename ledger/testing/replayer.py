@@ -60,7 +60,7 @@ from runledger.sdk.agent import AgentSpec, load_agent
 from runledger.sdk.errorinfo import error_info
 from runledger.sdk.lifecycle import RunResult, drive, side_by_side
 from runledger.sdk.models import ModelAdapter, ModelResponse
-from runledger.sdk.run import RecordedRun, response_from_record
+from runledger.sdk.run import RecordedRun, response_from_record, response_record
 from runledger.sdk.tools import Tool, ToolFn
 from runledger.testing.recording import Recording, read_recordings, recording_files
 
@@ -319,7 +319,7 @@ class ReplayRun(RecordedRun):
             info = error_info(exc, False)
             raise ToolFailedError(str(getattr(adapter, "name", "model")), step, info.type, info.message,
                                   kind="model") from exc  # fmt: skip
-        recorded = jsonable(response.model_dump(exclude={"input_tokens", "output_tokens"}))
+        recorded = response_record(response)
         usage = Usage(input_tokens=response.input_tokens, output_tokens=response.output_tokens)
         as_recorded = canonical_as_recorded(recorded, self._cp.chain_format)
         response_type = getattr(adapter, "response_type", getattr(self._spec.model, "response_type", ModelResponse))

@@ -37,6 +37,8 @@ PUBLIC = [
     "RecordedRun", "RunCompleted", "RunFailed", "RunNotFoundError", "RunSuspended", "erase_run", "error_info",
     "is_subject_token", "list_runs", "load_run",
     "open_run", "require_extra", "WorkflowCheckpointDeleted", "WorkflowCheckpointed",
+    # Where an HTTP adapter sent a model call (model.called's server), host and port only.
+    "Server", "server_of",
     # What a reader of runs needs (the OTLP exporter): a run as read, its steps, content stand-ins, runs live.
     "RunLog", "StepRecord", "follow_events", "is_placeholder",
     # What a service author needs to honour fencing tokens (runledger.sdk.fencing).

@@ -104,8 +104,8 @@ if TYPE_CHECKING:
         WorkflowCheckpointed,
     )
     from runledger.record.fold import Checkpoint, StepRecord, fold
-    from runledger.record.payloads import Server
     from runledger.record.ids import is_subject_token
+    from runledger.record.payloads import Server
     from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
     from runledger.sdk.context import EffectContext

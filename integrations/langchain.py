@@ -55,7 +55,7 @@ from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
 from pydantic import ConfigDict, Field  # noqa: E402
 
-from runledger import ConfigurationError, ModelResponse, Tool, ToolFailedError  # noqa: E402
+from runledger import ConfigurationError, ModelResponse, Server, Tool, ToolFailedError, server_of  # noqa: E402
 
 if TYPE_CHECKING:
     from runledger import EffectClass, Run
@@ -109,7 +109,7 @@ class LangChainModelAdapter:
         if call is None:
             raise ConfigurationError("a LangGraph thread's run calls models through saver.model(chat_model)")
         reply = await call.model.ainvoke(call.messages, stop=call.stop, **call.kwargs)
-        return model_response(_checked(reply, call.name))
+        return model_response(_checked(reply, call.name), chat_model_server(call.model))
 
 
 def _checked(reply: Any, name: str) -> AIMessage:
@@ -149,8 +149,32 @@ def _made_by_langchain(message_id: str | None) -> bool:
     return bool(message_id) and str(message_id).startswith(("run-", "lc_run"))
 
 
-def model_response(reply: AIMessage) -> ModelResponse:
-    """What the record keeps of a LangChain model's reply."""
+# Where LangChain's provider integrations keep their endpoint: ChatOpenAI (and its compatible
+# kin), ChatAnthropic, ChatOllama, Azure, the generic ``api_base``; else their SDK client's.
+_BASE_URL_ATTRS = ("openai_api_base", "base_url", "anthropic_api_url", "azure_endpoint", "api_base", "endpoint")
+
+
+def chat_model_server(model: Any) -> Server | None:
+    """The host and port a LangChain chat model calls (``model.called``'s ``server``), from its
+    configured base URL or its SDK client's; None for a model that names none (a fake, a local one)."""
+    inner = getattr(model, "bound", model)  # a model with tools bound is a RunnableBinding
+    for attr in _BASE_URL_ATTRS:
+        value = getattr(inner, attr, None)
+        if isinstance(value, str) and (server := server_of(value)) is not None:
+            return server
+    for attr in ("root_async_client", "async_client", "root_client", "client", "_client"):
+        client = getattr(inner, attr, None)
+        if client is not None and (server := server_of(getattr(client, "base_url", None))) is not None:
+            return server
+    return None
+
+
+def model_response(reply: AIMessage, server: Server | None = None) -> ModelResponse:
+    """What the record keeps of a LangChain model's reply (``server``: where the call went). The
+    provider's own reason is kept as given (``finish_reason``, Anthropic's ``stop_reason``...)."""
+    given = reply.response_metadata or {}
+    own = next((given[k] for k in ("finish_reason", "stop_reason", "done_reason") if isinstance(given.get(k), str)),
+               None)  # fmt: skip
     usage: dict[str, Any] = dict(reply.usage_metadata or {})
     content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content, default=str)
     # The rest of the message, recorded to be handed back as the model gave it (ai_message). Python
@@ -171,6 +195,8 @@ def model_response(reply: AIMessage) -> ModelResponse:
         output_tokens=int(usage.get("output_tokens", 0)),
         metadata=_reply_metadata(reply),
         message=rest,
+        model_finish_reason=own,
+        server=server,
     )
 
 
@@ -214,7 +240,7 @@ class ChatModelAdapter:
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         model = self.chat_model.bind_tools(self.tools) if self.tools else self.chat_model
         reply = await model.ainvoke(convert_to_messages(messages), **params)
-        return model_response(_checked(reply, self.name))
+        return model_response(_checked(reply, self.name), chat_model_server(self.chat_model))
 
 
 def chat_model_name(model: Any) -> str:

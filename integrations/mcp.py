@@ -83,6 +83,7 @@ from runledger import (  # noqa: E402
     Run,
     SyncRun,
     Tool,
+    server_of,
 )
 
 __all__ = ["KEY_META", "McpServer", "McpTools", "RecordedSession", "effect_class_of"]
@@ -118,6 +119,9 @@ class McpServer:
     # The tools of the last ``tools()`` call: what this server's sessions call, as the run they record
     # declared them (``McpTools.in_this_run``: from the run's record on resume).
     in_use: McpTools | None = field(default=None, init=False, repr=False)
+    # What the last connection's initialisation told (the protocol version, an HTTP session's id): the
+    # facts a tool call records of its session (``tool.called``'s ``via``).
+    _session: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def stdio(
@@ -150,8 +154,25 @@ class McpServer:
         stopped) on leaving."""
         transport = streamable_http_client(self.url) if self.url is not None else stdio_client(self._stdio())
         async with transport as streams, mcp.ClientSession(streams[0], streams[1], self.read_timeout_s) as session:
-            await session.initialize()
+            initialized = await session.initialize()
+            self._session = {"protocol_version": str(initialized.protocol_version)}
+            session_id = streams[2]() if len(streams) > 2 and callable(streams[2]) else None
+            if session_id:
+                self._session["session_id"] = str(session_id)
             yield session
+
+    def via(self) -> dict[str, Any]:
+        """What a call of this server's tools records of how it went (``tool.called``'s ``via``), in the
+        terms of OpenTelemetry's MCP conventions: the method (``tools/call``), the transport (``pipe``
+        for stdio, ``tcp`` for HTTP), the server's host and port (HTTP), and the last session's
+        protocol version and id where it gave them. The JSON-RPC request id is the MCP SDK's own and
+        is not recorded."""
+        facts: dict[str, Any] = {"protocol": "mcp", "method": "tools/call",
+                                 "transport": "tcp" if self.url is not None else "pipe", **self._session}  # fmt: skip
+        server = server_of(self.url) if self.url is not None else None
+        if server is not None:
+            facts["server"] = server.model_dump(exclude_none=True)
+        return facts
 
     def _stdio(self) -> StdioServerParameters:
         assert self.stdio_params is not None
@@ -255,6 +276,7 @@ class McpServer:
             schema=dict(listed.input_schema),
             description=listed.description or "",
             lease_s=lease_s,
+            via=self.via,
         )
 
     async def _call(self, name: str, args: dict[str, Any], ctx: EffectContext | None) -> dict[str, Any]:

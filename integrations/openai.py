@@ -83,6 +83,7 @@ from runledger import (  # noqa: E402
     Run,
     SyncRun,
     Tool,
+    server_of,
 )
 from runledger.integrations.openai_objects import (  # noqa: E402
     NotRecordedError,
@@ -162,6 +163,7 @@ class _Call:
     raw: bool = False  # ``create`` is the SDK's with_raw_response one: its status and headers are kept
     attempts: int = 0
     forwarded: int = 0
+    base_url: Any = None  # the client's: where the call goes (model.called's server, host and port only)
 
 
 _CALL: ContextVar[_Call | None] = ContextVar("runledger_openai_call", default=None)
@@ -203,7 +205,8 @@ class OpenAIModel:
                 raise ConfigurationError("OpenAIModel() without a client answers only calls made through recorded()")
             client = self._client.with_options(max_retries=0)
             kwargs = {"model": self._model, "messages": messages, **params}
-            call = _Call(CHAT, client.chat.completions.create, kwargs, blocking=isinstance(client, openai.OpenAI))
+            call = _Call(CHAT, client.chat.completions.create, kwargs, blocking=isinstance(client, openai.OpenAI),
+                         base_url=client.base_url)  # fmt: skip
         call.attempts += 1
         result: Any
         try:
@@ -219,7 +222,7 @@ class OpenAIModel:
         if call.raw:  # the SDK's LegacyAPIResponse: its body is read, parse() makes no request
             http = {"status": result.status_code, "headers": kept_headers(result.headers)}
             result = result.parse()
-        return _normalised(call.endpoint, result, http)
+        return _normalised(call.endpoint, result, http).model_copy(update={"server": server_of(call.base_url)})
 
 
 def _model_error(endpoint: str, exc: openai.APIStatusError | openai.APIConnectionError, forwarded: int) -> ModelError:
@@ -253,8 +256,9 @@ def _normalised(endpoint: str, result: BaseModel, http: dict[str, Any] | None = 
         # No reason given (some compatible servers, a stream cut before its last chunk): a reply
         # that asks for tools is a tool-call turn, never recorded as "stop".
         finish = choice.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
+        given = choice.get("finish_reason")
     elif endpoint == EMBEDDINGS:
-        content, tool_calls, finish = "", [], "stop"
+        content, tool_calls, finish, given = "", [], "stop", None
     else:
         items = sdk.get("output") or []
         content = "".join(
@@ -271,6 +275,9 @@ def _normalised(endpoint: str, result: BaseModel, http: dict[str, Any] | None = 
             if item.get("type") == "function_call"
         ]  # fmt: skip
         finish = "tool_calls" if tool_calls else ("length" if sdk.get("status") == "incomplete" else "stop")
+        # The responses API gives a status, and an incomplete one its reason: the model's own.
+        details = sdk.get("incomplete_details")
+        given = details.get("reason") if isinstance(details, dict) else None
     return OpenAIResponse(
         content=content,
         tool_calls=tool_calls,
@@ -280,6 +287,7 @@ def _normalised(endpoint: str, result: BaseModel, http: dict[str, Any] | None = 
         endpoint=endpoint,
         sdk=sdk,
         http=http,
+        model_finish_reason=given if isinstance(given, str) else None,
     )
 
 
@@ -545,7 +553,8 @@ class RecordedOpenAI(Surface):
     ) -> Any:  # fmt: skip
         _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, raw=raw, as_recorded=as_recorded_of(self._run))
+        call = _Call(endpoint, create, kwargs, raw=raw, as_recorded=as_recorded_of(self._run),
+                     base_url=getattr(self._client, "base_url", None))  # fmt: skip
         stream_queue: asyncio.Queue[Any] | None = None
         if kwargs.get("stream"):
             stream_queue = asyncio.Queue()
@@ -624,7 +633,8 @@ class SyncRecordedOpenAI(Surface):
     ) -> Any:  # fmt: skip
         _refuse_raw_stream(kwargs, raw)
         messages, params = _request(endpoint, kwargs)
-        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw, as_recorded=as_recorded_of(self._run))
+        call = _Call(endpoint, create, kwargs, blocking=True, raw=raw, as_recorded=as_recorded_of(self._run),
+                     base_url=getattr(self._client, "base_url", None))  # fmt: skip
         if kwargs.get("stream"):
             return SyncRecordedStream(self._run, call, messages, params)
         # SyncRun.model runs the step on the run's event loop in a copy of this thread's context

@@ -87,8 +87,10 @@ from runledger import (  # noqa: E402
     ConfigurationError,
     ModelResponse,
     Run,
+    Server,
     Tool,
     ToolFailedError,
+    server_of,
 )
 
 __all__ = [
@@ -196,7 +198,7 @@ class OpenAIAgentsModel:
             model = self.provider().get_model(self.name)
         tracing = call.tracing if call is not None else ModelTracing.DISABLED
         response = await model.get_response(**_call_arguments(messages, params), tracing=tracing)
-        return summary(response)
+        return summary(response).model_copy(update={"server": model_server(model)})
 
 
 # -- the request: what a model step records, and the call made from it ----------------------------------
@@ -343,6 +345,14 @@ def _call_arguments(messages: list[dict[str, Any]], params: Mapping[str, Any]) -
 
 
 # -- the response: recorded, and rebuilt from the record -----------------------------------------------
+
+
+def model_server(model: Any) -> Server | None:
+    """The host and port an SDK model calls: its OpenAI client's base URL. The SDK's two OpenAI models
+    keep their client as ``_client`` and show it nowhere else; a model without one (a fake, another
+    provider's) records no server."""
+    client = getattr(model, "_client", None)
+    return server_of(getattr(client, "base_url", None)) if client is not None else None
 
 
 def summary(response: AgentsModelResponse) -> OpenAIAgentsResponse:

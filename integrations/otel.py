@@ -77,11 +77,13 @@ from runledger.integrations.otel_semconv import (
     call_name,
     chat_messages,
     finish_reason,
+    mcp_attributes,
     operation_name,
     provider_name,
     provider_of_model,
     request_attributes,
     response_attributes,
+    server_attributes,
 )
 
 logger = logging.getLogger(__name__)
@@ -255,6 +257,7 @@ def _model_attrs(view: _StepView, calls: _ToolCallIds) -> dict[str, Any]:
         "gen_ai.request.model": rec.name,
         **request_attributes(request),
         **response_attributes(response),
+        **server_attributes(call.get("server")),
         "gen_ai.usage.input_tokens": seen.input_tokens,
         "runledger.step.attempts": rec.attempts,
     }
@@ -282,6 +285,10 @@ def _tool_attrs(view: _StepView, calls: _ToolCallIds) -> dict[str, Any]:
     attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": rec.name,
                              "gen_ai.tool.type": "function"}  # fmt: skip
     intended = view.first.get("effect.intended", {})
+    declared = intended or view.last.get("tool.called", {})  # what the call recorded of its tool
+    if isinstance(declared.get("description"), str) and declared["description"]:
+        attrs["gen_ai.tool.description"] = declared["description"]
+    attrs |= mcp_attributes(declared.get("via"))
     call_id = intended.get("tool_call_id") or calls.take(rec.name)
     if call_id:
         attrs["gen_ai.tool.call.id"] = str(call_id)
@@ -379,8 +386,6 @@ def _root_attrs(cp: Checkpoint, run_id: str, agent: str) -> dict[str, Any]:
         "runledger.run.steps": cp.last_step + 1,
         "runledger.run.attempts": cp.attempts,
     }
-    if version_tuple.get("model"):
-        attrs["gen_ai.request.model"] = str(version_tuple["model"])
     if version_tuple.get("agent_version"):
         attrs["gen_ai.agent.version"] = str(version_tuple["agent_version"])
     if version_tuple.get("prompt_hash"):
@@ -399,13 +404,17 @@ def _conversation(events: Sequence[Event]) -> str | None:
     return next((str(labels[k]) for k in CONVERSATION_LABELS if labels.get(k)), None)
 
 
-def _run_provider(children: Sequence[ReadableSpan], model: Any) -> str:
-    """The root span's provider: its first model call's, else its version tuple's model's."""
+def _run_model(children: Sequence[ReadableSpan], model: Any) -> dict[str, Any]:
+    """The root span's ``gen_ai.request.model`` and ``gen_ai.provider.name``: those of its first model
+    call (the model the call named, the provider its adapter spoke to), not the version tuple's
+    model, which for a framework's adapter is the adapter's name (``pydantic-ai``, ``langchain``). A
+    run without a model call names no model, and its provider is the version tuple's model's."""
     for span in children:
         attrs = span.attributes or {}
         if attrs.get("gen_ai.operation.name") in ("chat", "embeddings"):
-            return str(attrs["gen_ai.provider.name"])
-    return provider_of_model(model) if isinstance(model, str) else FALLBACK_PROVIDER
+            return {"gen_ai.request.model": str(attrs["gen_ai.request.model"]),
+                    "gen_ai.provider.name": str(attrs["gen_ai.provider.name"])}  # fmt: skip
+    return {"gen_ai.provider.name": provider_of_model(model) if isinstance(model, str) else FALLBACK_PROVIDER}
 
 
 def _root_links(cp: Checkpoint, attrs: dict[str, Any]) -> list[Link]:
@@ -449,7 +458,7 @@ def run_spans(log: RunLog, *, content: bool = False, service_name: str | None = 
     conversation = _conversation(events)
     views = [_StepView(rec, seen.get(step, _Step()), content, conversation) for step, rec in sorted(cp.steps.items())]
     children = [_step_span(run_id, view, root, resource, scope, calls) for view in views]
-    attrs["gen_ai.provider.name"] = _run_provider(children, (cp.version or {}).get("model"))
+    attrs |= _run_model(children, (cp.version or {}).get("model"))
     if conversation:
         attrs["gen_ai.conversation.id"] = conversation
     attrs["gen_ai.usage.input_tokens"] = sum(s.input_tokens for s in seen.values())

@@ -31,11 +31,13 @@ __all__ = [
     "call_name",
     "chat_messages",
     "finish_reason",
+    "mcp_attributes",
     "operation_name",
     "provider_name",
     "provider_of_model",
     "request_attributes",
     "response_attributes",
+    "server_attributes",
     "tool_call_part",
 ]
 
@@ -192,11 +194,15 @@ def response_attributes(response: Any) -> dict[str, Any]:
 
 
 def finish_reason(response: dict[str, Any]) -> str | None:
-    """The reason the model gave for ending its turn, or ``tool_call`` (the conventions' value) for
-    a turn that asked for tools and gave none. The record's ``stop`` on a tool-call turn is the
-    adapter's default for a reply without a reason (``ModelResponse``, LangChain's replies), not
-    the model's: a model that stopped to call tools says so (``tool_calls``, ``tool_use``). A text
+    """The reason the model gave for ending its turn, as the provider gave it where the adapter
+    recorded it (``model_finish_reason``: OpenAI's ``tool_calls``, Anthropic's ``tool_use``), or
+    ``tool_call`` (the conventions' value) for a turn that asked for tools and gave none. The
+    record's ``stop`` on a tool-call turn is the adapter's default for a reply without a reason
+    (``ModelResponse``, LangChain's replies), not the model's: a model that stopped to call tools says so (``tool_calls``, ``tool_use``). A text
     turn without the model's own reason keeps the one recorded (``stop``)."""
+    own = response.get("model_finish_reason")  # the model's own, as the provider gave it (ModelResponse)
+    if isinstance(own, str) and own:
+        return own
     recorded = response.get("finish_reason")
     reason = recorded
     # The model's own, before the adapter filled it in: the OpenAI SDK's choice, Pydantic AI's message.
@@ -266,3 +272,28 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
             parts = [{"type": "tool_call_response", "id": m.get("tool_call_id"), "response": m.get("content")}]
         out.append({"role": m.get("role", "user"), "parts": parts})
     return out
+
+
+def server_attributes(server: Any) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of a recorded ``server`` (host and port only)."""
+    if not isinstance(server, dict) or not isinstance(server.get("address"), str) or not server["address"]:
+        return {}
+    attrs: dict[str, Any] = {"server.address": server["address"]}
+    if isinstance(server.get("port"), int) and not isinstance(server["port"], bool):
+        attrs["server.port"] = server["port"]
+    return attrs
+
+
+def mcp_attributes(via: Any) -> dict[str, Any]:
+    """The MCP conventions' attributes of a tool call made through an MCP server (``via`` recorded by
+    ``runledger.integrations.mcp``), added to its ``execute_tool`` span as ``mcp.md`` says an
+    instrumentation does when a GenAI span already traces the tool execution: ``mcp.method.name``,
+    ``network.transport``, ``mcp.protocol.version``, ``mcp.session.id``, ``server.*``."""
+    if not isinstance(via, dict) or via.get("protocol") != "mcp":
+        return {}
+    attrs: dict[str, Any] = {"mcp.method.name": str(via.get("method") or "tools/call")}
+    for key, attr in (("transport", "network.transport"), ("protocol_version", "mcp.protocol.version"),
+                      ("session_id", "mcp.session.id"), ("request_id", "jsonrpc.request.id")):  # fmt: skip
+        if isinstance(via.get(key), str | int) and via[key] != "":
+            attrs[attr] = str(via[key])
+    return attrs | server_attributes(via.get("server"))

@@ -83,6 +83,7 @@ from runledger import (  # noqa: E402
     Run,
     Tool,
     ToolFailedError,
+    server_of,
 )
 
 __all__ = [
@@ -159,6 +160,7 @@ class _Call:
     name: str
     body: Callable[[], Awaitable[object]]
     answered: bool = False
+    base_url: Any = None  # the model's (``Model.base_url``): where the request goes
 
 
 _CALL: ContextVar[_Call | None] = ContextVar("runledger_pydantic_ai_call", default=None)
@@ -193,7 +195,7 @@ class PydanticAIModel:
                 "PydanticAIModel answers only the model requests of a Pydantic AI agent with RunledgerDurability"
             )
         call.answered = True
-        return summary(await call.body())
+        return summary(await call.body()).model_copy(update={"server": server_of(call.base_url)})
 
 
 def summary(payload: Any) -> PydanticAIResponse:
@@ -211,10 +213,17 @@ def summary(payload: Any) -> PydanticAIResponse:
     finish = (payload.get("finish_reason") if isinstance(payload, dict) else None) or (
         "tool_calls" if calls else "stop"
     )
+    # The model's own reason: the provider's as Pydantic AI kept it (``provider_details``), else Pydantic
+    # AI's reading of it; never the default filled in above.
+    details = payload.get("provider_details") if isinstance(payload, dict) else None
+    own = details.get("finish_reason") if isinstance(details, dict) else None
+    if not isinstance(own, str):
+        own = payload.get("finish_reason") if isinstance(payload, dict) else None
     return PydanticAIResponse(
         content=text,
         tool_calls=calls,
         finish_reason=str(finish),
+        model_finish_reason=own if isinstance(own, str) else None,
         input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0),
         message=payload,
@@ -334,7 +343,8 @@ async def _model_step(run: Run, params: Any, body: Callable[[], Awaitable[object
     else:  # a compaction of the history (ModelCompactMessagesParams)
         messages = request_messages(params.request_context.messages)
         request = {"operation": "compact_messages"}
-    call = _Call(_model_name(params), body)
+    model = getattr(getattr(params, "run_context", None), "model", None)
+    call = _Call(_model_name(params), body, base_url=getattr(model, "base_url", None))
     token = _CALL.set(call)
     try:
         response = await run.model(messages, **request)

@@ -194,12 +194,12 @@ def response_attributes(response: Any) -> dict[str, Any]:
 
 
 def finish_reason(response: dict[str, Any]) -> str | None:
-    """The reason the model gave for ending its turn, as the provider gave it where the adapter
-    recorded it (``model_finish_reason``: OpenAI's ``tool_calls``, Anthropic's ``tool_use``), or
+    """The reason the model gave for ending its turn: as the provider gave it where the adapter
+    recorded it (``model_finish_reason``: OpenAI's ``tool_calls``, Anthropic's ``tool_use``); else
     ``tool_call`` (the conventions' value) for a turn that asked for tools and gave none. The
     record's ``stop`` on a tool-call turn is the adapter's default for a reply without a reason
-    (``ModelResponse``, LangChain's replies), not the model's: a model that stopped to call tools says so (``tool_calls``, ``tool_use``). A text
-    turn without the model's own reason keeps the one recorded (``stop``)."""
+    (``ModelResponse``, LangChain's replies), not the model's. A text turn without the model's own
+    reason keeps the one recorded (``stop``)."""
     own = response.get("model_finish_reason")  # the model's own, as the provider gave it (ModelResponse)
     if isinstance(own, str) and own:
         return own

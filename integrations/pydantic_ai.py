@@ -304,8 +304,9 @@ class _Bound:
         elif isinstance(op_id, (ModelRequestId, ModelCompactMessagesId)):
             payload = await _model_step(run, params, body)
         elif isinstance(op_id, ToolsetCallToolId):
+            described = getattr(getattr(getattr(params, "tool", None), "tool_def", None), "description", None)
             payload = await _tool_step(run, params.name, params.tool_args, params.ctx.tool_call_id, body,
-                                       self._durability.effects.get(params.name))  # fmt: skip
+                                       self._durability.effects.get(params.name), described)  # fmt: skip
             return _tool_result(operation.result_codec.load, payload)
         else:
             payload = await _tool_step(run, f"pydantic_ai:{type(op_id).__name__}", None, None, body, None)
@@ -369,17 +370,20 @@ async def _tool_step(
     tool_call_id: str | None,
     body: Callable[[], Awaitable[object]],
     effect: Effect | None,
+    description: str | None = None,
 ) -> object:
     async def call(arguments: Any) -> object:  # a value tool: the arguments are the record's, unvalidated
         return await body()
 
+    described = description if isinstance(description, str) else ""  # the tool's definition's, recorded
     if effect is None:
-        declared: Tool[Any, Any] = Tool(name, call)
+        declared: Tool[Any, Any] = Tool(name, call, description=described)
     else:
         reconcile = None if effect.reconcile is None else _reconciler(effect.reconcile)
         declared = Tool(
-            name, call, effect_class=effect.effect_class, key=effect.key, reconcile=reconcile, lease_s=effect.lease_s
-        )
+            name, call, effect_class=effect.effect_class, key=effect.key, reconcile=reconcile, lease_s=effect.lease_s,
+            description=described,
+        )  # fmt: skip
     try:
         return await run.tool(declared, args, tool_call_id=tool_call_id)
     except ToolFailedError as exc:

@@ -30,6 +30,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from runledger import Event, RunLog, fold
 
 CONVENTIONS = "semantic-conventions-genai@002c8a6 (GenAI spans and agent spans; on semantic conventions 1.41.1)"
+# The MCP client span's table: docs/gen-ai/mcp.md of open-telemetry/semantic-conventions-genai at commit
+# 0393513c908bf895e7b3ec480a2c1eb073c584af ("Client"; status Development). Its tool-call spans "are
+# compatible with GenAI execute_tool spans", and an instrumentation that finds a GenAI span already tracing
+# the tool execution "SHOULD add MCP-specific attributes to the existing tool execution span": a span with
+# mcp.method.name is held to both tables.
+MCP_CONVENTIONS = "semantic-conventions-genai@0393513 docs/gen-ai/mcp.md (MCP client span)"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.1"
 
 # gen_ai.provider.name: "If one of them applies, then the respective value MUST be used; otherwise, a
@@ -101,10 +107,11 @@ RULES: dict[str, SpanRule] = {
         Attr("gen_ai.request.seed", "int", "conditionally_required", when="seed"),
         Attr("gen_ai.request.stream", "boolean", "conditionally_required", when="stream"),
         Attr("gen_ai.request.top_k", "double", "conditionally_required", when="top_k"),
-        Attr("server.port", "int", "conditionally_required", when="server.address", equal=False),
+        # "If server.address is set": due with the address the test knows the call went to.
+        Attr("server.port", "int", "conditionally_required", when="server.port"),
         Attr("gen_ai.response.id", "string", "recommended"),
         Attr("gen_ai.response.model", "string", "recommended"),
-        Attr("server.address", "string", "recommended"),
+        Attr("server.address", "string", "recommended", when="server.address"),
         *_REQUEST_PARAMS,
     )),
     # gen-ai-spans.md, "Embeddings" (gen_ai.embeddings.client): span kind SHOULD be CLIENT.
@@ -113,12 +120,12 @@ RULES: dict[str, SpanRule] = {
         Attr("gen_ai.provider.name", "string", "required", when="provider"),
         Attr("error.type", "string", "conditionally_required", when="error", equal=False),
         Attr("gen_ai.request.model", "string", "conditionally_required", when="model"),
-        Attr("server.port", "int", "conditionally_required", when="server.address", equal=False),
+        Attr("server.port", "int", "conditionally_required", when="server.port"),
         Attr("gen_ai.embeddings.dimension.count", "int", "recommended"),
         Attr("gen_ai.request.encoding_formats", "string[]", "recommended"),
         Attr("gen_ai.response.model", "string", "recommended"),
         Attr("gen_ai.usage.input_tokens", "int", "recommended"),
-        Attr("server.address", "string", "recommended"),
+        Attr("server.address", "string", "recommended", when="server.address"),
     )),
     # gen-ai-spans.md, "Execute tool span" (gen_ai.execute_tool.internal): span kind SHOULD be INTERNAL.
     "execute_tool": SpanRule(frozenset({"INTERNAL"}), (
@@ -126,7 +133,7 @@ RULES: dict[str, SpanRule] = {
         Attr("gen_ai.tool.name", "string", "required", when="tool"),
         Attr("error.type", "string", "conditionally_required", when="error", equal=False),
         Attr("gen_ai.tool.call.id", "string", "recommended"),
-        Attr("gen_ai.tool.description", "string", "recommended"),
+        Attr("gen_ai.tool.description", "string", "recommended", when="tool_description"),
         Attr("gen_ai.tool.type", "string", "recommended"),
         Attr("gen_ai.tool.call.arguments", "any", "opt_in"),
         Attr("gen_ai.tool.call.result", "any", "opt_in"),
@@ -149,6 +156,40 @@ RULES: dict[str, SpanRule] = {
         *_REQUEST_PARAMS,
     )),
 }  # fmt: skip
+
+# mcp.md, "Client" (mcp.client): span kind SHOULD be CLIENT, but held here as the GenAI execute_tool span
+# it is added to (INTERNAL); gen_ai.operation.name "SHOULD be set to execute_tool when the operation
+# describes a tool call". jsonrpc.request.id (conditionally required "when the client executes a request")
+# is the MCP SDK's own counter, which runledger does not record: its fact is never due (docs/otel.md, Limits).
+MCP_CLIENT = SpanRule(frozenset({"CLIENT", "INTERNAL"}), (
+    Attr("mcp.method.name", "string", "required", when="mcp.method.name"),
+    Attr("error.type", "string", "conditionally_required", when="error", equal=False),
+    Attr("gen_ai.prompt.name", "string", "conditionally_required", when="prompt"),
+    Attr("gen_ai.tool.name", "string", "conditionally_required", when="tool"),
+    Attr("jsonrpc.request.id", "string", "conditionally_required", when="jsonrpc_request_id"),
+    Attr("mcp.resource.uri", "string", "conditionally_required", when="resource"),
+    Attr("rpc.response.status_code", "string", "conditionally_required", when="rpc_status"),
+    Attr("gen_ai.operation.name", "string", "recommended", when="operation"),
+    Attr("jsonrpc.protocol.version", "string", "recommended"),
+    Attr("mcp.protocol.version", "string", "recommended", when="mcp.protocol.version"),
+    Attr("mcp.session.id", "string", "recommended", when="mcp.session.id"),
+    Attr("network.protocol.name", "string", "recommended"),
+    Attr("network.protocol.version", "string", "recommended"),
+    Attr("network.transport", "string", "recommended", when="network.transport"),
+    Attr("server.address", "string", "recommended", when="server.address"),
+    Attr("server.port", "int", "recommended", when="server.port"),
+    Attr("gen_ai.tool.call.arguments", "any", "opt_in"),
+    Attr("gen_ai.tool.call.result", "any", "opt_in"),
+))  # fmt: skip
+MCP_METHODS = frozenset({
+    "completion/complete", "elicitation/create", "initialize", "logging/setLevel", "notifications/cancelled",
+    "notifications/initialized", "notifications/message", "notifications/progress",
+    "notifications/prompts/list_changed", "notifications/resources/list_changed", "notifications/resources/updated",
+    "notifications/roots/list_changed", "notifications/tools/list_changed", "ping", "prompts/get", "prompts/list",
+    "resources/list", "resources/read", "resources/subscribe", "resources/templates/list", "resources/unsubscribe",
+    "roots/list", "sampling/createMessage", "tools/call", "tools/list",
+})  # fmt: skip
+NETWORK_TRANSPORTS = frozenset({"pipe", "quic", "tcp", "udp", "unix"})
 
 
 @dataclass
@@ -214,18 +255,9 @@ def _message_problems(key: str, raw: Any, output: bool) -> list[str]:
     return out
 
 
-def problems(span: ExportedSpan, facts: Facts) -> list[str]:
-    """Every way ``span`` breaks the conventions' table, given the facts of its call."""
-    attrs = span.attributes
-    out = [f"deprecated attribute {k}" for k in sorted(attrs) if k in DEPRECATED]
-    if span.scope_schema_url != SCHEMA_URL:
-        out.append(f"instrumentation scope schema URL {span.scope_schema_url!r}, not {SCHEMA_URL}")
-    op = attrs.get("gen_ai.operation.name")
-    if op is None:
-        return out + [f"{k} on a span that is no GenAI operation" for k in sorted(attrs) if k.startswith("gen_ai.")]
-    rule = RULES.get(op)
-    if rule is None:
-        return [*out, f"operation {op!r} has no rule ({'well-known' if op in WELL_KNOWN_OPERATIONS else 'custom'})"]
+def _row_problems(rule: SpanRule, attrs: Mapping[str, Any], facts: Facts) -> list[str]:
+    """Each row of ``rule`` that ``attrs`` break: due and missing, mistyped, or not the fact's value."""
+    out = []
     for row in rule.attrs:
         value = attrs.get(row.key)
         due = row.level == "required" or (row.when and row.when in facts.due)
@@ -238,6 +270,28 @@ def problems(span: ExportedSpan, facts: Facts) -> list[str]:
         expected = facts.due.get(row.when) if row.when else None
         if due and row.equal and expected not in (None, True) and value != expected:
             out.append(f"{row.key}={value!r}, but the record says {expected!r}")
+    return out
+
+
+def problems(span: ExportedSpan, facts: Facts) -> list[str]:
+    """Every way ``span`` breaks the conventions' table, given the facts of its call."""
+    attrs = span.attributes
+    out = [f"deprecated attribute {k}" for k in sorted(attrs) if k in DEPRECATED]
+    if span.scope_schema_url != SCHEMA_URL:
+        out.append(f"instrumentation scope schema URL {span.scope_schema_url!r}, not {SCHEMA_URL}")
+    op = attrs.get("gen_ai.operation.name")
+    if op is None:
+        return out + [f"{k} on a span that is no GenAI operation" for k in sorted(attrs) if k.startswith("gen_ai.")]
+    rule = RULES.get(op)
+    if rule is None:
+        return [*out, f"operation {op!r} has no rule ({'well-known' if op in WELL_KNOWN_OPERATIONS else 'custom'})"]
+    out += _row_problems(rule, attrs, facts)
+    if "mcp.method.name" in attrs or "mcp.method.name" in facts.due:
+        out += [f"MCP: {p}" for p in _row_problems(MCP_CLIENT, attrs, facts)]
+        if attrs.get("mcp.method.name") not in MCP_METHODS:
+            out.append(f"mcp.method.name={attrs.get('mcp.method.name')!r} is no MCP method")
+        if "network.transport" in attrs and attrs["network.transport"] not in NETWORK_TRANSPORTS:
+            out.append(f"network.transport={attrs['network.transport']!r} is no well-known transport")
     if attrs.get("gen_ai.request.stream") is True and "stream" not in facts.due:
         out.append("gen_ai.request.stream is true for a request that was not streamed")
     if span.error != ("error" in facts.due):
@@ -256,7 +310,20 @@ def problems(span: ExportedSpan, facts: Facts) -> list[str]:
 # -- the facts of a recorded run, from its record -----------------------------------------------------------------
 
 
-def _step_facts(events: list[Event], conversation: str | None, provider: str | None) -> Facts:
+@dataclass(frozen=True)
+class Known:
+    """What a test knows of a run's calls from how it made them, not from the record (so a record that
+    lacks them fails): the provider of its model calls, the host and port they went to, whether its
+    tools were declared with descriptions, the MCP facts of its tool calls (each a ``when`` of the
+    MCP table, ``True``: due with any value)."""
+
+    provider: str | None = None
+    server: tuple[str, int] | None = None
+    described: bool = False
+    mcp: Mapping[str, Any] | None = None
+
+
+def _step_facts(events: list[Event], conversation: str | None, known: Known) -> Facts:
     last, first = events[-1], events[0]
     due: dict[str, Any] = {}
     failed = last.type in ("effect.failed", "child.failed") or (
@@ -268,8 +335,10 @@ def _step_facts(events: list[Event], conversation: str | None, provider: str | N
         due["error"] = True
     p = last.payload
     if last.type == "model.called":
-        due["provider"] = provider or True
+        due["provider"] = known.provider or True
         due["model"] = p["model"]
+        if known.server is not None:
+            due["server.address"], due["server.port"] = known.server
         params = (p.get("request") or {}).get("params") or {}
         if isinstance(params.get("seed"), int):
             due["seed"] = params["seed"]
@@ -285,15 +354,23 @@ def _step_facts(events: list[Event], conversation: str | None, provider: str | N
             due["conversation"] = conversation
     elif first.type in ("tool.called", "effect.intended"):
         due["tool"] = p.get("name") or first.payload.get("name") or True
+        if known.described:
+            due["tool_description"] = True
+        if known.mcp is not None:
+            due |= {"operation": "execute_tool", **known.mcp}
     elif first.type == "child.started":
         due["agent"] = first.payload["agent"]
         due["provider"] = True  # the child's model is in the child's record, not this one
     return Facts(due)
 
 
-def record_facts(log: RunLog, provider: str | None = None) -> dict[int | None, Facts]:
-    """The facts of each span of ``log``'s trace (None: the run's root span), from the record alone.
-    ``provider``: the ``gen_ai.provider.name`` the test knows the run's model calls had (None: any)."""
+def record_facts(log: RunLog, known: Known | str | None = None) -> dict[int | None, Facts]:
+    """The facts of each span of ``log``'s trace (None: the run's root span), from the record and what
+    the test knows (``Known``; a string: the provider alone). The root span's model is the model the
+    run's first model call named (the record's ``model.called``), never the version tuple's, which for a
+    framework's adapter is the adapter's name."""
+    known = known if isinstance(known, Known) else Known(provider=known)
+    provider = known.provider
     cp = fold(log.records, check_chain=False)
     started = next((e.payload for e in log.events if e.type == "run.started"), {})
     labels = started.get("labels") or {}
@@ -302,13 +379,14 @@ def record_facts(log: RunLog, provider: str | None = None) -> dict[int | None, F
     for ev in log.events:
         if ev.step is not None and not ev.type.startswith(("run.", "budget.")):  # run.failed names its step
             by_step[ev.step].append(ev)
-    facts: dict[int | None, Facts] = {step: _step_facts(evs, conversation, provider) for step, evs in by_step.items()}
+    facts: dict[int | None, Facts] = {step: _step_facts(evs, conversation, known) for step, evs in by_step.items()}
     version = cp.version or {}
     root: dict[str, Any] = {"agent": cp.agent, "provider": provider or True}
     if version.get("agent_version"):
         root["agent_version"] = str(version["agent_version"])
-    if version.get("model"):
-        root["model"] = str(version["model"])
+    called = next((e.payload["model"] for e in log.events if e.type == "model.called"), None)
+    if called:
+        root["model"] = str(called)
     if conversation:
         root["conversation"] = conversation
     if cp.status == "failed":

@@ -71,6 +71,7 @@ class Shop:
 
         @agent.tool_plain
         def lookup(order: str) -> dict[str, Any]:
+            """Look an order up."""
             time.sleep(self.delay_s)
             self.tool_log.append(f"lookup {order}")
             self._log("tools.log", f"lookup {order}")
@@ -80,6 +81,7 @@ class Shop:
 
         @agent.tool_plain
         async def refund(order: str, amount: int) -> str:
+            """Refund an order."""
             ctx = EffectContext.current()
             self.keys.append(ctx.key if ctx is not None else None)
             await asyncio.sleep(self.delay_s)

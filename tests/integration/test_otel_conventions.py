@@ -15,9 +15,10 @@ call taken from the record. A span broken on purpose, one attribute at a time, f
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 import pytest
@@ -39,7 +40,7 @@ from tests.integration import test_otel_export as otel_export
 from tests.integration.test_openai_complete import surface_script, use_the_surface
 from tests.integration.test_openai_sdk import API_KEY, QUICK, TOOLS, Answer, Server, chat_sse, completion, response
 from tests.integration.test_otel_export import OtlpReceiver, lookup, record
-from tests.otel_conventions import SCHEMA_URL, ExportedSpan, exported, problems, record_facts
+from tests.otel_conventions import SCHEMA_URL, ExportedSpan, Known, exported, problems, record_facts
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 UNKNOWN = "unknown"  # the export's custom gen_ai.provider.name where no well-known value applies
@@ -63,11 +64,17 @@ def step_of(span: ExportedSpan) -> int | None:
     return step if isinstance(step, int) else None
 
 
+def host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    assert parts.hostname and parts.port
+    return parts.hostname, parts.port
+
+
 async def check_every_span(
-    client: LedgerClient, receiver: OtlpReceiver, runs: dict[str, str | None], content: bool
+    client: LedgerClient, receiver: OtlpReceiver, runs: Mapping[str, Known | str | None], content: bool
 ) -> dict[str, list[ExportedSpan]]:
-    """Export ``runs`` (run id -> the provider its model calls had, None: any), validate every span
-    the receiver got; returns each run's spans."""
+    """Export ``runs`` (run id -> what the test knows of its calls: ``Known``, or the provider its model
+    calls had, None: any), validate every span the receiver got; returns each run's spans."""
     receiver.clear()
     result = await export_runs(client, runs, otlp_exporter(receiver.url), content=content)
     spans = received(receiver)
@@ -125,6 +132,8 @@ async def test_plain_sdk_runs_conform(client: LedgerClient, tmp_path: Path, rece
         spans = await check_every_span(client, receiver, runs, content)
     chat, after = named(spans[claude], "chat claude-sonnet-4-5")
     assert chat["gen_ai.provider.name"] == "anthropic" == root(spans[claude])["gen_ai.provider.name"]
+    assert root(spans[claude])["gen_ai.request.model"] == "claude-sonnet-4-5"
+    assert "server.address" not in chat  # a scripted model calls no server
     assert chat["gen_ai.response.finish_reasons"] == ["tool_call"]  # the reply gave none: not "stop"
     assert after["gen_ai.response.finish_reasons"] == ["stop"]
     assert (chat["gen_ai.request.temperature"], chat["gen_ai.request.seed"]) == (0.0, 11)
@@ -164,10 +173,13 @@ async def test_openai_runs_conform(client: LedgerClient, server: Server, receive
 
     spec = AgentSpec("openai-sdk", agent, OpenAIModel(model="gpt-test", retry=QUICK), agent_version="v1")
     run_id = (await start_run(client, spec, labels={"gen_ai.conversation.id": "conv-42"})).run_id
+    known = Known("openai", server=host_port(server.url))
     for content in (False, True):
-        spans = (await check_every_span(client, receiver, {run_id: "openai"}, content))[run_id]
+        spans = (await check_every_span(client, receiver, {run_id: known}, content))[run_id]
     first, streamed, responses = named(spans, "chat gpt-test")
     assert first["gen_ai.provider.name"] == "openai" == root(spans)["gen_ai.provider.name"]
+    assert root(spans)["gen_ai.request.model"] == "gpt-test"
+    assert all((s["server.address"], s["server.port"]) == known.server for s in (first, streamed, responses))
     assert (first["gen_ai.response.id"], first["gen_ai.response.model"]) == ("chatcmpl-1", "gpt-test")
     assert first["gen_ai.response.finish_reasons"] == ["tool_call"]  # none given: not the adapter's "stop"
     assert (first["gen_ai.request.temperature"], first["gen_ai.request.top_p"]) == (0.2, 0.9)
@@ -197,7 +209,8 @@ async def test_the_rest_of_the_openai_surface_conforms(
     spec = AgentSpec("openai-surface", agent, OpenAIModel(model="gpt-test", retry=QUICK), agent_version="v1")
     run_id = (await start_run(client, spec)).run_id
     for content in (False, True):
-        spans = (await check_every_span(client, receiver, {run_id: "openai"}, content))[run_id]
+        spans = (await check_every_span(client, receiver, {run_id: Known("openai", server=host_port(server.url))},
+                                        content))[run_id]  # fmt: skip
     parsed, streamed, raw, tuned = named(spans, "chat gpt-test")
     assert parsed["gen_ai.output.type"] == "json" == streamed["gen_ai.output.type"]
     assert streamed["gen_ai.request.stream"] is True
@@ -217,6 +230,7 @@ class ProviderChatModel(SupportChatModel):
     (no ``finish_reason``)."""
 
     model_name: str = "support-bot-1"
+    anthropic_api_url: str = "https://api.anthropic.com"  # where ChatAnthropic keeps its endpoint
 
     @staticmethod
     def _reply(messages: list[BaseMessage]) -> AIMessage:
@@ -248,16 +262,20 @@ async def test_langgraph_threads_conform(client: LedgerClient, receiver: OtlpRec
     if hasattr(saver, "acomplete"):
         await saver.acomplete(config, {"thread": thread})
     run_id = thread_run_id(thread)
+    known = Known("anthropic", server=("api.anthropic.com", 443), described=True)
     for content in (False, True):
-        spans = (await check_every_span(client, receiver, {run_id: "anthropic"}, content))[run_id]
+        spans = (await check_every_span(client, receiver, {run_id: known}, content))[run_id]
     turns = named(spans, "chat support-bot-1")
     assert len(turns) == 3
+    assert root(spans)["gen_ai.request.model"] == "support-bot-1"  # not the adapter's "langchain"
+    assert all((t["server.address"], t["server.port"]) == ("api.anthropic.com", 443) for t in turns)
     assert all(t["gen_ai.conversation.id"] == thread for t in [*turns, root(spans)])
     assert all(t["gen_ai.provider.name"] == "anthropic" for t in turns)
     assert (turns[0]["gen_ai.response.id"], turns[0]["gen_ai.response.model"]) == (
         "msg_01XyZ", "claude-haiku-4-5-20251001",
     )  # fmt: skip
-    assert [t["gen_ai.response.finish_reasons"] for t in turns] == [["tool_call"], ["tool_call"], ["stop"]]
+    # Anthropic's own stop_reason, kept as given
+    assert [t["gen_ai.response.finish_reasons"] for t in turns] == [["tool_use"], ["tool_use"], ["end_turn"]]
     calls = [json.loads(t["gen_ai.output.messages"])[0]["parts"][0] for t in turns[:2]]
     assert [(c["name"], c["arguments"]) for c in calls] == [
         ("lookup_order", {"order": "order-8891"}), ("refund", {"order": "order-8891", "amount": 49.9}),
@@ -327,9 +345,13 @@ async def test_mcp_runs_conform(
     monkeypatch.chdir(tmp_path)  # the example's MCP server keeps its tickets in the working directory
     result = await start_run(client, desk_spec(), "T-1")
     assert result.status == "completed", result.error
+    mcp = {"mcp.method.name": "tools/call", "network.transport": "pipe", "mcp.protocol.version": True}
+    known = Known(UNKNOWN, described=True, mcp=mcp)
     for content in (False, True):
-        spans = (await check_every_span(client, receiver, {result.run_id: UNKNOWN}, content))[result.run_id]
+        spans = (await check_every_span(client, receiver, {result.run_id: known}, content))[result.run_id]
     tools = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+    assert all(s.attributes["mcp.method.name"] == "tools/call" for s in tools)
+    assert all(s.attributes["gen_ai.tool.description"] for s in tools)  # the server's listing's
     assert tools and all(s.attributes.get("gen_ai.tool.call.arguments") for s in tools)
     assert all(s.attributes.get("gen_ai.tool.call.id") for s in tools)  # the model's calls, matched
 
@@ -344,8 +366,11 @@ async def test_pydantic_ai_runs_conform(client: LedgerClient, receiver: OtlpRece
     result = await start_run(client, agent_spec(Shop().agent(), agent_version="s1"), "refund order o-1")
     assert result.status == "completed", result.error
     for content in (False, True):
-        spans = (await check_every_span(client, receiver, {result.run_id: None}, content))[result.run_id]
+        spans = (await check_every_span(client, receiver, {result.run_id: Known(described=True)}, content))[
+            result.run_id
+        ]
     chats = [s.attributes for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert root(spans)["gen_ai.request.model"] == chats[0]["gen_ai.request.model"] != "pydantic-ai"
     assert len(chats) == 4
     # FunctionModel gives no finish reason: a tool-call turn is tool_call, the answer keeps the recorded stop
     assert [c["gen_ai.response.finish_reasons"] for c in chats] == [["tool_call"]] * 3 + [["stop"]]

@@ -255,8 +255,8 @@ def _normalised(endpoint: str, result: BaseModel, http: dict[str, Any] | None = 
         content, tool_calls = message.get("content") or "", message.get("tool_calls") or []
         # No reason given (some compatible servers, a stream cut before its last chunk): a reply
         # that asks for tools is a tool-call turn, never recorded as "stop".
-        finish = choice.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
         given = choice.get("finish_reason")
+        finish = given or ("tool_calls" if tool_calls else "stop")
     elif endpoint == EMBEDDINGS:
         content, tool_calls, finish, given = "", [], "stop", None
     else:
@@ -275,9 +275,7 @@ def _normalised(endpoint: str, result: BaseModel, http: dict[str, Any] | None = 
             if item.get("type") == "function_call"
         ]  # fmt: skip
         finish = "tool_calls" if tool_calls else ("length" if sdk.get("status") == "incomplete" else "stop")
-        # The responses API gives a status, and an incomplete one its reason: the model's own.
-        details = sdk.get("incomplete_details")
-        given = details.get("reason") if isinstance(details, dict) else None
+        given = (sdk.get("incomplete_details") or {}).get("reason")  # the model's own, when it was cut short
     return OpenAIResponse(
         content=content,
         tool_calls=tool_calls,

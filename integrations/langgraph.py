@@ -281,13 +281,15 @@ class RunledgerSaver(BlockingTwins):
 
     @classmethod
     def from_conn_string(
-        cls, url: str, *, connect_options: dict[str, Any] | None = None, **saver_options: Any
+        cls, url: str | None = None, *, connect_options: dict[str, Any] | None = None, **saver_options: Any
     ) -> SaverConnection[RunledgerSaver]:
-        """A saver on a connection of its own to ``url``, for a ``with`` block (sync graphs: the
-        connection runs on a loop in its own thread) or an ``async with`` block (async graphs: on the
-        running loop), closed at the end of the block (runledger.integrations.langgraph_connection).
-        ``saver_options`` are the constructor's (``agent``, ``data_policy``, ...); ``connect_options``
-        go to ``runledger.connect`` (``user_credentials``, ``ensure``, ...)."""
+        """A saver on a connection of its own to ``url`` (by default where the ``runledger`` commands
+        find the ledger: ``$RUNLEDGER_NATS_URL``, else the local cluster, else the embedded server), for
+        a ``with`` block (sync graphs: the connection runs on a loop in its own thread) or an
+        ``async with`` block (async graphs: on the running loop), closed at the end of the block
+        (runledger.integrations.langgraph_connection). ``saver_options`` are the constructor's
+        (``agent``, ``data_policy``, ...); ``connect_options`` go to ``runledger.connect``
+        (``user_credentials``, ``ensure``, ...)."""
         return SaverConnection(url, lambda client, loop: cls(client, loop=loop, **saver_options), connect_options)
 
     # -- the journal of a thread, for runledger.integrations.langchain ------------------------------------------------

@@ -11,6 +11,11 @@ async graphs:
 - ``async with RunledgerSaver.from_conn_string(url) as saver:`` (async code, ``graph.ainvoke``):
   the connection lives on the running loop and is closed on exit.
 
+With no URL (``from_conn_string()``) the saver finds the ledger as the ``runledger`` commands do
+(``runledger.ledger_address``): ``$RUNLEDGER_NATS_URL``, else the local cluster, else the embedded
+server (started if need be), with ``$RUNLEDGER_CREDS`` or a secure embedded server's credentials;
+found when the block is entered, so a saver made at import time starts nothing.
+
 Nothing is lost at exit: every append is acknowledged by the server before the saver returns it
 to LangGraph. A connection that cannot be made raises as ``runledger.connect`` does (naming the URL).
 """
@@ -23,18 +28,19 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from runledger import ConfigurationError, LedgerClient, connect
+from runledger import ConfigurationError, LedgerClient, connect, ledger_address
 
 S = TypeVar("S")
 
 
 class SaverConnection(Generic[S]):
-    """A saver made by ``make(client, loop)`` on a connection to ``url`` (``connect_options`` go to
-    ``runledger.connect``), for the length of a ``with`` or ``async with`` block."""
+    """A saver made by ``make(client, loop)`` on a connection to ``url`` (None: where the ``runledger``
+    commands find the ledger; ``connect_options`` go to ``runledger.connect``), for the length of a
+    ``with`` or ``async with`` block."""
 
     def __init__(
         self,
-        url: str,
+        url: str | None,
         make: Callable[[LedgerClient, asyncio.AbstractEventLoop], S],
         connect_options: dict[str, Any] | None = None,
     ) -> None:
@@ -49,6 +55,13 @@ class SaverConnection(Generic[S]):
         if self._client is not None:
             raise ConfigurationError("this from_conn_string(...) block is already open: call from_conn_string again")
 
+    def _target(self) -> tuple[str, dict[str, Any]]:
+        """The URL and connect options: ``ledger_address``'s when no URL was given."""
+        if self.url is not None:
+            return self.url, self._options
+        url, creds = ledger_address(creds=self._options.get("user_credentials"))
+        return url, {**self._options, "user_credentials": creds} if creds else self._options
+
     # -- sync: a loop in a thread of its own --------------------------------------------------------------------
 
     def __enter__(self) -> S:
@@ -58,7 +71,8 @@ class SaverConnection(Generic[S]):
         thread.start()
         self._loop, self._thread = loop, thread
         try:
-            self._client = asyncio.run_coroutine_threadsafe(connect(self.url, **self._options), loop).result()
+            url, options = self._target()
+            self._client = asyncio.run_coroutine_threadsafe(connect(url, **options), loop).result()
             return self._make(self._client, loop)
         except BaseException:
             self._stop()
@@ -87,7 +101,8 @@ class SaverConnection(Generic[S]):
 
     async def __aenter__(self) -> S:
         self._check_unused()
-        self._client = await connect(self.url, **self._options)
+        url, options = self._target()
+        self._client = await connect(url, **options)
         try:
             return self._make(self._client, asyncio.get_running_loop())
         except BaseException:

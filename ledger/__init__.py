@@ -202,6 +202,7 @@ _MODULE_OF: dict[str, str] = {
     **dict.fromkeys(["StepRecord"], "runledger.record.fold"),
     **dict.fromkeys(["Server"], "runledger.record.payloads"),
     **dict.fromkeys(["is_placeholder"], "runledger.protect.capture"),
+    **dict.fromkeys(["ledger_address"], "runledger.cli.connect"),
 }
 
 __all__ = [
@@ -273,6 +274,7 @@ __all__ = [
     "follow_events",
     "is_placeholder",
     "is_subject_token",
+    "ledger_address",
     "list_runs",
     "load_agent",
     "load_run",

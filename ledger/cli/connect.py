@@ -31,11 +31,20 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
-    """--nats, else RUNLEDGER_NATS_URL, else the local cluster, else the embedded server (started if need be)."""
-    url: str | None = getattr(args, "nats", None) or os.environ.get(ENV_URL)
-    if url:
-        return url
+def ledger_address(url: str | None = None, creds: str | None = None, *, start: bool = True) -> tuple[str, str | None]:
+    """Where the ledger is and with which credentials, as every ``runledger`` command finds it: the
+    URL ``url``, else ``$RUNLEDGER_NATS_URL``, else the local cluster (``runledger cluster up``),
+    else the embedded server (``runledger up``; started if need be, unless ``start`` is false, then
+    ``LedgerError``); the credentials file ``creds``, else ``$RUNLEDGER_CREDS``, else the admin
+    credentials of a secure embedded server when the URL was found rather than given. Returns
+    ``(url, credentials file or None)``: pass them to ``runledger.connect(url, user_credentials=...)``.
+    """
+    given = url or os.environ.get(ENV_URL)
+    return given or _local_url(start), _credentials(creds, given=bool(given))
+
+
+def _local_url(start: bool) -> str:
+    """The local cluster's URL, else the embedded server's (started if need be and ``start``)."""
     from runledger.log.cluster import LocalCluster
 
     cluster = LocalCluster().state()
@@ -55,17 +64,27 @@ def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
     return state.url
 
 
-def credentials(args: argparse.Namespace) -> str | None:
-    """--creds, else $RUNLEDGER_CREDS, else the admin credentials of a secure embedded server."""
-    creds: str | None = getattr(args, "creds", None) or os.environ.get("RUNLEDGER_CREDS")
-    if creds:
-        return creds
-    if getattr(args, "nats", None) or os.environ.get(ENV_URL):
-        return None
+def _credentials(creds: str | None, *, given: bool) -> str | None:
+    found: str | None = creds or os.environ.get("RUNLEDGER_CREDS")
+    if found or given:
+        return found
     state = EmbeddedServer().state()
     if state is not None and state.creds_dir:
         return os.path.join(state.creds_dir, "admin.json")
     return None
+
+
+def nats_url(args: argparse.Namespace, *, start: bool = True) -> str:
+    """--nats, else RUNLEDGER_NATS_URL, else the local cluster, else the embedded server (``ledger_address``)."""
+    url: str | None = getattr(args, "nats", None) or os.environ.get(ENV_URL)
+    return url or _local_url(start)
+
+
+def credentials(args: argparse.Namespace) -> str | None:
+    """--creds, else $RUNLEDGER_CREDS, else the admin credentials of a secure embedded server (``ledger_address``)."""
+    return _credentials(
+        getattr(args, "creds", None), given=bool(getattr(args, "nats", None) or os.environ.get(ENV_URL))
+    )
 
 
 async def connect(url: str, **options: Any) -> LedgerClient:

@@ -21,6 +21,7 @@ from langgraph.types import Command, interrupt
 from runledger import ConfigurationError, LedgerClient, connect
 from runledger.cli import main
 from runledger.integrations.langgraph import RunledgerSaver, thread_run_id
+from runledger.log.server import ENV_HOME, ENV_URL, ServerState
 from runledger.ops.trace import list_runs
 from runledger.projections.projector import project
 from runledger.protect.loading import load_run
@@ -188,6 +189,20 @@ async def test_from_conn_string_in_an_async_with_block_runs_an_async_graph(nats_
         assert state.values["log"] == ["prepared", "acted"] and state.next == ()
         runs = {r.run_id: r.status for r in await list_runs(reader.client, agent="support")}
         assert runs[thread_run_id("async-cm")] == "completed"
+
+
+def test_from_conn_string_without_a_url_finds_the_ledger_as_the_cli_does(
+    nats_server: ServerState, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No $RUNLEDGER_NATS_URL, no cluster: the embedded server of $RUNLEDGER_HOME, as `runledger runs` finds it.
+    monkeypatch.delenv(ENV_URL, raising=False)
+    monkeypatch.setenv(ENV_HOME, str(tmp_path / "home"))
+    config: RunnableConfig = {"configurable": {"thread_id": "found"}}
+    with RunledgerSaver.from_conn_string() as saver:
+        assert saver.client.url == nats_server.url
+        _graph({}).compile(checkpointer=saver).invoke({"log": []}, config)
+    assert main(["runs"]) == 0  # the CLI, with the same defaults, lists the thread the saver recorded
+    assert "found" in capsys.readouterr().out
 
 
 async def test_a_url_in_place_of_a_client_is_refused_at_construction(nats_url: str) -> None:

@@ -35,7 +35,7 @@ PUBLIC = [
     "DEFAULT_RETRY", "RETRYABLE_STATUS", "DeferredTools", "EffectClass", "GraphCheckpointed", "GraphCheckpointsDeleted",
     "GraphWritesSaved", "ModelError",
     "RecordedRun", "RunCompleted", "RunFailed", "RunNotFoundError", "RunSuspended", "erase_run", "error_info",
-    "is_subject_token", "list_runs", "load_run",
+    "is_subject_token", "ledger_address", "list_runs", "load_run",
     "open_run", "require_extra", "WorkflowCheckpointDeleted", "WorkflowCheckpointed",
     # Where an HTTP adapter sent a model call (model.called's server), host and port only.
     "Server", "server_of",

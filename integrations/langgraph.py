@@ -88,6 +88,7 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
+from langgraph.pregel import Pregel  # noqa: E402
 
 from runledger import (  # noqa: E402
     AgentSpec,
@@ -119,6 +120,7 @@ from runledger.integrations.langchain import (  # noqa: E402
 )
 from runledger.integrations.langgraph_connection import SaverConnection  # noqa: E402
 from runledger.integrations.langgraph_outcome import (  # noqa: E402
+    BreakpointHandler,
     Outcome,
     continues_outcome,
     outcome_event,
@@ -146,6 +148,7 @@ from runledger.integrations.langgraph_values import (  # noqa: E402
 )
 
 T = TypeVar("T")
+G = TypeVar("G", bound=Pregel[Any, Any, Any, Any])
 
 THREAD_LABEL = "langgraph.thread_id"
 # The fields of a checkpoint recorded in the clear (GraphCheckpointed.header): what LangGraph
@@ -324,6 +327,26 @@ class RunledgerSaver(BlockingTwins):
     def complete(self, config: RunnableConfig, output: Any = None) -> None:
         """Sync twin of ``acomplete``."""
         self.call_sync(self.acomplete(config, output))
+
+    def watch(self, graph: G) -> G:
+        """``graph`` (compiled with this saver) with the saver's ``BreakpointHandler`` in its config's
+        callbacks, so that a static breakpoint (``interrupt_before`` / ``interrupt_after``), which
+        reaches no checkpointer, ends the thread's run ``suspended`` as ``interrupt()`` does
+        (runledger.integrations.langgraph_outcome); ``graph.invoke(None, config)`` goes on from it."""
+        return graph.with_config(callbacks=[BreakpointHandler(self._suspend_at_breakpoint)])
+
+    def _suspend_at_breakpoint(self, checkpoint_id: str, status: str) -> None:
+        thread_id = next((t for t, by_ns in self.storage.items() if checkpoint_id in by_ns.get("", {})), None)
+        if thread_id is not None:
+            self.call_sync(self._asuspend(self._thread(thread_id), checkpoint_id, status))
+
+    async def _asuspend(self, thread: _Thread, checkpoint_id: str, status: str) -> None:
+        async with thread.appending:
+            if thread.ended is not None:
+                return  # the invocation's end is recorded already (an interrupt() or an error of its tasks)
+            run = await self._opened(thread)
+            await run.record(RunSuspended(step=run.checkpoint.last_step, request_id=checkpoint_id, reason=status))
+            thread.ended = Outcome("suspended", checkpoint_id, breakpoint=True)
 
     # -- loading ---------------------------------------------------------------------------------------------
 

@@ -16,10 +16,25 @@ thread's run (``run.completed``, ``run.failed``, ``run.suspended``) as soon as i
 - **Suspended**: a root task's ``__interrupt__`` write (``interrupt()`` in a node, or in a subgraph:
   the parent's task writes it too).
 
-What it cannot see: a static breakpoint (``interrupt_before`` / ``interrupt_after``) and an error
-outside every task (the recursion limit) leave the run ``running``; its next invocation goes on
-from the same record. A node error handler that catches an error after its ``__error__`` write
-makes the run ``failed``, then running again at the next checkpoint.
+- **Suspended at a breakpoint**: a static breakpoint (``interrupt_before`` / ``interrupt_after`` at
+  compile time) reaches no checkpointer: LangGraph saves the checkpoint that schedules the node,
+  then stops without a write. Its own signal is a ``GraphCallbackHandler``'s ``on_interrupt``
+  (status ``interrupt_before`` / ``interrupt_after``, the checkpoint's id), which reaches the
+  handlers in the graph's config: ``saver.watch(graph)`` puts the saver's there
+  (``BreakpointHandler``), and the run ends ``suspended`` (reason: the status, request id: the
+  checkpoint). Resuming (``graph.invoke(None, config)``) runs the scheduled tasks against that
+  checkpoint: their writes re-open the run (``Outcome.breakpoint``).
+
+What it cannot see: a breakpoint of a graph that is not watched, and an error outside every task
+(the recursion limit), leave the run ``running``; its next invocation goes on from the same
+record. A node error handler that catches an error after its ``__error__`` write makes the run
+``failed``, then running again at the next checkpoint.
+
+Rejected for breakpoints: a LangChain configure hook adding the handler to every callback manager
+of the process (graph lifecycle events reach only the handlers in the graph's config, not hooked
+ones, and it would watch every chain of every library); the breakpoints passed to the saver as
+well as to ``compile`` (two lists to keep equal); reading them off the graph through the config
+LangGraph hands the saver (``__pregel_runtime`` holds no graph, and it is private).
 
 An invocation after an outcome (new input, ``Command(resume=...)``, a retry with ``None``, a state
 update) re-opens the run (``run.resumed``), as a resumed process does. What arrives after the
@@ -39,11 +54,17 @@ process runs, and by guessing which run is which thread's); asking the user to c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runledger import Event, RunCompleted, RunFailed, RunSuspended, error_info
+
+try:  # langgraph 1.1 and later: graph lifecycle callbacks
+    from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent
+except ImportError:  # pragma: no cover - older langgraph: ``watch`` says what to upgrade
+    GraphCallbackHandler = object  # type: ignore[assignment,misc]
+    GraphInterruptEvent = Any  # type: ignore[assignment,misc]
 
 ERROR = "__error__"
 INTERRUPT = "__interrupt__"
@@ -64,6 +85,8 @@ class Outcome:
     checkpoint_id: str
     by: frozenset[str] = frozenset()
     value: Any = None
+    # A static breakpoint: no task of ``checkpoint_id`` ran, so writes against it are the resume's.
+    breakpoint: bool = False
 
 
 def rests(header: Mapping[str, Any]) -> bool:
@@ -100,7 +123,7 @@ def continues_outcome(
         return checkpoint_id <= ended.checkpoint_id
     if checkpoint_id != ended.checkpoint_id:
         return checkpoint_id < ended.checkpoint_id
-    return RESUME not in channels and task_id not in ended.by
+    return not ended.breakpoint and RESUME not in channels and task_id not in ended.by
 
 
 def interrupt_ids(interrupts: Sequence[Any]) -> list[str]:
@@ -124,6 +147,28 @@ def outcome_event(outcome: Outcome, checkpoint_id: str, last_step: int) -> RunCo
         return RunFailed.of("exception", error_info(exc))
     ids = interrupt_ids(outcome.value) or [checkpoint_id]
     return RunSuspended(step=last_step, request_id=",".join(ids), reason="interrupt")
+
+
+BREAKPOINTS = ("interrupt_before", "interrupt_after")
+
+
+class BreakpointHandler(GraphCallbackHandler):
+    """LangGraph's graph lifecycle callback for a root graph stopped at a static breakpoint: calls
+    ``suspend(checkpoint_id, status)`` from the thread LangGraph calls it on (the invoking thread of a
+    sync graph, an executor's thread for an async one: never the saver's loop). Interrupts raised
+    by ``interrupt()`` and subgraphs' are left to the writes that report them; every LangChain event
+    is ignored (the handler rides in the graph's callbacks)."""
+
+    ignore_llm = ignore_retry = ignore_chain = ignore_agent = ignore_retriever = True
+    ignore_chat_model = ignore_custom_event = True
+
+    def __init__(self, suspend: Callable[[str, str], None]) -> None:
+        super().__init__()
+        self.suspend = suspend
+
+    def on_interrupt(self, event: GraphInterruptEvent) -> None:
+        if event.status in BREAKPOINTS and not event.checkpoint_ns:
+            self.suspend(str(event.checkpoint_id), str(event.status))
 
 
 _RECORDED: dict[str, type[RunCompleted | RunFailed | RunSuspended]] = {

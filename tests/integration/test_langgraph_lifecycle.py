@@ -118,6 +118,39 @@ async def test_an_error_fails_the_run_and_a_retry_completes_it(client: LedgerCli
     assert await _outcomes(client, "breaks") == ["run.started", "run.failed", "run.resumed", "run.completed"]
 
 
+@pytest.mark.parametrize("where", ["interrupt_before", "interrupt_after"])
+async def test_a_static_breakpoint_suspends_the_run_and_invoking_with_none_completes_it(
+    client: LedgerClient, where: str
+) -> None:
+    saver = RunledgerSaver(client)
+    compiled = _graph({}).compile(checkpointer=saver, **{where: ["act" if where == "interrupt_before" else "prepare"]})
+    graph = saver.watch(compiled)
+    config: RunnableConfig = {"configurable": {"thread_id": where}}
+    assert (await graph.ainvoke({"log": []}, config))["log"] == ["prepared"]
+    assert (await graph.aget_state(config)).next == ("act",)
+    runs = {r.run_id: r for r in await list_runs(client, agent="langgraph")}
+    assert runs[thread_run_id(where)].status == "suspended"
+    # LangGraph's resume from a breakpoint: the scheduled task's writes re-open the run.
+    assert (await graph.ainvoke(None, config))["log"] == ["prepared", "acted"]
+    assert await _status(client, where) == "completed"
+    assert await _outcomes(client, where) == ["run.started", "run.suspended", "run.resumed", "run.completed"]
+    log = await load_run(client, thread_run_id(where), agent="langgraph", open_content=False)
+    types = [r.event.type for r in log.records]
+    at = types.index("run.suspended")
+    assert log.records[at].event.payload["reason"] == where
+    assert types[at + 1] == "run.resumed"  # before the resumed task's writes: nothing is recorded while suspended
+
+
+def test_a_breakpoint_of_a_sync_graph_suspends_its_run(nats_url: str) -> None:
+    config: RunnableConfig = {"configurable": {"thread_id": "sync-breakpoint"}}
+    with RunledgerSaver.from_conn_string(nats_url) as saver:
+        graph = saver.watch(_graph({}).compile(checkpointer=saver, interrupt_before=["act"]))
+        graph.invoke({"log": []}, config)
+        assert saver.call_sync(_status(saver.client, "sync-breakpoint")) == "suspended"
+        assert graph.invoke(None, config)["log"] == ["prepared", "acted"]
+        assert saver.call_sync(_status(saver.client, "sync-breakpoint")) == "completed"
+
+
 class Fan(TypedDict):
     log: Annotated[list[str], operator.add]
 

@@ -54,6 +54,7 @@ from runledger.errors import ConfigurationError, LedgerError, RunNotFoundError
 from runledger.log.client import LedgerClient, connect
 from runledger.log.reader import subject_counts
 from runledger.log.subjects import any_agent_run_subject, run_filter
+from runledger.ops.trace import continue_command, started_labels
 from runledger.projections.failures import check_class_id
 from runledger.sandbox.plan import ACTION_TEXT
 from runledger.ui import actions, render
@@ -270,7 +271,7 @@ class Page:
         if not self.resumer.resume_later(ctx.viewer.client, run_id, view.cp.agent):
             raise ConfigurationError(
                 f"the page has no agent to resume {view.cp.agent!r} with: start it with `runledger ui --agent "
-                f"MODULE:ATTR`, or `runledger resume {run_id} --agent ...`"
+                f"MODULE:ATTR`, or continue it with {view.continue_with}"
             )
         ctx.session.flash.append(f"resuming {run_id}: {view.resumable}")
         return self.back(f"/runs/{run_id}")
@@ -349,14 +350,14 @@ class Page:
         by = ctx.form.get("by", "").strip()
         if not by:
             raise ConfigurationError("say who decides: fill in your name")
-        _, cp = await read_run(ctx.viewer, run_id)
+        log, cp = await read_run(ctx.viewer, run_id)
         await actions.decide(ctx.viewer.client, run_id, request_id, by=by, approved=approved,
                              reason=ctx.form.get("reason", ""))  # fmt: skip
         note = f"{'approved' if approved else 'denied'} {request_id} as {by}"
         if self.resumer.resume_later(ctx.viewer.client, run_id, cp.agent):
             note += "; resuming the run"
         else:
-            note += f"; resume it with `runledger resume {run_id} --agent MODULE:ATTR`"
+            note += f"; continue it with {continue_command(run_id, started_labels(log))}"
         ctx.session.flash.append(note)
         return self.after(ctx, f"/runs/{quote(run_id)}")
 
@@ -379,11 +380,11 @@ class Page:
         # record names: never the form's, which a page could point at any run or agent.
         run_id = state.run_id
         if run_id:
-            _, cp = await read_run(ctx.viewer, run_id)
+            log, cp = await read_run(ctx.viewer, run_id)
             if self.resumer.resume_later(ctx.viewer.client, run_id, cp.agent):
                 note += "; resuming the run"
             else:
-                note += f"; resume it with `runledger resume {run_id} --agent MODULE:ATTR`"
+                note += f"; continue it with {continue_command(run_id, started_labels(log))}"
         ctx.session.flash.append(note)
         return self.after(ctx, f"/runs/{quote(run_id)}" if run_id else "/")
 

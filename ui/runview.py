@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runledger.log.reader import RunLog
-from runledger.ops.trace import forgeries, record_status
+from runledger.ops.trace import continue_command, forgeries, record_status, started_labels
 from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.record.records import Quarantined, Recorded
@@ -96,6 +96,12 @@ class RunView:
             return int(cp.failed_step)
         failed = [n for n, s in cp.steps.items() if s.status in ("error", "failed", "denied")]
         return max(failed) if failed else None
+
+    @property
+    def continue_with(self) -> str:
+        """What continues the run (``runledger.ops.trace.continue_command``): its graph invoked on its
+        thread for a LangGraph thread's run, else ``runledger resume`` with its agent's spec."""
+        return continue_command(self.cp.run_id or self.log.run_id, started_labels(self.log))
 
     @property
     def resumable(self) -> str | None:

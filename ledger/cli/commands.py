@@ -59,7 +59,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """The runs, recorded ones only unless ``--branches`` (each branch under its parent: ``with_branches``)."""
-    from runledger.ops.trace import list_runs, with_branches
+    from runledger.ops.trace import continue_command, list_runs, with_branches
 
     every = with_client(args, lambda c: list_runs(c, status=args.status, agent=args.agent))
     listed = with_branches(every, args.branches)
@@ -79,9 +79,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if r.pending_approvals:
             note = "awaiting approval " + ", ".join(r.pending_approvals)
         if r.status == "stalled":
-            note = f"its process is gone (crashed?): `runledger resume {r.run_id} --agent MODULE:ATTR` continues it"
+            note = f"its process is gone (crashed?): {continue_command(r.run_id, r.labels)} continues it"
         if r.settled and r.status == "suspended":
-            note = f"effect {', '.join(r.settled)} settled: `runledger resume {r.run_id} --agent MODULE:ATTR` continues"
+            note = f"effect {', '.join(r.settled)} settled: {continue_command(r.run_id, r.labels)} continues"
         if r.in_doubt:
             note = "effect in doubt " + ", ".join(r.in_doubt)
         if r.thread is not None and r.thread != r.run_id:
@@ -280,9 +280,25 @@ async def _served_from_earlier(client: LedgerClient, run_id: str, agent: str) ->
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from runledger.ops.trace import GRAPH_THREAD_LABEL, continue_command
     from runledger.sdk.agent import load_agent
     from runledger.sdk.lifecycle import RetryRequest, VersionAcceptance, resume_run
 
+    labels = with_client(args, lambda c: _labels_of(c, args.run))
+    if GRAPH_THREAD_LABEL in labels:
+        # A thread's run is driven by its graph (RunledgerSaver): resume_run would call an agent
+        # function from the top, which LangGraph's recovery from the latest checkpoint replaces.
+        print(
+            f"run {args.run} is LangGraph thread {json.dumps(labels[GRAPH_THREAD_LABEL])}: its graph drives it, so "
+            f"`runledger resume` runs nothing. Continue it as LangGraph does: {continue_command(args.run, labels)}; "
+            "the saver re-opens the run (fenced) and LangGraph goes on from the thread's latest checkpoint",
+            file=sys.stderr,
+        )
+        return Exit.REFUSED
+    if not args.agent:
+        print(f"runledger resume: --agent MODULE:ATTR is required: the spec of the agent run {args.run} records",
+              file=sys.stderr)  # fmt: skip
+        return Exit.USAGE
     spec = load_agent(args.agent)
     if (args.accept_version or args.retry) and not args.by:
         raise ConfigurationError("--accept-version and --retry need --by NAME (who decides it; recorded in the run)")
@@ -305,6 +321,22 @@ def cmd_resume(args: argparse.Namespace) -> int:
         print(f"to try edited code on it, re-run it as a branch (a counterfactual of the agent's code): "
               f"`runledger rerun {result.run_id} --agent {args.agent} --mode live --local`")  # fmt: skip
     return code
+
+
+async def _labels_of(client: LedgerClient, ref: str) -> dict[str, str]:
+    """The ``run.started`` labels of the run ``ref`` names (its id, or a thread id as LangGraph's user
+    wrote it); none when no run is found (the resume says so itself)."""
+    from runledger.errors import RunNotFoundError
+    from runledger.ops.trace import find_run, started_labels
+    from runledger.protect.loading import load_run
+
+    try:
+        return started_labels(await load_run(client, ref, open_content=False))
+    except (RunNotFoundError, ConfigurationError):
+        try:
+            return started_labels(await load_run(client, await find_run(client, ref), open_content=False))
+        except RunNotFoundError:
+            return {}
 
 
 def _retry_hint(result: Any, agent: str) -> str:
@@ -392,15 +424,16 @@ def cmd_effects_resolve(args: argparse.Namespace) -> int:
 async def _after_resolution(client: LedgerClient, state: Any) -> str:
     """What to run after an in-doubt key of run ``state.run_id`` was resolved, by the run's status."""
     from runledger.errors import RunNotFoundError
+    from runledger.ops.trace import GRAPH_THREAD_LABEL, continue_command, started_labels
     from runledger.protect.loading import load_run
     from runledger.record.fold import fold
 
     run_id = state.run_id or "?"
     try:
-        cp = fold((await load_run(client, run_id, agent=state.agent or None, open_content=False)).records,
-                  check_chain=False)  # fmt: skip
+        log = await load_run(client, run_id, agent=state.agent or None, open_content=False)
     except RunNotFoundError:
         return f"resume run {run_id} to continue"
+    cp = fold(log.records, check_chain=False)
     if cp.status == "completed":
         return f"run {run_id} has completed: nothing to resume"
     if cp.status == "failed":
@@ -408,7 +441,9 @@ async def _after_resolution(client: LedgerClient, state: Any) -> str:
             f"run {run_id} failed ({cp.failure_reason}), so a resume does not continue it; a later run that "
             f"claims {state.key!r} gets this outcome"
         )
-    return f"continue run {run_id} with `runledger resume {run_id} --agent MODULE:ATTR` (the spec of agent {cp.agent})"
+    labels = started_labels(log)
+    spec = "" if GRAPH_THREAD_LABEL in labels else f" (the spec of agent {cp.agent})"
+    return f"continue run {run_id} with {continue_command(run_id, labels)}{spec}"
 
 
 def cmd_effects_show(args: argparse.Namespace) -> int:
@@ -580,7 +615,10 @@ def _add_run(sub: Any, common: argparse.ArgumentParser) -> None:
 def _add_resume(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("resume", parents=[common], help="resume a crashed or suspended run")
     p.add_argument("run")
-    p.add_argument("--agent", required=True, metavar="MODULE:ATTR")
+    p.add_argument(
+        "--agent", metavar="MODULE:ATTR",
+        help="the agent's spec (required, but for a LangGraph thread's run: the command says how its graph goes on)",
+    )  # fmt: skip
     p.add_argument(
         "--accept-version", metavar="V",
         help="continue with this agent_version (the code's) instead of the recorded one; recorded, with --by",

@@ -22,7 +22,8 @@ code  name             meaning
                        recorded (another version tuple, code that no longer replays its record, a
                        branch on the host, credentials the server refuses, code outside the
                        allow-list, a re-run its plan refuses, a start on a run id another
-                       agent holds, agent credentials asking for another agent's run); the message
+                       agent holds, agent credentials asking for another agent's run, a ``resume``
+                       of a LangGraph thread's run, which its graph drives); the message
                        says what is wrong and what to do. An option the run cannot take
                        (``--retry`` of a run that did not fail retryably) is an ``ERROR``, as any
                        unusable option

@@ -55,6 +55,8 @@ class RunSummary:
     settled: list[str] = field(default_factory=list)
     # The run's name as its framework's user wrote it (a LangGraph thread id): ``thread_label``.
     thread: str | None = None
+    # Its run.started labels (``langgraph.thread_id``...): ``continue_command`` reads how it goes on.
+    labels: dict[str, str] = field(default_factory=dict)
     # Messages under the run's id that are not the run's: refused from their writers (another agent
     # under the id, a worker on the run, a forged decision) or bytes that are no event off its own
     # subject. Left out of the run, and an alarm (`runledger verify RUN` names each and exits 7).
@@ -118,7 +120,8 @@ async def list_runs(client: LedgerClient, *, status: str | None = None, agent: s
         summary.run_id = summary.run_id or run_id  # no run.started folded: the run is named by its subject
         summary.agent = summary.agent or records[0].event.agent
         first = records[0].event
-        summary.thread = thread_label(first.payload.get("labels") or {}) if first.type == "run.started" else None
+        summary.labels = dict(first.payload.get("labels") or {}) if first.type == "run.started" else {}
+        summary.thread = thread_label(summary.labels)
         if error is not None:  # as the projection's runs row: the state before the refused event
             summary.status, summary.fold_error, summary.error = BROKEN, error, error
         elif summary.error is not None:
@@ -170,6 +173,27 @@ def thread_label(labels: dict[str, str]) -> str | None:
         if key == "thread_id" or key.endswith(".thread_id"):
             return str(labels[key])
     return None
+
+
+GRAPH_THREAD_LABEL = "langgraph.thread_id"
+
+
+def started_labels(log: RunLog) -> dict[str, str]:
+    """The labels the run's ``run.started`` records (none when it records no start)."""
+    first = log.records[0].event if log.records else None
+    return dict(first.payload.get("labels") or {}) if first is not None and first.type == "run.started" else {}
+
+
+def continue_command(run_id: str, labels: dict[str, str]) -> str:
+    """What continues run ``run_id`` after a crash or a decision, as its ``run.started`` ``labels`` say
+    it runs: a LangGraph thread's run (label ``langgraph.thread_id``, RunledgerSaver's) goes on as
+    LangGraph recovers a thread, its graph invoked with None on the thread (the saver re-opens the
+    run, fenced); any other run with ``runledger resume`` and its agent's spec."""
+    thread = labels.get(GRAPH_THREAD_LABEL)
+    if thread is None:
+        return f"`runledger resume {run_id} --agent MODULE:ATTR`"
+    config = json.dumps({"configurable": {"thread_id": str(thread)}})
+    return f"`graph.invoke(None, {config})` on its LangGraph graph (compiled with its RunledgerSaver)"
 
 
 async def find_run(client: LedgerClient, ref: str) -> str:
@@ -435,6 +459,9 @@ def render_run(
     ]
     if error is not None:
         lines.append(f"BROKEN  {error}: the record cannot be folded past this event (resume refuses the run)")
+    if status == STALLED:
+        how = continue_command(cp.run_id or log.run_id, started_labels(log))
+        lines.append(f"stalled its process is gone (crashed?): {how} continues it")
     if cp.parent:
         lines.append(
             f"forked  from {cp.parent['forked_from']} at step {cp.parent['fork_step']} "

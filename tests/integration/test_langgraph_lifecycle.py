@@ -25,6 +25,7 @@ from runledger.log.server import ENV_HOME, ENV_URL, ServerState
 from runledger.ops.trace import list_runs
 from runledger.projections.projector import project
 from runledger.protect.loading import load_run
+from runledger.sdk.holder import this_holder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -241,6 +242,66 @@ def test_from_conn_string_without_a_url_finds_the_ledger_as_the_cli_does(
 async def test_a_url_in_place_of_a_client_is_refused_at_construction(nats_url: str) -> None:
     with pytest.raises(ConfigurationError, match="from_conn_string"):
         RunledgerSaver(nats_url)  # type: ignore[arg-type]
+
+
+# -- how a crashed thread goes on -------------------------------------------------------------------------------
+
+
+def _live_page(url: str, db: Path, run_id: str) -> str:
+    """The live part of the run's page, from the app ``runledger ui`` starts."""
+    from starlette.testclient import TestClient
+
+    from runledger.ui.app import UIConfig, create_app
+
+    with TestClient(create_app(UIConfig(nats_url=url, db=db)), base_url="http://127.0.0.1:8642") as browser:
+        response = browser.get(f"/runs/{run_id}/live")
+        assert response.status_code == 200, response.text[:500]
+        return response.text
+
+
+async def test_a_crashed_threads_recovery_line_is_langgraphs_and_resume_says_exactly_what_to_run(
+    client: LedgerClient,
+    nats_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The record a SIGKILLed process leaves: the thread's run running, its holder a process that is gone
+    # (this pid with another start time: runledger.sdk.holder).
+    host, namespace, pid, start = this_holder().split("/")
+    monkeypatch.setattr("runledger.sdk.lifecycle.this_holder", lambda: f"{host}/{namespace}/{pid}/{int(start) + 1}")
+    config: RunnableConfig = {"configurable": {"thread_id": "sync-kill-2"}}
+    graph = _graph({}).compile(checkpointer=RunledgerSaver(client), interrupt_before=["act"])  # stops mid-thread
+    await graph.ainvoke({"log": []}, config)
+    monkeypatch.undo()
+    assert await _status(client, "sync-kill-2") == "stalled"
+    how = '`graph.invoke(None, {"configurable": {"thread_id": "sync-kill-2"}})` on its LangGraph graph'
+
+    assert await asyncio.to_thread(main, ["runs", "--nats", nats_url]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("sync-kill-2"))
+    assert how in line and "--agent" not in line
+    assert await asyncio.to_thread(main, ["show", "sync-kill-2", "--nats", nats_url]) == 0
+    assert how in capsys.readouterr().out
+    page = await asyncio.to_thread(_live_page, nats_url, tmp_path / "ledger.duckdb", "sync-kill-2")
+    assert (
+        "continue it with <code>graph.invoke(None, {&#34;configurable&#34;: {&#34;thread_id&#34;: &#34;sync-kill-2"
+        in page
+    )
+    assert "runledger resume" not in page
+    # `runledger resume` of the thread runs nothing and names LangGraph's recovery, with or without --agent.
+    for extra in ([], ["--agent", "tests.ui_agents:waiter_spec"]):
+        assert await asyncio.to_thread(main, ["resume", "sync-kill-2", "--nats", nats_url, *extra]) == 6
+        err = capsys.readouterr().err
+        assert "LangGraph thread" in err and how in err
+    assert await _status(client, "sync-kill-2") == "stalled"  # nothing was recorded
+    # Doing what it says, in another process, continues the thread's run (re-opened, fenced) to its end.
+    other = await connect(nats_url)
+    try:
+        again = _graph({}).compile(checkpointer=RunledgerSaver(other), interrupt_before=["act"])
+        assert (await again.ainvoke(None, config))["log"] == ["prepared", "acted"]
+    finally:
+        await other.close()
+    assert await _outcomes(client, "sync-kill-2") == ["run.started", "run.resumed", "run.completed"]
 
 
 # -- thread ids as the user wrote them --------------------------------------------------------------------------------

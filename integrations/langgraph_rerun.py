@@ -52,6 +52,7 @@ from runledger.integrations.langgraph_values import (  # noqa: E402
 )
 
 T = TypeVar("T")
+G = TypeVar("G")
 
 
 def call_in_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], owner: str) -> T:
@@ -99,6 +100,11 @@ class RedriveSaver(InMemorySaver):
             self.lc_tools.append(journaled)
         self.tools[lc_tool.name] = declared
         return journaled
+
+    def watch(self, graph: G) -> G:
+        """``graph`` as it is: a re-drive's branch is a new run whose end the re-run records, so a
+        ``build`` written for ``RunledgerSaver.watch`` builds here too."""
+        return graph
 
     def call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         if self.loop is None:

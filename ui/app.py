@@ -268,6 +268,8 @@ class Page:
             raise ConfigurationError(f"run {run_id} is {view.status}: nothing to resume now"
                                      + (" (an operator retries a failed run: `runledger retry`)"
                                         if view.cp.failure_retryable else ""))  # fmt: skip
+        if view.graph_thread:
+            raise ConfigurationError(f"run {run_id} is a LangGraph thread's: continue it with {view.continue_with}")
         if not self.resumer.resume_later(ctx.viewer.client, run_id, view.cp.agent):
             raise ConfigurationError(
                 f"the page has no agent to resume {view.cp.agent!r} with: start it with `runledger ui --agent "

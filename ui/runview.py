@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runledger.log.reader import RunLog
-from runledger.ops.trace import continue_command, forgeries, record_status, started_labels
+from runledger.ops.trace import GRAPH_THREAD_LABEL, continue_command, forgeries, record_status, started_labels
 from runledger.protect.loading import load_run
 from runledger.record.fold import Checkpoint, StepRecord, fold
 from runledger.record.records import Quarantined, Recorded
@@ -96,6 +96,11 @@ class RunView:
             return int(cp.failed_step)
         failed = [n for n, s in cp.steps.items() if s.status in ("error", "failed", "denied")]
         return max(failed) if failed else None
+
+    @property
+    def graph_thread(self) -> bool:
+        """A LangGraph thread's run: its graph drives it, so the page never resumes it (``continue_with``)."""
+        return GRAPH_THREAD_LABEL in started_labels(self.log)
 
     @property
     def continue_with(self) -> str:

@@ -1,6 +1,6 @@
 """MCP tools as the steps of a run: a recorded MCP client session.
 
-An agent reaches an MCP server (the ``mcp`` package, 2.x) through an ``McpServer`` (how to connect:
+An agent reaches an MCP server (the ``mcp`` package, 1.x from 1.24 or 2.x) through an ``McpServer`` (how to connect:
 ``McpServer.stdio(command, args)`` spawns the server, ``McpServer.http(url)`` speaks streamable
 HTTP to a running one). ``server.tools()`` declares the server's tools, each as a runledger ``Tool``,
 the way its annotations say, from one listing made when the spec first needs them (``McpTools``):
@@ -60,12 +60,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import datetime
+import importlib.metadata
 import json
+import logging
+import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from runledger import require_extra
 
@@ -83,26 +90,43 @@ from runledger import (  # noqa: E402
     Run,
     SyncRun,
     Tool,
+    current_run_id,
+    runledger_home,
     server_of,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["KEY_META", "McpServer", "McpTools", "RecordedSession", "effect_class_of"]
 
 # The name under which an effect's idempotency key travels in a call's ``_meta``.
 KEY_META = "io.runledger/idempotency-key"
 KeyFn = Callable[[Any], str]
+# Where a stdio server's stderr goes when ``McpServer.stdio(stderr=...)`` does not say: a file path
+# (appended to), or ``-`` for this process's own stderr. Unset: ``server_log_path(run id)``.
+STDERR_ENV = "RUNLEDGER_MCP_STDERR"
+# The major version of the installed ``mcp`` SDK: the extra accepts 1.x (from 1.24, the first with
+# ``streamable_http_client``) and 2.x; the two differ in field names (see ``_wire``) and timeouts.
+MCP_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
 
 
 def effect_class_of(tool: mcp.types.Tool) -> EffectClass:
     """The runledger class of an MCP tool by its annotations: ``read`` when ``readOnlyHint`` is
     true; otherwise an effect, ``irreversible`` unless ``destructiveHint`` is false (MCP's default
     for it is true), then ``write``."""
-    hints = tool.annotations
-    if hints is not None and hints.read_only_hint:
+    hints = _wire(tool.annotations) if tool.annotations is not None else {}
+    if hints.get("readOnlyHint"):
         return "read"
-    if hints is not None and hints.destructive_hint is False:
+    if hints.get("destructiveHint") is False:
         return "write"
     return "irreversible"
+
+
+def _wire(model: Any) -> dict[str, Any]:
+    """An SDK object as MCP's JSON (camelCase): the same under mcp 1.x, whose types name their fields
+    as the wire does, and 2.x, whose fields are snake_case with the wire names as aliases."""
+    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
 
 
 @dataclass
@@ -116,6 +140,9 @@ class McpServer:
     stdio_params: StdioServerParameters | None = None
     url: str | None = None
     read_timeout_s: float | None = 60.0
+    # A stdio server's stderr: a file path (appended to), an open file (``sys.stderr``), or None for
+    # ``$RUNLEDGER_MCP_STDERR``, else a log file of the run (``server_log_path``).
+    stderr: str | os.PathLike[str] | TextIO | None = None
     # The tools of the last ``tools()`` call: what this server's sessions call, as the run they record
     # declared them (``McpTools.in_this_run``: from the run's record on resume).
     in_use: McpTools | None = field(default=None, init=False, repr=False)
@@ -125,12 +152,23 @@ class McpServer:
 
     @classmethod
     def stdio(
-        cls, command: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, cwd: str | None = None
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stderr: str | os.PathLike[str] | TextIO | None = None,
     ) -> McpServer:
         """A server spawned as ``command args`` and spoken to over its stdin and stdout (``env`` is
-        added to the MCP SDK's small default environment, not the whole of this process's)."""
+        added to the MCP SDK's small default environment, not the whole of this process's).
+
+        ``stderr``, where the server's own stderr (its log lines) goes: a file path, appended to; an
+        open file (``sys.stderr``: this process's); None: the path ``$RUNLEDGER_MCP_STDERR`` names
+        (``-``: this process's stderr), else the log file of the run that spawns it,
+        ``server_log_path(run_id)``, named once in this process's log (the CLI shows it)."""
         params = StdioServerParameters(command=command, args=list(args), env=dict(env) if env else None, cwd=cwd)
-        return cls(stdio_params=params)
+        return cls(stdio_params=params, stderr=stderr)
 
     @classmethod
     def http(cls, url: str) -> McpServer:
@@ -152,14 +190,38 @@ class McpServer:
     async def connect(self) -> AsyncIterator[mcp.ClientSession]:
         """An initialised ``mcp.ClientSession`` with the server, closed (and a spawned server
         stopped) on leaving."""
-        transport = streamable_http_client(self.url) if self.url is not None else stdio_client(self._stdio())
-        async with transport as streams, mcp.ClientSession(streams[0], streams[1], self.read_timeout_s) as session:
-            initialized = await session.initialize()
-            self._session = {"protocol_version": str(initialized.protocol_version)}
-            session_id = streams[2]() if len(streams) > 2 and callable(streams[2]) else None
-            if session_id:
-                self._session["session_id"] = str(session_id)
-            yield session
+        timeout = _read_timeout(self.read_timeout_s)
+        with contextlib.ExitStack() as files:
+            if self.url is not None:
+                transport = streamable_http_client(self.url)
+            else:
+                transport = stdio_client(self._stdio(), errlog=self._errlog(files))
+            async with transport as streams, mcp.ClientSession(streams[0], streams[1], timeout) as session:
+                initialized = await session.initialize()
+                self._session = {"protocol_version": str(_wire(initialized)["protocolVersion"])}
+                session_id = streams[2]() if len(streams) > 2 and callable(streams[2]) else None
+                if session_id:
+                    self._session["session_id"] = str(session_id)
+                yield session
+
+    def _errlog(self, files: contextlib.ExitStack) -> TextIO:
+        """Where a server spawned now writes its stderr (``stdio``'s ``stderr`` says), open."""
+        where = self.stderr if self.stderr is not None else os.environ.get(STDERR_ENV) or None
+        if where == "-":
+            return sys.stderr
+        if where is not None and not isinstance(where, (str, os.PathLike)):
+            return where
+        path = Path(where) if where is not None else server_log_path(current_run_id())
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            log = files.enter_context(open(path, "a", encoding="utf-8"))  # noqa: SIM115 - closed by the stack
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot write the stderr of the MCP server {self.where} to {path}: {exc}. Give another file "
+                f"(McpServer.stdio(..., stderr=PATH) or ${STDERR_ENV}=PATH; - for this process's stderr)"
+            ) from exc
+        _name_once(path, self.where)
+        return log
 
     def via(self) -> dict[str, Any]:
         """What a call of this server's tools records of how it went (``tool.called``'s ``via``), in the
@@ -183,8 +245,8 @@ class McpServer:
         async with self.connect() as session:
             result = await session.list_tools()
             tools = list(result.tools)
-            while result.next_cursor:
-                result = await session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=result.next_cursor))
+            while cursor := _wire(result).get("nextCursor"):
+                result = await session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=cursor))
                 tools.extend(result.tools)
         return mcp.types.ListToolsResult(tools=tools)
 
@@ -217,7 +279,9 @@ class McpServer:
             except BaseException as exc:  # handed to the caller's thread
                 outcome["error"] = exc
 
-        thread = threading.Thread(target=list_in_thread, name="runledger-mcp-list", daemon=True)
+        # In this context: the run being started names the server's log file (``server_log_path``).
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(list_in_thread,), name="runledger-mcp-list", daemon=True)
         thread.start()
         thread.join()
         if "error" in outcome:
@@ -273,7 +337,7 @@ class McpServer:
             effect_class=effect_class,
             key=key if effect_class != "read" else None,
             reconcile=reconcile if effect_class != "read" else None,
-            schema=dict(listed.input_schema),
+            schema=dict(_wire(listed)["inputSchema"]),
             description=listed.description or "",
             lease_s=lease_s,
             via=self.via,
@@ -290,7 +354,7 @@ class McpServer:
         else:
             async with self.connect() as session:
                 result = await session.call_tool(name, args or {}, meta=meta)  # type: ignore[arg-type]
-        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return _wire(result)
 
     def session(self, run: Run) -> RecordedSession:
         """The recorded session of ``run`` with this server (``async with server.session(run) as s``)."""
@@ -321,8 +385,7 @@ class McpTools(DeferredTools):
 
     def list_source(self) -> dict[str, Any]:
         """The server's listing, asked of it now, as JSON (``ListToolsResult``'s, by alias)."""
-        listing: dict[str, Any] = self.server.list_now().model_dump(mode="json", by_alias=True, exclude_none=True)
-        return listing
+        return _wire(self.server.list_now())
 
     def declare_listed(self, listing: Any) -> list[Tool]:
         return self.server.declare(mcp.types.ListToolsResult.model_validate(listing), **self._options)
@@ -330,6 +393,35 @@ class McpTools(DeferredTools):
     def __repr__(self) -> str:
         state = ", ".join(t.name for t in self) if self.is_declared else "not listed yet"
         return f"<McpTools of {self.server.where}: {state}>"
+
+
+def server_log_path(run_id: str | None) -> Path:
+    """The file a stdio server's stderr is appended to unless told otherwise: ``logs/mcp/<run id>.log``
+    under the runledger home (``$RUNLEDGER_HOME``, else ``~/.runledger``), one file a run (its start,
+    resumes and the listings they make); ``process-<pid>.log`` for a server spawned outside a run (a
+    re-run's host calling a tool)."""
+    return runledger_home() / "logs" / "mcp" / (f"{run_id}.log" if run_id else f"process-{os.getpid()}.log")
+
+
+_NAMED: set[Path] = set()  # the log files this process has named (``_name_once``)
+_NAMING = threading.Lock()
+
+
+def _name_once(path: Path, where: str) -> None:
+    """Say, once a process, where the stderr of stdio servers goes (INFO: the CLI prints it)."""
+    with _NAMING:
+        if path in _NAMED:
+            return
+        _NAMED.add(path)
+    logger.info("the MCP server %s logs to %s (McpServer.stdio(stderr=...) or $%s sends it elsewhere)",
+                where, path, STDERR_ENV)  # fmt: skip
+
+
+def _read_timeout(seconds: float | None) -> Any:
+    """``ClientSession``'s read timeout: seconds (a float) under mcp 2.x, a ``timedelta`` under 1.x."""
+    if seconds is None or MCP_MAJOR >= 2:
+        return seconds
+    return datetime.timedelta(seconds=seconds)
 
 
 def _leaf(exc: BaseException) -> str:
@@ -362,8 +454,8 @@ def _as_result(output: Any) -> mcp.types.CallToolResult:
         return mcp.types.CallToolResult.model_validate(output)
     text = json.dumps(output, sort_keys=True)
     structured = output if isinstance(output, dict) else {"result": output}
-    return mcp.types.CallToolResult(
-        content=[mcp.types.TextContent(type="text", text=text)], structured_content=structured
+    return mcp.types.CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": text}], "structuredContent": structured}
     )
 
 

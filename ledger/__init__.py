@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from runledger.extras import require_extra
     from runledger.log.client import LedgerClient, connect
     from runledger.log.reader import RunLog, follow_events
+    from runledger.log.server import runledger_home
     from runledger.ops.trace import list_runs
     from runledger.protect.capture import is_placeholder
     from runledger.protect.data_policy import DataPolicy
@@ -108,7 +109,7 @@ if TYPE_CHECKING:
     from runledger.record.payloads import Server
     from runledger.record.versions import VersionTuple
     from runledger.sdk.agent import AgentSpec, load_agent
-    from runledger.sdk.context import EffectContext
+    from runledger.sdk.context import EffectContext, current_run_id
     from runledger.sdk.deferred_tools import DeferredTools
     from runledger.sdk.fencing import FencingTokens
     from runledger.sdk.lifecycle import RunResult, open_run, resume_run, start_run
@@ -168,7 +169,8 @@ _MODULE_OF: dict[str, str] = {
         ["ModelAdapter", "ModelResponse", "OpenAIChatModel", "ScriptedModel", "server_of"], "runledger.sdk.models"
     ),
     **dict.fromkeys(["Run"], "runledger.sdk.protocol"),
-    **dict.fromkeys(["EffectContext"], "runledger.sdk.context"),
+    **dict.fromkeys(["EffectContext", "current_run_id"], "runledger.sdk.context"),
+    **dict.fromkeys(["runledger_home"], "runledger.log.server"),
     **dict.fromkeys(["FencingTokens"], "runledger.sdk.fencing"),
     **dict.fromkeys(["Retry"], "runledger.sdk.retry"),
     **dict.fromkeys(["SyncRun", "resume_sync", "run_sync", "sync_agent"], "runledger.sdk.sync"),
@@ -268,6 +270,7 @@ __all__ = [
     "WorkflowCheckpointDeleted",
     "WorkflowCheckpointed",
     "connect",
+    "current_run_id",
     "erase_run",
     "error_info",
     "fold",
@@ -283,6 +286,7 @@ __all__ = [
     "resume_run",
     "resume_sync",
     "run_sync",
+    "runledger_home",
     "server_of",
     "start_run",
     "sync_agent",

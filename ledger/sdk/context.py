@@ -74,6 +74,8 @@ from typing import Any, Protocol
 from runledger.errors import ClaimTakenOverError, ConfigurationError, LeaseExpiredError
 
 _CURRENT: ContextVar[EffectContext | None] = ContextVar("runledger_effect_context", default=None)
+# The run this task starts, resumes or re-runs (``current_run_id``).
+_RUN_ID: ContextVar[str | None] = ContextVar("runledger_run_id", default=None)
 # The headers an attempt's call carries to a service (docs/wire.md, "The key in the world").
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 FENCING_TOKEN_HEADER = "Fencing-Token"
@@ -316,3 +318,20 @@ def call_key(key_fn: Callable[..., Any], args: Any, ctx: EffectContext) -> str:
     if not isinstance(key, str):
         raise ConfigurationError(f"a key function must return a str, not {type(key).__name__}")
     return key
+
+
+def current_run_id() -> str | None:
+    """The id of the run this task is starting, resuming or re-running (its tool listings, version
+    check and drive included), None outside one: for what an integration names after the run (an MCP
+    stdio server's log file, runledger.integrations.mcp)."""
+    return _RUN_ID.get()
+
+
+@contextmanager
+def naming_run(run_id: str) -> Iterator[None]:
+    """While inside, ``current_run_id()`` is ``run_id``."""
+    token = _RUN_ID.set(run_id)
+    try:
+        yield
+    finally:
+        _RUN_ID.reset(token)

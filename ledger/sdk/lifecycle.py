@@ -74,6 +74,7 @@ from runledger.record.ids import new_id
 from runledger.record.records import Recorded
 from runledger.record.versions import differing, identity
 from runledger.sdk.agent import AgentSpec
+from runledger.sdk.context import naming_run
 from runledger.sdk.crashpoints import crash_point, pause_point
 from runledger.sdk.deferred_tools import declared_for_run
 from runledger.sdk.holder import this_holder
@@ -155,33 +156,34 @@ async def start_run(
     ``parent_run_id`` / ``parent_step``: the run and step this run is a child of (``run.child``
     passes them; recorded in ``run.started``)."""
     run_id = run_id or new_id()
-    cp = Checkpoint(chain_format=CHAIN_FORMAT)
-    data = data_policy or spec.data_policy
-    protector = await run_protector(client, spec.name, run_id, data, worker=writer == WORKER_WRITER)
-    cp.digest_scheme = new_digest_scheme(protector)
-    appender = _writer(client, run_subject(spec.name, run_id, writer), cp, policy, protector, spec)
-    run = RecordedRun(client, spec, appender, cp, policy=policy, protector=protector)
-    run._child_driver = _drive_child
-    run._snapshots = JournalSnapshotter()
-    run._input = as_recorded(jsonable(input), cp.chain_format)  # the agent sees the input as a resume will
-    started = RunStarted(
-        agent=spec.name,
-        version=spec.version(),
-        budgets=budgets or spec.budgets,
-        input=run._input,
-        capture=data.capture,
-        labels=labels or {},
-        parent_run_id=parent_run_id,
-        parent_step=parent_step,
-        chain_format=recorded_chain_format(cp.chain_format),
-        digest_scheme=recorded_digest_scheme(cp.digest_scheme),
-        holder=this_holder() or None,
-        tool_listings=_tool_listings(spec),
-    )
-    # The run id is this process's (its agent's claim, acknowledged) before any work.
-    await claim_run(client, run, spec.name, run_id, [started] if fork is None else [started, fork])
-    crash_point("run:started")
-    return await drive(run, spec)
+    with naming_run(run_id):
+        cp = Checkpoint(chain_format=CHAIN_FORMAT)
+        data = data_policy or spec.data_policy
+        protector = await run_protector(client, spec.name, run_id, data, worker=writer == WORKER_WRITER)
+        cp.digest_scheme = new_digest_scheme(protector)
+        appender = _writer(client, run_subject(spec.name, run_id, writer), cp, policy, protector, spec)
+        run = RecordedRun(client, spec, appender, cp, policy=policy, protector=protector)
+        run._child_driver = _drive_child
+        run._snapshots = JournalSnapshotter()
+        run._input = as_recorded(jsonable(input), cp.chain_format)  # the agent sees the input as a resume will
+        started = RunStarted(
+            agent=spec.name,
+            version=spec.version(),
+            budgets=budgets or spec.budgets,
+            input=run._input,
+            capture=data.capture,
+            labels=labels or {},
+            parent_run_id=parent_run_id,
+            parent_step=parent_step,
+            chain_format=recorded_chain_format(cp.chain_format),
+            digest_scheme=recorded_digest_scheme(cp.digest_scheme),
+            holder=this_holder() or None,
+            tool_listings=_tool_listings(spec),
+        )
+        # The run id is this process's (its agent's claim, acknowledged) before any work.
+        await claim_run(client, run, spec.name, run_id, [started] if fork is None else [started, fork])
+        crash_point("run:started")
+        return await drive(run, spec)
 
 
 async def claim_run(client: LedgerClient, run: RecordedRun, agent: str, run_id: str, first: list[Payload]) -> None:
@@ -262,24 +264,25 @@ async def resume_run(
     the drive): loading and replaying allocates tens of thousands of objects that all stay
     alive, which triggered a full collection in most 1,000-step resumes (~35 ms each, a quarter
     of the resume, bench.resume). Reference counting still frees everything acyclic meanwhile."""
-    end_pause = _pause_gc()
-    try:
-        resumption = await _Resumption.load(client, spec, run_id, policy, from_snapshot)
-        refuse_branch(run_id, resumption.log, resumption.cp)
-        settled = await resumption.settled_result(retry)
-        if settled is not None:
-            return settled
-        resumption.check_retryable(retry)
-        await resumption.record_decisions(accept_version, retry)
-        cp = resumption.cp
-        if cp.pending_approvals:
-            return RunResult(
-                run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
-            )
-        run = await resumption.fenced_run(end_pause)
-        return await resumption.drive(run)
-    finally:
-        end_pause()
+    with naming_run(run_id):
+        end_pause = _pause_gc()
+        try:
+            resumption = await _Resumption.load(client, spec, run_id, policy, from_snapshot)
+            refuse_branch(run_id, resumption.log, resumption.cp)
+            settled = await resumption.settled_result(retry)
+            if settled is not None:
+                return settled
+            resumption.check_retryable(retry)
+            await resumption.record_decisions(accept_version, retry)
+            cp = resumption.cp
+            if cp.pending_approvals:
+                return RunResult(
+                    run_id, "suspended", reason="approval", pending=sorted(cp.pending_approvals), nothing_to_do=True
+                )
+            run = await resumption.fenced_run(end_pause)
+            return await resumption.drive(run)
+        finally:
+            end_pause()
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """A small MCP server (the ``mcp`` SDK's MCPServer, formerly FastMCP) for the MCP integration tests.
 
-Every tool call it executes is appended to the file ``$MCP_WITNESS`` (one JSON line: tool, arguments,
-the idempotency key the call's ``_meta`` carried) before it answers: the witness of how many times a
-tool really ran. ``refund`` honours that key (a key it executed before answers the first result
-again, without executing or logging); ``find_refund`` answers what a key's refund was (a reconcile
+Every tool call it executes is logged on stderr (``runledger-test-shop: executing TOOL``) and
+appended to the file ``$MCP_WITNESS`` (one JSON line: tool, arguments, the idempotency key the
+call's ``_meta`` carried) before it answers: the witness of how many times a tool really ran.
+``refund`` honours that key (a key it executed before answers the first result again, without
+executing or logging); ``find_refund`` answers what a key's refund was (a reconcile
 function asks it). ``$MCP_REFUND_DELAY_S`` makes ``refund`` wait after it executed and before it
 answers (a window to kill the agent in). ``$MCP_SCHEMA=v2`` serves another ``refund`` schema (an
 extra required parameter): a changed server. ``$MCP_SERVER_DOWN`` set: the process exits before it
@@ -33,6 +34,9 @@ ORDERS = {"A1": {"order": "A1", "total": 120, "status": "delivered"}, "B2": {"or
 
 
 def _witness(tool: str, args: dict[str, Any], key: str | None) -> None:
+    # A log line on stderr, as servers write them (the SDK's "Processing request of type ..."):
+    # where it ends up is the client's choice (tests/integration/test_mcp_stderr.py).
+    print(f"runledger-test-shop: executing {tool}", file=sys.stderr, flush=True)
     path = os.environ.get("MCP_WITNESS")
     if path:
         with open(path, "a", encoding="utf-8") as log:

@@ -39,6 +39,7 @@ PUBLIC = [
     "open_run", "require_extra", "WorkflowCheckpointDeleted", "WorkflowCheckpointed",
     # Where an HTTP adapter sent a model call (model.called's server), host and port only.
     "Server", "server_of",
+    "current_run_id", "runledger_home",  # an MCP stdio server's log file, named after the run
     # What a reader of runs needs (the OTLP exporter): a run as read, its steps, content stand-ins, runs live.
     "RunLog", "StepRecord", "follow_events", "is_placeholder",
     # What a service author needs to honour fencing tokens (runledger.sdk.fencing).

@@ -94,15 +94,17 @@ class Venv:
         return Path(done.stdout.strip())
 
 
-def make_venv(root: Path, requirement: str, workdir: Path) -> Venv:
-    """A fresh venv (from the interpreter running the tests) with ``requirement`` pip-installed;
-    dependencies come from the package index as configured on this machine."""
+def make_venv(root: Path, requirement: str, workdir: Path, *more: str) -> Venv:
+    """A fresh venv (from the interpreter running the tests) with ``requirement`` (and ``more``)
+    pip-installed in one resolution; dependencies come from the package index as configured on this machine."""
     created = subprocess.run([sys.executable, "-m", "venv", str(root)], capture_output=True, text=True, timeout=300)
     assert created.returncode == 0, f"python -m venv failed: {created.stderr}"
     made = Venv(root, workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    done = made.run("python", "-m", "pip", "install", "-q", requirement, timeout=900)
-    assert done.returncode == 0, f"pip install {requirement} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    done = made.run("python", "-m", "pip", "install", "-q", requirement, *more, timeout=900)
+    assert done.returncode == 0, (
+        f"pip install {' '.join([requirement, *more])} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     return made
 
 

@@ -170,6 +170,18 @@ def check_version(spec: AgentSpec, expected: str | None) -> None:
         raise RuntimeError(f"the mounted agent code hashes to {actual}, the run expects {expected}")
 
 
+async def _drive(spec: AgentSpec, run: RemoteRun, listings: list[dict[str, Any]] | None) -> Any:
+    """Run the agent. Its tools listed from outside the code (an MCP server's, reached over stdio or
+    HTTP) are declared from the listings the host sent (``tool_listings``, made on the host where the
+    server is reachable): the guest lists nothing, having no network. Without them (a listing too
+    large to send), the guest lists the source itself, as it did before."""
+    from runledger.sdk.deferred_tools import declared_for_run
+
+    spec = spec.from_record(listings or [])
+    with declared_for_run(spec.restored):
+        return await spec.fn(run)
+
+
 async def serve(socket_path: str, agent: str = "") -> int:
     """Serve one re-run for the broker at ``socket_path``, with ``agent`` (``module:attribute``)
     loaded ahead if given; returns the guest's exit code."""
@@ -193,7 +205,8 @@ async def serve(socket_path: str, agent: str = "") -> int:
     try:
         spec = loaded if loaded is not None and start["agent"] == agent else load_agent(start["agent"])
         check_version(spec, start.get("agent_version"))
-        output = await spec.fn(RemoteRun(reader, writer, start, getattr(spec.model, "response_type", None)))
+        run = RemoteRun(reader, writer, start, getattr(spec.model, "response_type", None))
+        output = await _drive(spec, run, start.get("tool_listings"))
         message = {"id": -1, "op": "done", "output": output}
     except SystemExit:
         return 1

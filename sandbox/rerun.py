@@ -464,6 +464,9 @@ class Rerunner:
         start = {
             "agent": checked.ref, "agent_version": spec.version().agent_version, "run_id": branch_id,
             "agent_name": spec.name, "input": run_input, "prompt": spec.prompt,
+            # The host's listings of tools listed from outside the code (an MCP server's, over stdio or
+            # HTTP): the guest, which has no network, declares the same tools from them.
+            "tool_listings": spec.tool_listings(),
         }  # fmt: skip
         limit, asked = self.time_limit(request)
         session = _SandboxSession(self, acquiring, checked, start, limit, asked)

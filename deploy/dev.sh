@@ -32,14 +32,16 @@ ensure_venv() {
 # Everything slow the tests need is made here, before pytest and outside its per-test time limits, so a
 # new machine (no Docker engine, no images) passes as a prepared one does: the Docker engine, then the
 # sandbox image (its offline Debian base included: minutes on a new machine, seconds once built) with the
-# LangGraph layer the LangGraph re-run tests use, the MCP layer the MCP re-run test uses, and the OpenAI Agents
-# SDK layer its counterfactual test uses. The tests' fixtures only check that the images exist.
+# LangGraph layer the LangGraph re-run tests use, the MCP layer the MCP re-run test uses, the OpenAI Agents
+# SDK layer its counterfactual test uses, and the Pydantic AI layer its re-run test uses. The tests' fixtures
+# only check that the images exist.
 prepare_sandbox() {
   bash deploy/docker/ensure-docker.sh
   local started=$SECONDS
   echo "dev.sh: building the sandbox image for the tests (a new machine builds its Debian base first: about 2-4 minutes)" >&2
   "$venv/bin/runledger" sandbox build --extra mcp >/dev/null
   "$venv/bin/runledger" sandbox build --extra openai-agents >/dev/null
+  "$venv/bin/runledger" sandbox build --extra pydantic-ai >/dev/null
   "$venv/bin/runledger" sandbox build --extra langgraph >/dev/null
   echo "dev.sh: sandbox image ready in $((SECONDS - started))s" >&2
 }

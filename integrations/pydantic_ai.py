@@ -73,6 +73,8 @@ from pydantic_ai.durable_exec import (  # noqa: E402
     durable_unit_scope,
 )
 from pydantic_ai.messages import ModelMessage  # noqa: E402
+from pydantic_ai.messages import ModelResponse as PydanticModelResponse  # noqa: E402
+from pydantic_ai.models import Model, infer_model  # noqa: E402
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset  # noqa: E402
 from pydantic_core import ValidationError, to_jsonable_python  # noqa: E402
 
@@ -85,6 +87,7 @@ from runledger import (  # noqa: E402
     ToolFailedError,
     server_of,
 )
+from runledger.integrations.pydantic_ai_request import model_request, request_params  # noqa: E402
 
 __all__ = [
     "Effect",
@@ -171,13 +174,21 @@ class PydanticAIModel:
 
     Called by ``run.model`` for a model step the backend set up, it makes that Pydantic AI request
     (the agent's model, its settings and retries) and records its response; its ``name`` is then the
-    requested model's (``function:...``, ``openai:gpt-4o``), else ``default_name``."""
+    requested model's (``function:...``, ``openai:gpt-4o``). Called with a step's recorded request
+    alone (the host of a sandboxed re-run, which makes its guest's model calls; a model counterfactual's
+    other model), it makes the request the record holds (runledger.integrations.pydantic_ai_request) with
+    ``model``: a Pydantic AI ``Model``, a model name (``openai:gpt-4o``, made with Pydantic AI's
+    ``infer_model`` at the first such call, so a guest makes no client), or a function that makes one;
+    its ``name`` is then ``model``'s. ``agent_spec`` passes the agent's own model."""
 
     response_type = PydanticAIResponse
     retry = None  # a Pydantic AI model retries by its own settings; each request is one attempt here
 
-    def __init__(self, default_name: str = DEFAULT_MODEL_NAME) -> None:
-        self.default_name = default_name
+    def __init__(
+        self, model: Model | str | Callable[[], Model] | None = None, *, default_name: str | None = None
+    ) -> None:
+        self._model = model
+        self.default_name = default_name or _name_of(model)
 
     @property
     def name(self) -> str:
@@ -188,14 +199,45 @@ class PydanticAIModel:
     def name(self, value: str) -> None:  # ModelAdapter's name is settable: it sets the default
         self.default_name = value
 
+    def model(self) -> Model:
+        """The Pydantic AI model a request made from the record goes to."""
+        made = self._model
+        if made is None:
+            raise ConfigurationError(
+                "this PydanticAIModel has no model to make a recorded request with: "
+                "PydanticAIModel(model=...) (a Pydantic AI Model or a name such as 'openai:gpt-4o')"
+            )
+        if callable(made) and not isinstance(made, Model):
+            made = made()
+        model = made if isinstance(made, Model) else infer_model(made)
+        self._model = model
+        return model
+
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> ModelResponse:
         call = _CALL.get()
-        if call is None:
-            raise ConfigurationError(
-                "PydanticAIModel answers only the model requests of a Pydantic AI agent with RunledgerDurability"
-            )
-        call.answered = True
-        return summary(await call.body()).model_copy(update={"server": server_of(call.base_url)})
+        if call is not None:
+            call.answered = True
+            return summary(await call.body()).model_copy(update={"server": server_of(call.base_url)})
+        history, settings, parameters = model_request(params)  # a request made from the record alone
+        model = self.model()
+        response = await model.request(history, settings, parameters)
+        made = summary(JSON_CODEC.dump(PydanticModelResponse, response))
+        return made.model_copy(update={"server": server_of(getattr(model, "base_url", None))})
+
+
+def _name_of(model: Model | str | Callable[[], Model] | None) -> str:
+    if isinstance(model, str):
+        return model
+    if isinstance(model, Model):
+        return _qualified(model)
+    return DEFAULT_MODEL_NAME
+
+
+def _qualified(model: Any) -> str:
+    system, name = str(getattr(model, "system", "") or ""), str(getattr(model, "model_name", "") or "")
+    if system and name and not name.startswith(f"{system}:"):
+        return f"{system}:{name}"  # as Pydantic AI names models: openai:gpt-4o, test:test
+    return name or system or DEFAULT_MODEL_NAME
 
 
 def summary(payload: Any) -> PydanticAIResponse:
@@ -328,19 +370,14 @@ def _model_name(params: Any) -> str:
     ctx = getattr(params, "run_context", None)
     model = getattr(ctx, "model", None)
     if model is not None:
-        system, name = str(getattr(model, "system", "") or ""), str(getattr(model, "model_name", "") or "")
-        if system and name and not name.startswith(f"{system}:"):
-            return f"{system}:{name}"  # as Pydantic AI names models: openai:gpt-4o, test:test
-        return name or system or DEFAULT_MODEL_NAME
+        return _qualified(model)
     return str(getattr(params, "model_id", None) or DEFAULT_MODEL_NAME)
 
 
 async def _model_step(run: Run, params: Any, body: Callable[[], Awaitable[object]]) -> object:
     if isinstance(params, ModelRequestParams):
         messages = request_messages(params.messages)
-        settings = {k: v for k, v in (params.model_settings or {}).items() if k != "extra_headers"}
-        tools = [t.name for t in params.model_request_parameters.function_tools]
-        request: dict[str, Any] = {"model_settings": to_jsonable_python(settings, fallback=str), "tools": tools}
+        request = request_params(params.messages, params.model_settings, params.model_request_parameters)
     else:  # a compaction of the history (ModelCompactMessagesParams)
         messages = request_messages(params.request_context.messages)
         request = {"operation": "compact_messages"}
@@ -499,7 +536,8 @@ def agent_spec(
         return to_jsonable_python(result.output)
 
     spec.setdefault("tools", declared_tools(agent, durability.effects))
-    return AgentSpec(run_name, run_agent, model or PydanticAIModel(), agent_version=agent_version, **spec)
+    adapter = model or PydanticAIModel(agent.model)
+    return AgentSpec(run_name, run_agent, adapter, agent_version=agent_version, **spec)
 
 
 def declared_tools(agent: Agent[Any, Any], effects: Mapping[str, Effect] | None = None) -> list[Tool[Any, Any]]:

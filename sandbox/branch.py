@@ -148,6 +148,11 @@ MODEL_PARAMS: dict[str, Any] = {
     "tool_choice": lambda v: isinstance(v, str | dict),
     "parallel_tool_calls": lambda v: isinstance(v, bool),
     "response_format": lambda v: isinstance(v, dict),
+    # A framework's own form of the request, which its adapter on the host validates and makes
+    # (runledger.integrations.pydantic_ai_request): the message history (content, as ``messages`` is)
+    # and the shape of the output (output tools, a JSON schema).
+    "history": lambda v: isinstance(v, list) and all(isinstance(m, dict) for m in v),
+    "output": lambda v: isinstance(v, dict),
 }
 _CAPPED = ("max_tokens", "max_completion_tokens")
 

@@ -30,7 +30,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from runledger import NOT_FOUND, AgentSpec, EffectContext
-from runledger.integrations.pydantic_ai import Effect, RunledgerDurability, agent_spec
+from runledger.integrations.pydantic_ai import Effect, PydanticAIModel, RunledgerDurability, agent_spec
 
 # The policy's tool calls, one a model request, argument dicts as a provider's SDK hands them over.
 CALLS = [
@@ -100,3 +100,16 @@ def function_spec() -> AgentSpec:
 
 def testmodel_spec() -> AgentSpec:
     return agent_spec(build(TestModel()), agent_version="v1")
+
+
+def cautious(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Another model's policy, for a counterfactual of the model: it answers at once, charging nothing,
+    with what it was shown (the count of tools it was offered, the last tool result it saw)."""
+    last = messages[-1].parts[-1]
+    return ModelResponse(
+        parts=[TextPart(f"cautious ({len(info.function_tools)} tools): {getattr(last, 'content', '')}")]
+    )
+
+
+def cautious_model() -> PydanticAIModel:
+    return PydanticAIModel(FunctionModel(cautious, model_name="counter-cautious"))

@@ -44,13 +44,14 @@ agent does not recover by itself: replaying its model responses is what rebuilds
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from runledger import require_extra
 
@@ -83,6 +84,7 @@ from runledger import (  # noqa: E402
     ConfigurationError,
     ModelResponse,
     Run,
+    SyncRun,
     Tool,
     ToolFailedError,
     server_of,
@@ -101,35 +103,66 @@ __all__ = [
 ]
 
 DEFAULT_MODEL_NAME = "pydantic-ai"
+T = TypeVar("T")
+R = TypeVar("R", Run, SyncRun)
 
 
 @dataclass
 class _Container:
-    """The run Pydantic AI agents record into, and how many agent runs it started (their ids)."""
+    """The run Pydantic AI agents record into, and how many agent runs it started (their ids). ``loop``:
+    the event loop that owns ``run`` when the agents run on another (``agent.run_sync`` in an agent
+    function made with ``sync_agent``, whose ``SyncRun`` hands its ``async_run`` and ``loop``)."""
 
     run: Run
     agent_runs: int = 0
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 _CONTAINER: ContextVar[_Container | None] = ContextVar("runledger_pydantic_ai_run", default=None)
 
 
-def _current_run() -> Run | None:
-    container = _CONTAINER.get()
-    return container.run if container is not None else None
-
-
 @contextmanager
-def recording(run: Run) -> Iterator[Run]:
+def recording(run: R) -> Iterator[R]:
     """Make ``run`` the durable container of the Pydantic AI agents called inside the block: the model
     requests and tool calls of every agent with ``RunledgerDurability`` become steps of ``run``, and
     an agent run started without a ``run_id`` gets ``<run id>-pa<n>`` (its n-th in the block, the same
-    on resume), its conversation id derived from it."""
-    token = _CONTAINER.set(_Container(run))
+    on resume), its conversation id derived from it.
+
+    ``run`` is an agent function's ``Run`` (call ``await agent.run(...)``, ``agent.iter``,
+    ``agent.run_stream``) or the ``SyncRun`` of a blocking one (``runledger.sync_agent``), where
+    ``agent.run_sync(...)`` works too: Pydantic AI runs the agent on an event loop of the function's
+    thread, and each step is made on the run's own loop. ``agent.run_sync`` inside an async agent
+    function cannot work (the loop it would drive is running the function) and raises
+    ConfigurationError saying what to use."""
+    container = _Container(run.async_run, loop=run.loop) if isinstance(run, SyncRun) else _Container(run)
+    token = _CONTAINER.set(container)
     try:
         yield run
+    except RuntimeError as exc:
+        # asyncio's own words when agent.run_sync() is asked to drive the loop an async agent function
+        # runs on (Pydantic AI passes them on as they are): said here with what to do instead.
+        if container.loop is None and "event loop is already running" in str(exc):
+            raise ConfigurationError(
+                "agent.run_sync() cannot be used inside an async agent function (its event loop is running "
+                "the function): use `await agent.run(...)`, or make the agent function blocking with "
+                "runledger.sync_agent, where agent.run_sync() records and resumes like agent.run()"
+            ) from exc
+        raise
     finally:
         _CONTAINER.reset(token)
+
+
+async def _on(loop: asyncio.AbstractEventLoop | None, step: Awaitable[T]) -> T:
+    """``step`` awaited on ``loop`` (the run's, when the agent runs on another), without blocking the
+    agent's loop. The step's task starts in a copy of this task's context (asyncio copies the caller's
+    into a callback scheduled from another thread), so it sees what the agent's context holds."""
+    if loop is None or loop is asyncio.get_running_loop():
+        return await step
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_awaited(step), loop))
+
+
+async def _awaited(step: Awaitable[T]) -> T:
+    return await step
 
 
 @dataclass(frozen=True)
@@ -339,19 +372,28 @@ class _Bound:
             with durable_unit_scope():
                 return operation.result_codec.dump(await operation.handler(params))
 
-        run = _current_run()
+        container = _CONTAINER.get()
         op_id = operation.operation_id
-        if run is None or isinstance(op_id, ToolsetValidateToolArgumentsId):
-            payload = await body()  # outside a run, or pure validation: nothing to record
-        elif isinstance(op_id, (ModelRequestId, ModelCompactMessagesId)):
-            payload = await _model_step(run, params, body)
+        if container is None or isinstance(op_id, ToolsetValidateToolArgumentsId):
+            return operation.result_codec.load(await body())  # outside a run, or pure validation: nothing to record
+        run, agent_loop = container.run, asyncio.get_running_loop()
+        if container.loop is not None and container.loop is not agent_loop:
+            # The step is made on the run's loop, and its body (Pydantic AI's request or tool) back on the agent's.
+            made = body
+
+            async def body() -> object:
+                return await _on(agent_loop, made())
+
+        if isinstance(op_id, (ModelRequestId, ModelCompactMessagesId)):
+            payload = await _on(container.loop, _model_step(run, params, body))
         elif isinstance(op_id, ToolsetCallToolId):
+            effect = self._durability.effects.get(params.name)
             described = getattr(getattr(getattr(params, "tool", None), "tool_def", None), "description", None)
-            payload = await _tool_step(run, params.name, params.tool_args, params.ctx.tool_call_id, body,
-                                       self._durability.effects.get(params.name), described)  # fmt: skip
-            return _tool_result(operation.result_codec.load, payload)
+            step = _tool_step(run, params.name, params.tool_args, params.ctx.tool_call_id, body, effect, described)
+            return _tool_result(operation.result_codec.load, await _on(container.loop, step))
         else:
-            payload = await _tool_step(run, f"pydantic_ai:{type(op_id).__name__}", None, None, body, None)
+            step = _tool_step(run, f"pydantic_ai:{type(op_id).__name__}", None, None, body, None)
+            payload = await _on(container.loop, step)
         return operation.result_codec.load(payload)
 
 

@@ -22,8 +22,15 @@ from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from runledger import NOT_FOUND, AgentSpec, EffectContext
-from runledger.integrations.pydantic_ai import Effect, RunledgerDurability, agent_spec
+from runledger import NOT_FOUND, AgentSpec, EffectContext, SyncRun, sync_agent
+from runledger.integrations.pydantic_ai import (
+    Effect,
+    PydanticAIModel,
+    RunledgerDurability,
+    agent_spec,
+    declared_tools,
+    recording,
+)
 
 
 class Crash(BaseException):
@@ -92,11 +99,35 @@ class Shop:
         return agent
 
 
-def spec() -> AgentSpec:
-    """The shop in a process of its own: its witnesses in ``$PYAI_SHOP_LOG``."""
+def _shop() -> Shop:
     log = os.environ.get("PYAI_SHOP_LOG")
     shop = Shop(log_dir=Path(log) if log else None, delay_s=float(os.environ.get("PYAI_SHOP_DELAY_S", "0")))
     if log:  # a resumed process's lookup knows the calls an earlier process made
         tools = Path(log) / "tools.log"
         shop.tool_log = tools.read_text().splitlines() if tools.exists() else []
-    return agent_spec(shop.agent(), agent_version="v1")
+    return shop
+
+
+def spec() -> AgentSpec:
+    """The shop in a process of its own: its witnesses in ``$PYAI_SHOP_LOG``."""
+    return agent_spec(_shop().agent(), agent_version="v1")
+
+
+def sync_spec_of(shop: Shop) -> AgentSpec:
+    """The shop's agent called with Pydantic AI's blocking ``agent.run_sync`` from a blocking agent function."""
+    agent = shop.agent()
+    durability = RunledgerDurability.from_agent(agent)
+    assert durability is not None
+
+    @sync_agent
+    def handle(run: SyncRun) -> Any:
+        with recording(run):
+            return agent.run_sync(str(run.input)).output
+
+    tools = declared_tools(agent, durability.effects)
+    return AgentSpec("shop", handle, PydanticAIModel(), agent_version="v1", tools=tools)
+
+
+def sync_spec() -> AgentSpec:
+    """``sync_spec_of`` the shop in a process of its own, as ``spec``."""
+    return sync_spec_of(_shop())

@@ -36,6 +36,18 @@ class SyncRun:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     @property
+    def async_run(self) -> Run:
+        """The ``Run`` this wraps: its calls are coroutines of ``loop``. For code that runs an event loop
+        of its own in this thread (a framework's blocking entry point, such as Pydantic AI's
+        ``run_sync``) and awaits the run's calls from it on ``loop``, never blocking its own."""
+        return self._run
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop that owns the connection, where ``async_run``'s calls run."""
+        return self._loop
+
+    @property
     def run_id(self) -> str:
         return self._run.run_id
 

@@ -25,6 +25,8 @@ from tests.integration.processes import runledger, start_agent
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 AGENT = "tests.pydantic_ai_shop:spec"
+# The same agent called with Pydantic AI's blocking agent.run_sync() from a blocking agent function.
+SYNC_AGENT = "tests.pydantic_ai_shop:sync_spec"
 # Steps: 0 model, 1 lookup (ModelRetry), 2 model, 3 lookup, 4 model, 5 refund (an effect), 6 model.
 MODEL_CALLS = ["1", "3", "5", "7"]  # each answered model call: the length of the history it was given
 TOOL_CALLS = ["lookup o-1", "lookup o-1", "refund o-1"]
@@ -49,16 +51,19 @@ KILLS = [
 ]
 
 
-@pytest.mark.parametrize(("crash_at", "models", "tools"), KILLS)
+@pytest.mark.parametrize(
+    ("agent", "crash_at", "models", "tools"),
+    [(AGENT, *kill) for kill in KILLS] + [(SYNC_AGENT, *KILLS[2]), (SYNC_AGENT, *KILLS[5])],
+)
 async def test_an_agent_killed_between_calls_resumes_without_repeating_one(
-    nats_url: str, client: LedgerClient, tmp_path: Path, crash_at: str, models: int, tools: int
+    nats_url: str, client: LedgerClient, tmp_path: Path, agent: str, crash_at: str, models: int, tools: int
 ) -> None:
     log = tmp_path / "witness"
     log.mkdir()
     env = {"PYAI_SHOP_LOG": str(log)}
     run_id = "pyai-kill-" + crash_at.replace(":", "-")
     crashed = await asyncio.to_thread(
-        runledger, nats_url, "run", "--agent", AGENT, "--run-id", run_id, "--input", json.dumps("refund o-1"),
+        runledger, nats_url, "run", "--agent", agent, "--run-id", run_id, "--input", json.dumps("refund o-1"),
         env={**env, "RUNLEDGER_CRASH_AT": crash_at},
     )  # fmt: skip
     assert crashed.returncode == -9, f"expected a SIGKILL at {crash_at}: {crashed.stdout}{crashed.stderr}"
@@ -67,7 +72,7 @@ async def test_an_agent_killed_between_calls_resumes_without_repeating_one(
     assert lines(log / "tools.log") == TOOL_CALLS[:tools]
     assert fold((await load_run(client, run_id)).records).status == "running"
 
-    resumed = await asyncio.to_thread(runledger, nats_url, "resume", run_id, "--agent", AGENT, env=env)
+    resumed = await asyncio.to_thread(runledger, nats_url, "resume", run_id, "--agent", agent, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert f"run {run_id}: completed" in resumed.stdout, resumed.stdout
     assert lines(log / "model.log") == MODEL_CALLS, "a model call was repeated (or lost) across the kill"

@@ -27,7 +27,7 @@ from runledger.integrations.pydantic_ai import (
 from runledger.log.memory import MemoryLedger
 from runledger.record.fold import fold
 from runledger.sdk.lifecycle import resume_run, start_run
-from tests.pydantic_ai_shop import Crash, Shop
+from tests.pydantic_ai_shop import Crash, Shop, sync_spec_of
 
 
 @pytest.fixture
@@ -218,3 +218,44 @@ async def test_a_tool_whose_arguments_changed_is_a_version_change_at_resume(clie
     with pytest.raises(VersionMismatchError, match="tool_schema_hashes"):
         await resume_run(client, agent_spec(changed, agent_version="v1"), "pa-version")
     assert shop.tool_log == ["lookup o-1"]
+
+
+@pytest.mark.parametrize("crash_at_call", [None, 3])
+async def test_run_sync_in_a_blocking_agent_function_records_and_resumes_like_run(
+    client: LedgerClient, crash_at_call: int | None
+) -> None:
+    """``agent.run_sync`` (Pydantic AI's blocking entry point) in a ``sync_agent`` function: the same steps
+    as ``agent.run``, and a resume after a crash in flight serves every recorded one."""
+    shop = Shop(crash_at_call=crash_at_call)
+    spec = sync_spec_of(shop)
+    if crash_at_call is not None:
+        with pytest.raises(Crash):
+            await start_run(client, spec, "refund o-1", run_id="pa-sync")
+        assert shop.answered == [1, 3] and shop.tool_log == ["lookup o-1", "lookup o-1"]
+        shop.crash_at_call = None
+        result = await resume_run(client, spec, "pa-sync")
+    else:
+        result = await start_run(client, spec, "refund o-1", run_id="pa-sync")
+    assert result.status == "completed", result.error
+    assert result.output == "done: refunded 5 on o-1"
+    assert shop.answered == [1, 3, 5, 7]  # each model call once, across the crash
+    assert shop.tool_log == ["lookup o-1", "lookup o-1", "refund o-1"]
+    assert shop.keys == ["refund:o-1"]  # the effect's function sees its key on the agent's own loop
+    cp = fold((await load_run(client, "pa-sync")).records)
+    model = ("model", "function:model:")
+    kinds = [(cp.steps[s].kind, cp.steps[s].name) for s in sorted(cp.steps)]
+    assert kinds == [model, ("tool", "lookup"), model, ("tool", "lookup"), model, ("effect", "refund"), model]
+
+
+async def test_run_sync_in_an_async_agent_function_is_refused_saying_what_to_use(client: LedgerClient) -> None:
+    agent = Shop().agent()
+
+    async def fn(run: Any) -> Any:
+        with recording(run):
+            return agent.run_sync("refund o-1").output
+
+    spec = agent_spec(agent, agent_version="v1")
+    result = await start_run(client, type(spec)(spec.name, fn, spec.model, agent_version="v1"), None, run_id="pa-as")
+    assert result.status == "failed"
+    assert "ConfigurationError" in str(result.error) and "await agent.run(...)" in str(result.error), result.error
+    assert "runledger.sync_agent" in str(result.error), result.error

@@ -269,3 +269,38 @@ def test_a_fresh_interpreter_sees_the_same_modules() -> None:
     )
     done = subprocess.run([sys.executable, "-c", statement], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["runledger", "runledger", "0"]
+
+
+def _framework_privates(tree: ast.AST) -> list[str]:
+    """Imports of a private module or name of another package (``from pydantic_ai._x import y``,
+    ``from agents import _y``, ``import mcp._z``): the integrations build on the frameworks' public
+    surfaces, which their releases keep, never on what they may change in any release."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in ("runledger", "__future__"):
+                continue
+            if any(part.startswith("_") for part in node.module.split(".")):
+                found.append(f"from {node.module} import ...")
+            found += [f"from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if any(p.startswith("_") for p in a.name.split("."))]
+    return found
+
+
+def test_the_pydantic_ai_integration_imports_nothing_private_of_pydantic_ai() -> None:
+    """Built as Pydantic AI asks durable-execution engines to be built: on ``pydantic_ai.durable_exec``'s
+    public surface. (Other integrations still reach into their SDKs' private modules:
+    ``agent_framework._workflows``, ``openai.lib._parsing``.)"""
+    folder = Path(__file__).resolve().parents[2] / "integrations"
+    found = [
+        f"{path.name}: {line}"
+        for path in sorted(folder.glob("pydantic_ai*.py"))
+        for line in _framework_privates(ast.parse(path.read_text()))
+    ]
+    assert found == [], "private imports of a framework:\n" + "\n".join(found)
+    assert _framework_privates(ast.parse("from pydantic_ai._utils import x\nfrom agents import _y\nimport mcp._z")) == [
+        "from pydantic_ai._utils import ...",
+        "from agents import _y",
+        "import mcp._z",
+    ]

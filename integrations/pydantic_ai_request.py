@@ -97,9 +97,11 @@ def request_params(
             rest[name] = value
     if rest:
         params["model_settings"] = to_jsonable_python(rest, fallback=str)
-    params["output"] = to_jsonable_python({f: getattr(parameters, f) for f in OUTPUT_FIELDS})
-    if parameters.native_tools:
-        params["native_tools"] = to_jsonable_python(parameters.native_tools, fallback=str)
+    # Fields a Pydantic AI release lacks are left out (the range runledger[pydantic-ai] accepts).
+    params["output"] = to_jsonable_python({f: getattr(parameters, f) for f in OUTPUT_FIELDS if hasattr(parameters, f)})
+    native = getattr(parameters, "native_tools", None) or getattr(parameters, "builtin_tools", None)
+    if native:
+        params["native_tools"] = to_jsonable_python(native, fallback=str)
     return params
 
 

@@ -68,7 +68,9 @@ from agents import (  # noqa: E402
     ModelProvider,
     ModelSettings,
     ModelTracing,
+    OpenAIChatCompletionsModel,
     OpenAIProvider,
+    OpenAIResponsesModel,
     RunConfig,
     RunContextWrapper,
     Runner,
@@ -140,6 +142,8 @@ class OpenAIAgentsResponse(ModelResponse):
     output: list[dict[str, Any]] = []
     response_id: str | None = None
     usage_details: dict[str, Any] = {}
+    # Who answered, as LangChain's replies say it (``model_provider``): "openai" for the SDK's OpenAI models.
+    metadata: dict[str, Any] = {}
 
 
 @dataclass
@@ -198,7 +202,10 @@ class OpenAIAgentsModel:
             model = self.provider().get_model(self.name)
         tracing = call.tracing if call is not None else ModelTracing.DISABLED
         response = await model.get_response(**_call_arguments(messages, params), tracing=tracing)
-        return summary(response).model_copy(update={"server": model_server(model)})
+        openai_sdk = isinstance(model, OpenAIResponsesModel | OpenAIChatCompletionsModel)
+        return summary(response).model_copy(
+            update={"server": model_server(model), "metadata": {"model_provider": "openai"} if openai_sdk else {}}
+        )
 
 
 # -- the request: what a model step records, and the call made from it ----------------------------------
@@ -491,11 +498,16 @@ def _arguments(arguments: str) -> Any:
         return arguments  # not JSON: recorded as sent; the tool's own parsing reports it
 
 
-def _declared(name: str, fn: Callable[[Any], Awaitable[Any]], effect: Effect | None) -> Tool[Any, Any]:
+def _declared(
+    name: str, fn: Callable[[Any], Awaitable[Any]], effect: Effect | None, description: str | None
+) -> Tool[Any, Any]:
+    """The step of a function tool (``description``: the tool's own, which the step records as OTel's
+    ``gen_ai.tool.description``)."""
     if effect is None:
-        return Tool(name, fn)
+        return Tool(name, fn, description=description or None)
     reconcile = None if effect.reconcile is None else _reconciler(effect.reconcile)
-    return Tool(name, fn, effect_class=effect.effect_class, key=effect.key, reconcile=reconcile, lease_s=effect.lease_s)
+    return Tool(name, fn, effect_class=effect.effect_class, key=effect.key, reconcile=reconcile, lease_s=effect.lease_s,
+                description=description or None)  # fmt: skip
 
 
 def _reconciler(reconcile: Callable[[str], Any]) -> Callable[[str], Awaitable[Any]]:
@@ -522,7 +534,8 @@ def _durable_tool(run: Run, tool: FunctionTool, effect: Effect | None) -> Functi
         async def call(args: Any) -> Any:  # the SDK's own invocation: parsing, validation, failure handling
             return await original(ctx, arguments)
 
-        return await _step(run, _declared(tool.name, call, effect), _arguments(arguments), ctx.tool_call_id or None)
+        declared = _declared(tool.name, call, effect, tool.description)
+        return await _step(run, declared, _arguments(arguments), ctx.tool_call_id or None)
 
     return dataclasses.replace(tool, on_invoke_tool=invoke)
 
@@ -599,7 +612,8 @@ class _Graph:
                 target.append(agent)
                 return {"agent": agent.name}
 
-            handed = await _step(self.run, Tool(name, call), _arguments(arguments), None)
+            step = Tool(name, call, description=made.tool_description or None)
+            handed = await _step(self.run, step, _arguments(arguments), None)
             if target:
                 return self.copy(target[0])
             agent_name = handed.get("agent") if isinstance(handed, dict) else None

@@ -7,7 +7,8 @@ id names its provider), the ``openai`` package against a local server speaking t
 and responses wire formats (a tool-call turn without a finish reason, a streamed call, request
 parameters, and the rest of its surface: parse, stream(), embeddings...), a LangGraph thread through
 ``RunledgerSaver`` with LangChain model and tools, the MCP example against its real MCP server
-process, and a Pydantic AI agent with RunledgerDurability. They
+process, a Pydantic AI agent with RunledgerDurability, and an OpenAI Agents SDK agent (tools, an
+effect, a handoff) through its own Responses model against a local Responses API. They
 are exported to a real OTLP/HTTP receiver; each span it decodes is validated with the facts of its
 call taken from the record. A span broken on purpose, one attribute at a time, fails the validator.
 """
@@ -378,3 +379,30 @@ async def test_pydantic_ai_runs_conform(client: LedgerClient, receiver: OtlpRece
     assert [(c["name"], c["arguments"]) for c in calls] == [
         ("lookup", {"order": "o-1"}), ("lookup", {"order": "o-1"}), ("refund", {"order": "o-1", "amount": 5}),
     ]  # fmt: skip
+
+
+# -- the OpenAI Agents SDK -------------------------------------------------------------------------------
+
+
+async def test_openai_agents_runs_conform(
+    client: LedgerClient, receiver: OtlpReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shop agent (a read tool, an effect, a handoff) through the SDK's own Responses model and
+    ``AsyncOpenAI`` client against a local Responses API: each chat span names where the call went."""
+    from tests import openai_agents_shop as shop
+
+    fake = shop.FakeResponses()
+    with fake.serving() as url:
+        monkeypatch.setenv("OA_SHOP_URL", url)
+        monkeypatch.setenv("OA_SHOP_LOG", str(tmp_path))
+        result = await start_run(client, shop.spec(), "My order o-7 arrived broken.")
+    assert result.status == "completed", result.error
+    known = Known("openai", server=host_port(url), described=True)
+    for content in (False, True):
+        spans = (await check_every_span(client, receiver, {result.run_id: known}, content))[result.run_id]
+    chats = [s.attributes for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(chats) == 4 and all((c["server.address"], c["server.port"]) == known.server for c in chats)
+    assert root(spans)["gen_ai.request.model"] == "fake-support" and root(spans)["gen_ai.provider.name"] == "openai"
+    tools = {s.attributes["gen_ai.tool.name"]: s.attributes for s in spans if "gen_ai.tool.name" in s.attributes}
+    assert sorted(tools) == ["lookup_order", "refund", "transfer_to_closer"]
+    assert tools["refund"]["gen_ai.tool.description"].startswith("Refund an order")

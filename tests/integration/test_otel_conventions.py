@@ -8,7 +8,8 @@ and responses wire formats (a tool-call turn without a finish reason, a streamed
 parameters, and the rest of its surface: parse, stream(), embeddings...), a LangGraph thread through
 ``RunledgerSaver`` with LangChain model and tools, the MCP example against its real MCP server
 process, a Pydantic AI agent with RunledgerDurability, and an OpenAI Agents SDK agent (tools, an
-effect, a handoff) through its own Responses model against a local Responses API. They
+effect, a handoff) through its own Responses model against a local Responses API, and a Microsoft
+Agent Framework workflow checkpointed on the ledger (its executors' side effects as effects). They
 are exported to a real OTLP/HTTP receiver; each span it decodes is validated with the facts of its
 call taken from the record. A span broken on purpose, one attribute at a time, fails the validator.
 """
@@ -406,3 +407,26 @@ async def test_openai_agents_runs_conform(
     tools = {s.attributes["gen_ai.tool.name"]: s.attributes for s in spans if "gen_ai.tool.name" in s.attributes}
     assert sorted(tools) == ["lookup_order", "refund", "transfer_to_closer"]
     assert tools["refund"]["gen_ai.tool.description"].startswith("Refund an order")
+
+
+# -- Microsoft Agent Framework ----------------------------------------------------------------------------
+
+
+async def test_agent_framework_workflows_conform(
+    client: LedgerClient, nats_url: str, receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """A workflow of three executors checkpointed by ``RunledgerCheckpointStorage``, each side effect an
+    effect of the run: its root span and its effects' spans conform (it makes no model call)."""
+    from runledger import list_runs
+    from tests import af_fulfilment
+
+    assert await af_fulfilment.fulfil(nats_url, tmp_path / "witness", "o-otel")
+    (run_id,) = [r.run_id for r in await list_runs(client) if r.run_id.startswith("af-")]
+    for content in (False, True):
+        spans = (await check_every_span(client, receiver, {run_id: None}, content))[run_id]
+    assert root(spans)["gen_ai.operation.name"] == "invoke_agent"
+    assert sorted(s.name for s in spans if step_of(s) is not None) == [
+        "execute_tool charge",
+        "execute_tool reserve",
+        "execute_tool ship",
+    ]

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from runledger import ConfigurationError, LedgerClient, connect, ledger_address
+from runledger import ConfigurationError, LedgerClient, connect
 
 S = TypeVar("S")
 
@@ -59,6 +59,9 @@ class SaverConnection(Generic[S]):
         """The URL and connect options: ``ledger_address``'s when no URL was given."""
         if self.url is not None:
             return self.url, self._options
+        # The CLI's lookup, imported only here: a sandbox guest loads this module and holds no CLI.
+        from runledger import ledger_address
+
         url, creds = ledger_address(creds=self._options.get("user_credentials"))
         return url, {**self._options, "user_credentials": creds} if creds else self._options
 

@@ -301,8 +301,9 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # The folders pyproject.toml's package-dir installs as sub-packages of runledger. A wheel puts them in
 # runledger/; an editable install leaves them in their own folders, shown to walkers (runledger.editable).
+# The probe is sandbox/, in every copy but an editable one (the sandbox guest's leaves projections/ and ui/ out).
 _SUB_PACKAGE_FOLDERS = ("projections", "sandbox", "integrations", "ui", "examples")
-if not os.path.isdir(os.path.join(__path__[0], _SUB_PACKAGE_FOLDERS[0])):
+if not os.path.isdir(os.path.join(__path__[0], "sandbox")):
     from runledger.editable import show_siblings
 
     show_siblings(__path__, __name__, _SUB_PACKAGE_FOLDERS)

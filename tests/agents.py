@@ -303,3 +303,20 @@ def approver_spec() -> AgentSpec:
 def windowed_step_spec() -> AgentSpec:
     """``windowed`` in step durability: the same effects, every step acknowledged before it returns."""
     return AgentSpec("windowed", windowed, ScriptedModel(_windowed_model, name="scripted-windowed"), agent_version="v1")
+
+
+class _SourceDown(AgentSpec):
+    """A spec whose tools' source (an MCP server, say) cannot be listed: every live tool or effect call of
+    a run it resumes is refused before anything of it is recorded (``AgentSpec.before_live``)."""
+
+    async def before_live(self, tool: str, run_id: str, recorded: Any = None) -> None:
+        from runledger.errors import ConfigurationError
+
+        raise ConfigurationError(f"the source of tool {tool!r} is down (tests.agents:source_down_spec)")
+
+
+def source_down_spec() -> AgentSpec:
+    """``windowed`` in step durability, resumed while its tools' source is down: only what the record
+    and the effects' keys already hold can be served."""
+    spec = windowed_step_spec()
+    return _SourceDown(spec.name, spec.fn, spec.model, agent_version=spec.agent_version)

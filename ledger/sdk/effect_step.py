@@ -94,6 +94,7 @@ class EffectStep:
     _protector: PayloadProtector | None
     _next_step: int
     _continuing: bool
+    _keys_first: bool  # a resumed run's first live effects read their key before anything else
     _mirroring: set[asyncio.Task[None]]
     _append_lock: asyncio.Lock
     _unmirrored: BaseException | None
@@ -194,6 +195,14 @@ class EffectStep:
                 step, name, args, key, fn, reconcile,
                 effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about,
             )  # fmt: skip
+        if self._keys_first and await self._key_has_history(key):
+            # A resumed run whose last process stopped inside this effect: the key may hold its claim or
+            # outcome while the run's record of it was lost with the process (docs/wire.md, rows "1" to
+            # "3"). Settled from the key, never asking the tool's source first (a stopped MCP server).
+            return await self._settle(
+                step, name, args, key, fn, reconcile,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about,
+            )  # fmt: skip
         await self._before_live(name)  # before anything of the call is recorded (deferred_tools)
         await self._check_budgets(step, model_call=False)
         # A claim is seen by other processes: the run's last effect record lands on the run first (a
@@ -217,6 +226,16 @@ class EffectStep:
                 effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about,
             )  # fmt: skip
         return await self._act(step, args, fn, claimed, intent)
+
+    async def _key_has_history(self, key: str) -> bool:
+        """Whether ``key`` was claimed before (one read), for the first live effects of a resumed run; the
+        first key found free ends the check (the effects the last process was inside come first)."""
+        from runledger.sdk.effects import read_key
+
+        state = await read_key(self._client, key, self.agent)
+        if state.status == "free":
+            self._keys_first = False
+        return state.status != "free"
 
     async def _orphaned_effect(self, key: str) -> StepRecord | None:
         """The run's effect step on ``key`` recorded as intended only, once the last outcome on its

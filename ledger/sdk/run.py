@@ -163,6 +163,8 @@ class RecordedRun(EffectStep):
         # Continued without replay (lifecycle.open_run): new calls take new steps, and an effect left
         # intended by an earlier attempt is settled on its own step.
         self._continuing = False
+        # A resumed run (its record has steps): its first live effects read their key first (effect_step).
+        self._keys_first = bool(checkpoint.steps)
         # How child runs are started and resumed: set by runledger.sdk.lifecycle (start_run,
         # resume_run), which this module cannot import (it imports this one).
         self._child_driver: ChildDriver | None = None

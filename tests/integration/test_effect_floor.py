@@ -41,6 +41,25 @@ async def _stored(client: LedgerClient, run_id: str, key: str) -> tuple[list[str
     return run, [json.loads(r.data) for r in await read_raw(client, effect_filter("windowed", key))]
 
 
+async def test_an_outcome_the_key_holds_is_settled_from_the_key_with_the_tools_source_down(
+    nats_url: str, client: LedgerClient, tmp_path: Path
+) -> None:
+    """Killed after the key's outcome, before the run's record of the effect: the resume takes the step
+    as new, and must settle it from its key without asking the tool's source (a stopped MCP server)."""
+    service = tmp_path / "service.log"
+    run_id, key = "floor-source-down", "charge:floor-source-down:0"
+    env = {"TEST_CALLS_LOG": str(service), "RUNLEDGER_CRASH_AT": f"effect:{key}:recorded"}
+    crashed = runledger(nats_url, "run", "--agent", SPECS["step"], "--run-id", run_id, "--input", '{"rounds": 1}',
+                        env=env)  # fmt: skip
+    assert crashed.returncode == -9, crashed.stdout + crashed.stderr
+    del env["RUNLEDGER_CRASH_AT"]
+    resumed = runledger(nats_url, "resume", run_id, "--agent", "tests.agents:source_down_spec", env=env)
+    assert resumed.returncode == 0 and "completed" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert [c["key"] for c in calls(service) if c["call"] == "charge"] == [key]
+    cp = fold((await load_run(client, run_id, open_content=False)).records)
+    assert cp.steps[8].status == "committed" and cp.committed_keys == [key]
+
+
 @pytest.mark.parametrize("durability", ["step", "output"])
 @pytest.mark.parametrize("point", ["claimed", "acted", "recorded"])
 async def test_each_crash_point_leaves_the_table_s_state_and_resume_acts_once(

@@ -171,6 +171,14 @@ def build_sandbox_image(
         kept = [] if extras or not keep_extras else latest_extras(client)
         tag = build_image(base, log=log, latest=False)
         if extras or kept:
-            tag = build_extras_image(tag, list(extras) or kept, log=log)
+            try:
+                tag = build_extras_image(tag, list(extras) or kept, log=log)
+            except ImageError as exc:
+                if extras:
+                    raise
+                raise ImageError(
+                    f"{IMAGE_REPO}:latest holds the extras {', '.join(kept)}, kept by a build without --extra: {exc}. "
+                    "Build without them (`runledger sandbox build --no-extras`) or name the extras (`--extra NAME`)"
+                ) from exc
         client.images.get(tag).tag(IMAGE_REPO, "latest")
         return tag, kept

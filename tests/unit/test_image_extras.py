@@ -104,3 +104,14 @@ def test_a_failed_build_leaves_latest_where_it_was(engine: _Engine) -> None:
     with pytest.raises(ImageError):
         build_sandbox_image(extras=["broken"])
     assert _latest(engine) is engine.get(before)
+
+
+def test_kept_extras_this_runledger_cannot_build_say_how_to_build_without_them(engine: _Engine) -> None:
+    # Another checkout (or version) built latest with an extra this one cannot build: the plain build
+    # says which extras it kept and the two ways out, and leaves latest as it was.
+    engine.tags[LATEST] = before = _Image(engine, {EXTRAS_LABEL: "broken"})
+    with pytest.raises(ImageError) as refused:
+        build_sandbox_image()
+    message = str(refused.value)
+    assert "holds the extras broken" in message and "--no-extras" in message and "--extra NAME" in message
+    assert _latest(engine) is before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -37,6 +38,10 @@ def unavailable(why: str) -> NoReturn:
 # Run keys are wrapped under a master key kept outside NATS (runledger.protect.keystore): one for the
 # session, inherited by every process a test starts. Tests of the master key itself take it away.
 os.environ.setdefault("RUNLEDGER_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
+# A stdio MCP server's stderr goes to a log beside the run in the runledger home by default: the session's
+# servers write one file in a temp folder instead, never the developer's ~/.runledger (the tests of that
+# default, tests/integration/test_mcp_stderr.py, drop this and name a home of their own).
+os.environ.setdefault("RUNLEDGER_MCP_STDERR", os.path.join(tempfile.mkdtemp(prefix="runledger-tests-"), "mcp.log"))
 # Set by pytest itself for each phase of a test: never a leak.
 _ENV_OWNED_BY_PYTEST = frozenset({"PYTEST_CURRENT_TEST"})
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from runledger import AgentSpec, DataPolicy, Run, ScriptedModel
 from runledger.integrations.mcp import McpServer
 from tests.openai_paths import observed
+from tests.replay_paths import replay_observed
 
 if TYPE_CHECKING:
     from runledger.log.client import LedgerClient
@@ -103,13 +104,7 @@ async def resumed(client: LedgerClient, run_id: str, order: str, stop_after: int
 
 
 async def replayed(client: LedgerClient, run_id: str) -> tuple[ReplayResult, str]:
-    from runledger.testing import Replayer
-    from runledger.testing.export import read_recording
-
-    recording = await read_recording(client, run_id)
-    before = len(OBSERVED)
-    result = await Replayer(spec()).replay(recording)
-    return result, OBSERVED[-1] if len(OBSERVED) > before else ""
+    return await replay_observed(client, run_id, spec(), OBSERVED)
 
 
 async def redriven(client: LedgerClient, run_id: str, fork_step: int, pool: Any) -> str:

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from runledger import AgentSpec, DataPolicy
 from runledger.integrations.openai_agents import OpenAIAgentsModel, agent_spec
 from tests.openai_agents_shop import Killed
-from tests.replay_paths import typed
+from tests.replay_paths import replay_observed, typed
 
 if int(openai.__version__.split(".")[0]) >= 3:  # openai 3.x speaks HTTP through httpx2 (openai-agents 0.21 on)
     import httpx2 as httpx
@@ -157,11 +157,4 @@ async def resumed(client: LedgerClient, run_id: str, stop_at: int, make: Callabl
 
 async def replayed(client: LedgerClient, run_id: str, make: Callable[[], AgentSpec] = spec) -> tuple[ReplayResult, str]:
     """The recorded run exported and replayed in this process: the result and what the agent observed."""
-    from runledger.testing import Replayer
-    from runledger.testing.export import read_recording
-
-    recording = await read_recording(client, run_id)
-    before, calls = len(OBSERVED), len(CALLS)
-    result = await Replayer(make()).replay(recording)
-    assert len(CALLS) == calls, "the replayer called the API"
-    return result, OBSERVED[-1] if len(OBSERVED) > before else ""
+    return await replay_observed(client, run_id, make(), OBSERVED, CALLS)

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from runledger import AgentSpec, DataPolicy, Run, SyncRun, sync_agent
 from runledger.integrations.openai import OpenAIModel, recorded
-from tests.replay_paths import typed
+from tests.replay_paths import replay_observed, typed
 
 if TYPE_CHECKING:
     from runledger.log.client import LedgerClient
@@ -315,11 +315,4 @@ async def resumed(client: LedgerClient, run_id: str, stop_after: int, make: Call
 
 async def replayed(client: LedgerClient, run_id: str, make: Callable[[], AgentSpec] = spec) -> tuple[ReplayResult, str]:
     """The recorded run exported and replayed in this process: the result and what the agent observed."""
-    from runledger.testing import Replayer
-    from runledger.testing.export import read_recording
-
-    recording = await read_recording(client, run_id)
-    before, calls = len(OBSERVED), len(CALLS)
-    result = await Replayer(make()).replay(recording)
-    assert len(CALLS) == calls, "the replayer called the API"
-    return result, OBSERVED[-1] if len(OBSERVED) > before else ""
+    return await replay_observed(client, run_id, make(), OBSERVED, CALLS)

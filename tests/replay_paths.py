@@ -210,15 +210,25 @@ async def resumed(client: LedgerClient, run_id: str, stop_after: int, make: Call
     return str(result.output["observed"])
 
 
-async def replayed(client: LedgerClient, run_id: str) -> tuple[ReplayResult, str]:
-    """The recorded run exported and replayed in this process: the result and what the agent observed."""
+async def replay_observed(
+    client: LedgerClient, run_id: str, agent: AgentSpec, observed: list[str], calls: list[str] | None = None
+) -> tuple[ReplayResult, str]:
+    """The recorded run exported and replayed in this process with ``agent``: the result and what the agent
+    observed (the entry it added to ``observed``, "" if none). With ``calls`` (a probe's log of the requests
+    its fake answered), the replayer must have made none. Every probe's ``replayed`` is this."""
     from runledger.testing import Replayer
     from runledger.testing.export import read_recording
 
     recording = await read_recording(client, run_id)
-    before = len(OBSERVED)
-    result = await Replayer(spec()).replay(recording)
-    return result, OBSERVED[-1] if len(OBSERVED) > before else ""
+    before, made = len(observed), len(calls or ())
+    result = await Replayer(agent).replay(recording)
+    assert len(calls or ()) == made, "the replayer called the API"
+    return result, observed[-1] if len(observed) > before else ""
+
+
+async def replayed(client: LedgerClient, run_id: str) -> tuple[ReplayResult, str]:
+    """The recorded run exported and replayed in this process: the result and what the agent observed."""
+    return await replay_observed(client, run_id, spec(), OBSERVED)
 
 
 async def redriven(client: LedgerClient, run_id: str, fork_step: int, pool: Any) -> str:

@@ -195,13 +195,14 @@ class EffectStep:
                 step, name, args, key, fn, reconcile,
                 effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about,
             )  # fmt: skip
-        if self._keys_first and await self._key_has_history(key):
+        known = await self._key_history(key) if self._keys_first else None
+        if known is not None:
             # A resumed run whose last process stopped inside this effect: the key may hold its claim or
             # outcome while the run's record of it was lost with the process (docs/wire.md, rows "1" to
-            # "3"). Settled from the key, never asking the tool's source first (a stopped MCP server).
+            # "3"). Settled from the key as read, never asking the tool's source first (a stopped MCP server).
             return await self._settle(
                 step, name, args, key, fn, reconcile,
-                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about,
+                effect_class=effect_class, tool_call_id=tool_call_id, lease_s=lease, about=about, state=known,
             )  # fmt: skip
         await self._before_live(name)  # before anything of the call is recorded (deferred_tools)
         await self._check_budgets(step, model_call=False)
@@ -227,15 +228,17 @@ class EffectStep:
             )  # fmt: skip
         return await self._act(step, args, fn, claimed, intent)
 
-    async def _key_has_history(self, key: str) -> bool:
-        """Whether ``key`` was claimed before (one read), for the first live effects of a resumed run; the
-        first key found free ends the check (the effects the last process was inside come first)."""
+    async def _key_history(self, key: str) -> KeyState | None:
+        """The state of ``key`` when it was claimed before (one read), None when it is free: for the first
+        live effects of a resumed run; the first key found free ends the check (the effects the last
+        process was inside come first)."""
         from runledger.sdk.effects import read_key
 
         state = await read_key(self._client, key, self.agent)
         if state.status == "free":
             self._keys_first = False
-        return state.status != "free"
+            return None
+        return state
 
     async def _orphaned_effect(self, key: str) -> StepRecord | None:
         """The run's effect step on ``key`` recorded as intended only, once the last outcome on its
@@ -341,8 +344,10 @@ class EffectStep:
         tool_call_id: str | None,
         lease_s: float,
         about: dict[str, Any] | None = None,
+        state: KeyState | None = None,
     ) -> Any:
-        """Bring the key to an outcome for this step: reuse, reconcile, or claim and act.
+        """Bring the key to an outcome for this step: reuse, reconcile, or claim and act (``state``: the
+        key as just read, else it is read here).
 
         A claim of this step without an outcome whose lease has not expired is waited for (its
         holder may be paused, not dead); then it is settled by ``reconcile`` (or the run
@@ -358,7 +363,8 @@ class EffectStep:
             effect_class=effect_class, lease_s=lease_s, tool_call_id=tool_call_id, holder=this_holder() or None,
             **(about or {}),
         )  # fmt: skip
-        state = await read_key(self._client, key, self.agent)
+        if state is None:
+            state = await read_key(self._client, key, self.agent)
         for _ in range(_SETTLE_ROUNDS):
             if self._key_writer == AGENT_WRITER:
                 state = agent_view(state)  # a key only workers' branches claimed is not the agent's word

@@ -10,10 +10,10 @@ included, and must not load DuckDB, pyarrow and numpy for it (tests/unit/test_cl
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runledger.extras import require_extra
+from runledger.lazy import lazy_names
 
 require_extra("projections", "runledger.projections")
 
@@ -102,14 +102,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:  # a submodule (``from runledger.projections import rows``) is imported by Python then
-        raise AttributeError(f"module 'runledger.projections' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _MODULE_OF, globals(), __all__)

@@ -26,8 +26,9 @@ must not load the replayer and the in-memory ledger for it (tests/unit/test_cli_
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from runledger.lazy import lazy_names
 
 if TYPE_CHECKING:
     from runledger.log.memory import MemoryLedger
@@ -54,14 +55,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:  # a submodule (``from runledger.testing import replayer``) is imported by Python then
-        raise AttributeError(f"module 'runledger.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _MODULE_OF, globals(), __all__)

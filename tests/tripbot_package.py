@@ -19,12 +19,18 @@ currency but writes ``EUR 126.00``: fixes the CHF trips and breaks every other o
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from runledger.sdk import code_identity
+from runledger.sdk.agent import ALLOW_CODE_ENV
 
 SOURCE = '''"""tripbot: prices and books a hotel for a trip."""
 
@@ -176,3 +182,21 @@ def forget(package: str) -> None:
         del sys.modules[name]
     importlib.invalidate_caches()
     code_identity.forget()
+
+
+@contextlib.contextmanager
+def installed(tmp_path: Path, bookings_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str, str]]:
+    """A fresh tripbot package written under ``tmp_path / "code"``, importable and allowed as re-run code,
+    booking at ``bookings_url``, with a runledger home of its own: yields (package, agent name, agent ref)
+    and drops the package from this process afterwards."""
+    tag = os.urandom(3).hex()
+    package, name = f"tripbot_{tag}", f"tripbot-{tag}"
+    monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TRIPBOT_BOOKINGS_URL", bookings_url)
+    monkeypatch.setenv(ALLOW_CODE_ENV, f".,{package}")
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    ref = write(tmp_path / "code", package, name)
+    try:
+        yield package, name, ref
+    finally:
+        forget(package)

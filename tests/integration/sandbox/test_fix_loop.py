@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 import urllib.request
@@ -32,7 +31,7 @@ from runledger.examples.refund_agent.payments import PaymentsService
 from runledger.log.client import connect
 from runledger.protect.loading import load_run
 from runledger.record.fold import fold
-from runledger.sdk.agent import ALLOW_CODE_ENV, load_agent
+from runledger.sdk.agent import load_agent
 from runledger.sdk.lifecycle import start_run
 from tests import tripbot_package as tripbot
 from tests.integration.test_ui import ui_server
@@ -44,17 +43,8 @@ def test_the_fix_loop_on_an_agent_edited_in_place(
     nats_url: str, sandbox_image: str, payments: PaymentsService, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    tag = os.urandom(3).hex()
-    package, name = f"tripbot_{tag}", f"tripbot-{tag}"
-    monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TRIPBOT_BOOKINGS_URL", payments.url)
-    monkeypatch.setenv(ALLOW_CODE_ENV, f".,{package}")
-    monkeypatch.syspath_prepend(str(tmp_path / "code"))
-    ref = tripbot.write(tmp_path / "code", package, name)
-    try:
+    with tripbot.installed(tmp_path, payments.url, monkeypatch) as (package, name, ref):
         _loop(nats_url, payments, tmp_path, package, name, ref, capsys)
-    finally:
-        tripbot.forget(package)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], nats_url: str, *argv: str) -> tuple[int, str]:

@@ -40,17 +40,8 @@ def test_samples_report_a_fix_rate_and_the_gate_takes_a_threshold(
     nats_url: str, sandbox_image: str, payments: PaymentsService, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    tag = os.urandom(3).hex()
-    package, name = f"tripbot_{tag}", f"tripbot-{tag}"
-    monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TRIPBOT_BOOKINGS_URL", payments.url)
-    monkeypatch.setenv(ALLOW_CODE_ENV, f".,{package}")
-    monkeypatch.syspath_prepend(str(tmp_path / "code"))
-    ref = tripbot.write(tmp_path / "code", package, name)
-    try:
+    with tripbot.installed(tmp_path, payments.url, monkeypatch) as (package, name, ref):
         _samples(nats_url, tmp_path, package, ref, name, capsys)
-    finally:
-        tripbot.forget(package)
 
 
 def _samples(
